@@ -1,0 +1,76 @@
+// The attention-module interface: one causal multi-head attention with three paths that
+// must agree numerically (DESIGN.md §2):
+//   Parallel  whole sequences at once (training and reference)
+//   Prefill   append a prompt to one session's state, chunk by chunk
+//   Step      one token for each of many sessions, each at its own position
+// Inputs are already projected and rotated (RoPE); the module applies its own logit
+// scaling (1/sqrt(d), or qk_norm with a temperature). Created by CreateAttention().
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "server/attention/options.h"
+
+namespace attnserve::attention {
+
+// One session's state for one layer. Owned by the caller; copying is explicit (Clone).
+class AttentionState {
+ public:
+  virtual ~AttentionState() = default;
+  // Tokens appended so far.
+  virtual int64_t Position() const = 0;
+  // Bytes of tensor memory this state holds now (KV caches: allocated capacity).
+  virtual int64_t Bytes() const = 0;
+  virtual std::unique_ptr<AttentionState> Clone() const = 0;
+};
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+class Attention {
+ public:
+  explicit Attention(AttentionOptions options);
+  virtual ~Attention() = default;
+  Attention(const Attention&) = delete;
+  Attention& operator=(const Attention&) = delete;
+
+  // q, k: (B, H, T, D); v: (B, H, T, Dv) -> (B, H, T, Dv). Token t attends to 0..t.
+  virtual at::Tensor Parallel(const at::Tensor& q, const at::Tensor& k,
+                              const at::Tensor& v) const = 0;
+
+  // A fresh, empty state for one session.
+  virtual std::unique_ptr<AttentionState> NewState() const = 0;
+
+  // One session: q, k: (H, T, D); v: (H, T, Dv) -> (H, T, Dv). Appends the T tokens to
+  // `state` in chunks of options().chunk_size; token t attends to everything before it.
+  virtual at::Tensor Prefill(AttentionState& state, const at::Tensor& q,
+                             const at::Tensor& k, const at::Tensor& v) const = 0;
+
+  // B sessions, one token each: q, k: (B, H, D); v: (B, H, Dv) -> (B, H, Dv).
+  // states[b] is session b's state (distinct objects); each advances by one token.
+  virtual at::Tensor Step(absl::Span<AttentionState* const> states, const at::Tensor& q,
+                          const at::Tensor& k, const at::Tensor& v) const = 0;
+
+  const AttentionOptions& options() const { return options_; }
+
+  // Trained parameters of this module (the qk_norm temperature when learned), by name.
+  NamedTensors NamedParameters() const;
+
+ protected:
+  // Scaled query and key such that the logit is q' . k:
+  // (q / sqrt(d), k), or (temperature * q / |q|, k / |k|) under qk_norm. Shapes kept.
+  std::pair<at::Tensor, at::Tensor> ScaleQK(const at::Tensor& q,
+                                            const at::Tensor& k) const;
+
+ private:
+  AttentionOptions options_;
+  at::Tensor temperature_;  // 0-dim; defined only under qk_norm
+};
+
+}  // namespace attnserve::attention

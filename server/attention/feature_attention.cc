@@ -1,0 +1,170 @@
+#include "server/attention/feature_attention.h"
+
+#include <ATen/ATen.h>
+
+#include "server/attention/taylor_features.h"
+
+namespace attnserve::attention {
+
+class FeatureState : public AttentionState {
+ public:
+  FeatureState(at::Tensor s, at::Tensor z, int64_t position)
+      : s(std::move(s)), z(std::move(z)), position(position) {}
+
+  int64_t Position() const override { return position; }
+  int64_t Bytes() const override {
+    return s.nbytes() + (z.defined() ? int64_t(z.nbytes()) : 0);
+  }
+  std::unique_ptr<AttentionState> Clone() const override {
+    return std::make_unique<FeatureState>(s.clone(), z.defined() ? z.clone() : z,
+                                          position);
+  }
+
+  at::Tensor s;  // (H, m, Dv) fp32
+  at::Tensor z;  // (H, m) fp32, undefined under the L2 normaliser
+  int64_t position;
+};
+
+namespace {
+
+class TaylorMap : public FeatureMap {
+ public:
+  TaylorMap(int dim, int order) : map_(dim, order), order_(order) {}
+  int64_t size() const override { return map_.size(); }
+  at::Tensor Queries(const at::Tensor& q) const override { return map_.Queries(q); }
+  at::Tensor Keys(const at::Tensor& k) const override { return map_.Keys(k); }
+  at::Tensor Kernel(const at::Tensor& q, const at::Tensor& k) const override {
+    return TaylorKernel(at::matmul(q, k.transpose(-1, -2)), order_);
+  }
+
+ private:
+  TaylorFeatureMap map_;
+  int order_;
+};
+
+class EluMap : public FeatureMap {
+ public:
+  explicit EluMap(int dim) : dim_(dim) {}
+  int64_t size() const override { return dim_; }
+  at::Tensor Queries(const at::Tensor& q) const override { return at::elu(q) + 1; }
+  at::Tensor Keys(const at::Tensor& k) const override { return at::elu(k) + 1; }
+  at::Tensor Kernel(const at::Tensor& q, const at::Tensor& k) const override {
+    return at::matmul(Queries(q), Keys(k).transpose(-1, -2));
+  }
+
+ private:
+  int dim_;
+};
+
+// (T, T) lower-triangular ones, diagonal included.
+at::Tensor CausalMask(int64_t t, const at::TensorOptions& options) {
+  return at::ones({t, t}, options).tril();
+}
+
+FeatureState& AsFeatureState(AttentionState& state) {
+  auto* s = dynamic_cast<FeatureState*>(&state);
+  TORCH_CHECK(s != nullptr, "attention state does not belong to a feature-map module");
+  return *s;
+}
+
+}  // namespace
+
+std::unique_ptr<FeatureMap> MakeTaylorFeatureMap(int dim, int order) {
+  return std::make_unique<TaylorMap>(dim, order);
+}
+
+std::unique_ptr<FeatureMap> MakeEluFeatureMap(int dim) {
+  return std::make_unique<EluMap>(dim);
+}
+
+FeatureAttention::FeatureAttention(AttentionOptions options,
+                                   std::unique_ptr<FeatureMap> features,
+                                   Normaliser normaliser)
+    : Attention(std::move(options)),
+      features_(std::move(features)),
+      normaliser_(normaliser) {}
+
+at::Tensor FeatureAttention::Parallel(const at::Tensor& q, const at::Tensor& k,
+                                      const at::Tensor& v) const {
+  auto [qs, ks] = ScaleQK(q, k);
+  // (B, H, T, T): kernel values, zero above the diagonal (future tokens).
+  at::Tensor a = features_->Kernel(qs, ks) * CausalMask(q.size(2), q.options());
+  at::Tensor num = at::matmul(a, v);  // (B, H, T, Dv)
+  at::Tensor den = normaliser_ == Normaliser::kSum ? a.sum(-1) : at::Tensor();
+  return Normalise(normaliser_, num, den);
+}
+
+std::unique_ptr<AttentionState> FeatureAttention::NewState() const {
+  const auto& o = options();
+  const int64_t m = features_->size();
+  at::Tensor s = at::zeros({o.num_heads, m, o.value_dim}, at::kFloat);
+  at::Tensor z = normaliser_ == Normaliser::kSum ? at::zeros({o.num_heads, m}, at::kFloat)
+                                                 : at::Tensor();
+  return std::make_unique<FeatureState>(std::move(s), std::move(z), 0);
+}
+
+at::Tensor FeatureAttention::PrefillChunk(FeatureState& st, const at::Tensor& q,
+                                          const at::Tensor& k, const at::Tensor& v) const {
+  // Intra-chunk: the masked kernel matrix (H, C, C). Inter-chunk: read the state with
+  // one product per chunk, then fold the chunk's keys and values into it.
+  at::Tensor a = features_->Kernel(q, k) * CausalMask(q.size(1), q.options());
+  at::Tensor phi_q = features_->Queries(q);  // (H, C, m)
+  at::Tensor phi_k = features_->Keys(k);     // (H, C, m)
+  at::Tensor num = at::matmul(a, v) + at::bmm(phi_q, st.s);  // (H, C, Dv)
+  at::Tensor den;
+  if (normaliser_ == Normaliser::kSum) {
+    den = a.sum(-1) + at::matmul(phi_q, st.z.unsqueeze(-1)).squeeze(-1);  // (H, C)
+    st.z.add_(phi_k.sum(1));
+  }
+  st.s.baddbmm_(phi_k.transpose(1, 2), v);  // += (H, m, C) @ (H, C, Dv)
+  st.position += q.size(1);
+  return Normalise(normaliser_, num, den);
+}
+
+at::Tensor FeatureAttention::Prefill(AttentionState& state, const at::Tensor& q,
+                                     const at::Tensor& k, const at::Tensor& v) const {
+  FeatureState& st = AsFeatureState(state);
+  auto [qs, ks] = ScaleQK(q, k);
+  const int64_t t = q.size(1);
+  const int64_t chunk = options().chunk_size;
+  std::vector<at::Tensor> outs;
+  for (int64_t start = 0; start < t; start += chunk) {
+    const int64_t len = std::min(chunk, t - start);
+    outs.push_back(PrefillChunk(st, qs.narrow(1, start, len), ks.narrow(1, start, len),
+                                v.narrow(1, start, len)));
+  }
+  if (outs.empty()) return at::empty({q.size(0), 0, v.size(2)}, v.options());
+  return outs.size() == 1 ? outs[0] : at::cat(outs, 1);
+}
+
+at::Tensor FeatureAttention::Step(absl::Span<AttentionState* const> states,
+                                  const at::Tensor& q, const at::Tensor& k,
+                                  const at::Tensor& v) const {
+  TORCH_CHECK(int64_t(states.size()) == q.size(0), "Step: ", states.size(),
+              " states for a batch of ", q.size(0));
+  auto [qs, ks] = ScaleQK(q, k);
+  // Features for the whole batch at once: (B, H, m).
+  at::Tensor phi_q = features_->Queries(qs);
+  at::Tensor phi_k = features_->Keys(ks);
+  // Each session's state is its own tensor: update it in place (one pass over S), then
+  // read it out. The update comes first so each token attends to itself.
+  std::vector<at::Tensor> outs;
+  outs.reserve(states.size());
+  for (size_t b = 0; b < states.size(); ++b) {
+    FeatureState& st = AsFeatureState(*states[b]);
+    at::Tensor pk = phi_k[b];                                   // (H, m)
+    at::Tensor pq = phi_q[b].unsqueeze(1);                      // (H, 1, m)
+    st.s.baddbmm_(pk.unsqueeze(-1), v[b].unsqueeze(1));         // += (H,m,1)@(H,1,Dv)
+    at::Tensor num = at::bmm(pq, st.s).squeeze(1);              // (H, Dv)
+    at::Tensor den;
+    if (normaliser_ == Normaliser::kSum) {
+      st.z.add_(pk);
+      den = at::bmm(pq, st.z.unsqueeze(-1)).squeeze(-1).squeeze(-1);  // (H)
+    }
+    st.position += 1;
+    outs.push_back(Normalise(normaliser_, num, den));
+  }
+  return at::stack(outs, 0);  // (B, H, Dv)
+}
+
+}  // namespace attnserve::attention

@@ -1,0 +1,56 @@
+// Fixed-state attention through a feature map phi with K(q', k) = phi_q(q') . phi_k(k):
+// taylor, taylor_norm and linear. The per-session state is
+//   S = sum_j phi_k(k_j) v_j^T   (H, m, Dv)
+//   z = sum_j phi_k(k_j)         (H, m)        (sum normaliser only)
+// whose size does not depend on the context length.
+#pragma once
+
+#include <memory>
+
+#include "server/attention/attention.h"
+#include "server/attention/normaliser.h"
+
+namespace attnserve::attention {
+
+// A kernel and its feature maps. Immutable; shared across threads.
+class FeatureMap {
+ public:
+  virtual ~FeatureMap() = default;
+  // Features per head, m.
+  virtual int64_t size() const = 0;
+  // (..., D) -> (..., m), for scaled queries and for keys.
+  virtual at::Tensor Queries(const at::Tensor& q) const = 0;
+  virtual at::Tensor Keys(const at::Tensor& k) const = 0;
+  // Kernel matrix computed directly (the reference form):
+  // q: (..., T, D), k: (..., S, D) -> (..., T, S) with entries K(q_t, k_s).
+  virtual at::Tensor Kernel(const at::Tensor& q, const at::Tensor& k) const = 0;
+};
+
+// T_N(q . k) through packed monomials (see taylor_features.h).
+std::unique_ptr<FeatureMap> MakeTaylorFeatureMap(int dim, int order);
+// elu(x) + 1 on queries and keys (linear attention).
+std::unique_ptr<FeatureMap> MakeEluFeatureMap(int dim);
+
+class FeatureAttention : public Attention {
+ public:
+  FeatureAttention(AttentionOptions options, std::unique_ptr<FeatureMap> features,
+                   Normaliser normaliser);
+
+  at::Tensor Parallel(const at::Tensor& q, const at::Tensor& k,
+                      const at::Tensor& v) const override;
+  std::unique_ptr<AttentionState> NewState() const override;
+  at::Tensor Prefill(AttentionState& state, const at::Tensor& q, const at::Tensor& k,
+                     const at::Tensor& v) const override;
+  at::Tensor Step(absl::Span<AttentionState* const> states, const at::Tensor& q,
+                  const at::Tensor& k, const at::Tensor& v) const override;
+
+ private:
+  // One chunk of one session: q (scaled), k: (H, C, D); v: (H, C, Dv) -> (H, C, Dv).
+  at::Tensor PrefillChunk(class FeatureState& state, const at::Tensor& q,
+                          const at::Tensor& k, const at::Tensor& v) const;
+
+  std::unique_ptr<FeatureMap> features_;
+  Normaliser normaliser_;
+};
+
+}  // namespace attnserve::attention

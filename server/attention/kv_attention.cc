@@ -1,0 +1,129 @@
+#include "server/attention/kv_attention.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace attnserve::attention {
+
+class KvState : public AttentionState {
+ public:
+  KvState(at::Tensor k, at::Tensor v, int64_t length)
+      : k(std::move(k)), v(std::move(v)), length(length) {}
+
+  int64_t Position() const override { return length; }
+  int64_t Bytes() const override { return k.nbytes() + v.nbytes(); }
+  std::unique_ptr<AttentionState> Clone() const override {
+    return std::make_unique<KvState>(k.clone(), v.clone(), length);
+  }
+
+  // Makes room for `extra` more tokens, doubling capacity when it runs out.
+  void Reserve(int64_t extra) {
+    const int64_t need = length + extra;
+    if (need <= k.size(1)) return;
+    const int64_t cap = std::max<int64_t>({need, 2 * k.size(1), 16});
+    at::Tensor nk = at::empty({k.size(0), cap, k.size(2)}, k.options());
+    at::Tensor nv = at::empty({v.size(0), cap, v.size(2)}, v.options());
+    nk.narrow(1, 0, length).copy_(k.narrow(1, 0, length));
+    nv.narrow(1, 0, length).copy_(v.narrow(1, 0, length));
+    k = std::move(nk);
+    v = std::move(nv);
+  }
+
+  // k: (H, T, D), v: (H, T, Dv) appended at [length, length + T).
+  void Append(const at::Tensor& new_k, const at::Tensor& new_v) {
+    Reserve(new_k.size(1));
+    k.narrow(1, length, new_k.size(1)).copy_(new_k);
+    v.narrow(1, length, new_v.size(1)).copy_(new_v);
+    length += new_k.size(1);
+  }
+
+  at::Tensor Keys() const { return k.narrow(1, 0, length); }    // (H, L, D)
+  at::Tensor Values() const { return v.narrow(1, 0, length); }  // (H, L, Dv)
+
+  at::Tensor k;  // (H, capacity, D)
+  at::Tensor v;  // (H, capacity, Dv)
+  int64_t length;
+};
+
+namespace {
+
+KvState& AsKvState(AttentionState& state) {
+  auto* s = dynamic_cast<KvState*>(&state);
+  TORCH_CHECK(s != nullptr, "attention state does not belong to a KV-cache module");
+  return *s;
+}
+
+}  // namespace
+
+KvAttention::KvAttention(AttentionOptions options, Normaliser normaliser)
+    : Attention(std::move(options)), normaliser_(normaliser) {}
+
+at::Tensor KvAttention::Attend(const at::Tensor& scores, const at::Tensor& allowed,
+                               const at::Tensor& values) const {
+  at::Tensor masked =
+      scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+  if (normaliser_ == Normaliser::kSum) return at::matmul(at::softmax(masked, -1), values);
+  // exp(s - rowmax): the shift cancels in the L2 norm and keeps exp in range.
+  at::Tensor weights = at::exp(masked - std::get<0>(masked.max(-1, /*keepdim=*/true)));
+  return Normalise(normaliser_, at::matmul(weights, values), at::Tensor());
+}
+
+at::Tensor KvAttention::Parallel(const at::Tensor& q, const at::Tensor& k,
+                                 const at::Tensor& v) const {
+  auto [qs, ks] = ScaleQK(q, k);
+  const int64_t t = q.size(2);
+  at::Tensor allowed = at::ones({t, t}, q.options().dtype(at::kBool)).tril();  // (T, T)
+  return Attend(at::matmul(qs, ks.transpose(-1, -2)), allowed, v);  // (B, H, T, Dv)
+}
+
+std::unique_ptr<AttentionState> KvAttention::NewState() const {
+  const auto& o = options();
+  return std::make_unique<KvState>(at::empty({o.num_heads, 0, o.head_dim}, at::kFloat),
+                                   at::empty({o.num_heads, 0, o.value_dim}, at::kFloat),
+                                   0);
+}
+
+at::Tensor KvAttention::Prefill(AttentionState& state, const at::Tensor& q,
+                                const at::Tensor& k, const at::Tensor& v) const {
+  KvState& st = AsKvState(state);
+  auto [qs, ks] = ScaleQK(q, k);
+  const int64_t t = q.size(1);
+  const int64_t chunk = options().chunk_size;
+  st.Reserve(t);
+  std::vector<at::Tensor> outs;
+  for (int64_t start = 0; start < t; start += chunk) {
+    const int64_t len = std::min(chunk, t - start);
+    const int64_t before = st.length;
+    st.Append(ks.narrow(1, start, len), v.narrow(1, start, len));
+    // Query i of the chunk sits at position before + i and sees keys 0..before + i.
+    at::Tensor qi = at::arange(len, q.options().dtype(at::kLong)).unsqueeze(1);
+    at::Tensor kj = at::arange(st.length, q.options().dtype(at::kLong)).unsqueeze(0);
+    at::Tensor allowed = kj <= qi + before;  // (C, L)
+    at::Tensor scores = at::matmul(qs.narrow(1, start, len), st.Keys().transpose(1, 2));
+    outs.push_back(Attend(scores, allowed, st.Values()));  // (H, C, Dv)
+  }
+  if (outs.empty()) return at::empty({q.size(0), 0, v.size(2)}, v.options());
+  return outs.size() == 1 ? outs[0] : at::cat(outs, 1);
+}
+
+at::Tensor KvAttention::Step(absl::Span<AttentionState* const> states, const at::Tensor& q,
+                             const at::Tensor& k, const at::Tensor& v) const {
+  TORCH_CHECK(int64_t(states.size()) == q.size(0), "Step: ", states.size(),
+              " states for a batch of ", q.size(0));
+  auto [qs, ks] = ScaleQK(q, k);
+  // Caches have different lengths, so each session attends over its own: (H, 1, L).
+  std::vector<at::Tensor> outs;
+  outs.reserve(states.size());
+  at::Tensor all = at::ones({1, 1}, q.options().dtype(at::kBool));
+  for (size_t b = 0; b < states.size(); ++b) {
+    KvState& st = AsKvState(*states[b]);
+    st.Append(ks[b].unsqueeze(1), v[b].unsqueeze(1));
+    at::Tensor scores = at::matmul(qs[b].unsqueeze(1), st.Keys().transpose(1, 2));
+    outs.push_back(Attend(scores, all, st.Values()).squeeze(1));  // (H, Dv)
+  }
+  return at::stack(outs, 0);  // (B, H, Dv)
+}
+
+}  // namespace attnserve::attention

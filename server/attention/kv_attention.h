@@ -1,0 +1,33 @@
+// KV-cache attention with the exp kernel: softmax (sum normaliser, the reference) and
+// softmax_norm (L2 norm of the output). The per-session state is the cache of keys and
+// values, which grows by (D + Dv) * H floats per token; capacity doubles so appending
+// never copies the whole cache per token.
+#pragma once
+
+#include "server/attention/attention.h"
+#include "server/attention/normaliser.h"
+
+namespace attnserve::attention {
+
+class KvAttention : public Attention {
+ public:
+  KvAttention(AttentionOptions options, Normaliser normaliser);
+
+  at::Tensor Parallel(const at::Tensor& q, const at::Tensor& k,
+                      const at::Tensor& v) const override;
+  std::unique_ptr<AttentionState> NewState() const override;
+  at::Tensor Prefill(AttentionState& state, const at::Tensor& q, const at::Tensor& k,
+                     const at::Tensor& v) const override;
+  at::Tensor Step(absl::Span<AttentionState* const> states, const at::Tensor& q,
+                  const at::Tensor& k, const at::Tensor& v) const override;
+
+ private:
+  // scores: (..., T, S) logits; allowed: bool, broadcastable -> (..., T, Dv) given
+  // values (..., S, Dv). Masked-out scores get weight zero.
+  at::Tensor Attend(const at::Tensor& scores, const at::Tensor& allowed,
+                    const at::Tensor& values) const;
+
+  Normaliser normaliser_;
+};
+
+}  // namespace attnserve::attention

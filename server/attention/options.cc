@@ -1,0 +1,160 @@
+#include "server/attention/options.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace attnserve::attention {
+namespace {
+
+struct ModuleEntry {
+  const char* name;
+  ModuleKind kind;
+  bool uses_order;
+  bool needs_even_order;  // sum normaliser over a truncated series
+};
+
+// The one name -> module table.
+constexpr ModuleEntry kModules[] = {
+    {"softmax", ModuleKind::kSoftmax, false, false},
+    {"softmax_norm", ModuleKind::kSoftmaxNorm, false, false},
+    {"taylor", ModuleKind::kTaylor, true, true},
+    {"taylor_norm", ModuleKind::kTaylorNorm, true, false},
+    {"linear", ModuleKind::kLinear, false, false},
+};
+
+constexpr int kMaxOrder = 16;
+
+const ModuleEntry* Find(const std::string& name) {
+  for (const auto& e : kModules) {
+    if (name == e.name) return &e;
+  }
+  return nullptr;
+}
+
+// C(n, k) with saturation at INT64_MAX.
+int64_t Binomial(int64_t n, int64_t k) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  __int128 r = 1;
+  for (int64_t i = 1; i <= k; ++i) {
+    r = r * (n - k + i) / i;  // exact: r * (n-k+i) is divisible by i at every step
+    if (r > kMax) return kMax;
+  }
+  return static_cast<int64_t>(r);
+}
+
+int64_t SatMul(int64_t a, int64_t b) {
+  __int128 r = static_cast<__int128>(a) * b;
+  return r > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max()
+                                                 : static_cast<int64_t>(r);
+}
+
+}  // namespace
+
+const std::vector<std::string>& ModuleNames() {
+  static const auto* names = [] {
+    auto* v = new std::vector<std::string>;
+    for (const auto& e : kModules) v->push_back(e.name);
+    return v;
+  }();
+  return *names;
+}
+
+absl::Status ValidateAttentionOptions(const AttentionOptions& o, ModuleKind* kind) {
+  const ModuleEntry* e = Find(o.module);
+  if (e == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention.module: unknown module '", o.module,
+                     "'; valid modules: ", absl::StrJoin(ModuleNames(), ", ")));
+  }
+  if (o.num_heads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_heads must be >= 1, got ", o.num_heads));
+  }
+  if (o.head_dim < 2 || o.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_dim must be even and >= 2 (RoPE rotates pairs), got ", o.head_dim));
+  }
+  if (o.value_dim < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("value_dim must be >= 1, got ", o.value_dim));
+  }
+  if (o.chunk_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention.chunk_size must be >= 1, got ", o.chunk_size));
+  }
+  if (!o.qk_norm && o.learn_temperature) {
+    return absl::InvalidArgumentError(
+        "attention.learn_temperature needs attention.qk_norm: without qk_norm the "
+        "logit scale is the fixed 1/sqrt(head_dim)");
+  }
+  if (e->uses_order) {
+    if (o.order < 1 || o.order > kMaxOrder) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attention.order must be in [1, ", kMaxOrder, "] for module '", o.module,
+          "', got ", o.order));
+    }
+    if (e->needs_even_order && o.order % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attention.order ", o.order, " is odd: module '", o.module,
+          "' divides by the sum of kernel values, and an odd Taylor truncation goes "
+          "negative, so the denominator can reach zero; use an even order (2, 4, 6, "
+          "...) or module 'taylor_norm', which normalises by the output's L2 norm"));
+    }
+  }
+  if (HasFixedState(o)) {
+    const int64_t bytes = StateBytesPerLayer(o, 0);
+    if (bytes > o.max_state_bytes_per_layer) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attention.order ", o.order, " with head_dim ", o.head_dim, " needs ",
+          FeatureCount(o), " features per head, ", bytes,
+          " bytes of state per session per layer, over the budget of ",
+          o.max_state_bytes_per_layer, " bytes; lower the order or the head_dim"));
+    }
+  }
+  if (kind != nullptr) *kind = e->kind;
+  return absl::OkStatus();
+}
+
+bool HasFixedState(const AttentionOptions& o) {
+  const ModuleEntry* e = Find(o.module);
+  return e != nullptr && e->kind != ModuleKind::kSoftmax &&
+         e->kind != ModuleKind::kSoftmaxNorm;
+}
+
+int64_t FeatureCount(const AttentionOptions& o) {
+  const ModuleEntry* e = Find(o.module);
+  if (e == nullptr) return 0;
+  switch (e->kind) {
+    case ModuleKind::kTaylor:
+    case ModuleKind::kTaylorNorm:
+      return Binomial(o.head_dim + o.order, o.order);
+    case ModuleKind::kLinear:
+      return o.head_dim;
+    default:
+      return 0;
+  }
+}
+
+int64_t KvBytesPerToken(const AttentionOptions& o) {
+  return int64_t{4} * (o.head_dim + o.value_dim) * o.num_heads;
+}
+
+int64_t StateBytesPerLayer(const AttentionOptions& o, int64_t context) {
+  if (!HasFixedState(o)) return SatMul(KvBytesPerToken(o), context);
+  const ModuleEntry* e = Find(o.module);
+  // Numerator state m x d_v, plus the m-vector denominator for sum normalisers.
+  const int64_t per_feature =
+      o.value_dim + (e->kind == ModuleKind::kTaylorNorm ? 0 : 1);
+  return SatMul(SatMul(FeatureCount(o), per_feature), int64_t{4} * o.num_heads);
+}
+
+int64_t BreakEvenContext(const AttentionOptions& o) {
+  if (!HasFixedState(o)) return 0;
+  const int64_t fixed = StateBytesPerLayer(o, 0);
+  const int64_t per_token = KvBytesPerToken(o);
+  return (fixed + per_token - 1) / per_token;
+}
+
+}  // namespace attnserve::attention

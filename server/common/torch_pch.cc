@@ -1,0 +1,1 @@
+// Donor translation unit for the shared <ATen/ATen.h> precompiled header.

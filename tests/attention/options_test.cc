@@ -1,0 +1,101 @@
+#include "server/attention/options.h"
+
+#include <gtest/gtest.h>
+
+namespace attnserve::attention {
+namespace {
+
+AttentionOptions Taylor(int order, int head_dim = 16) {
+  AttentionOptions o;
+  o.module = "taylor";
+  o.order = order;
+  o.head_dim = head_dim;
+  o.value_dim = head_dim;
+  return o;
+}
+
+TEST(ValidateAttentionOptions, AcceptsEveryModuleWithDefaults) {
+  for (const std::string& name : ModuleNames()) {
+    AttentionOptions o;
+    o.module = name;
+    EXPECT_TRUE(ValidateAttentionOptions(o).ok()) << name;
+  }
+}
+
+TEST(ValidateAttentionOptions, UnknownModuleListsValidNames) {
+  AttentionOptions o;
+  o.module = "flash";
+  absl::Status s = ValidateAttentionOptions(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'flash'"), std::string::npos) << s;
+  for (const char* name : {"softmax", "softmax_norm", "taylor", "taylor_norm", "linear"}) {
+    EXPECT_NE(s.message().find(name), std::string::npos) << s;
+  }
+}
+
+TEST(ValidateAttentionOptions, RejectsOddOrderWithSumNormaliser) {
+  absl::Status s = ValidateAttentionOptions(Taylor(3));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("even order"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("taylor_norm"), std::string::npos) << s;
+}
+
+TEST(ValidateAttentionOptions, AcceptsOddOrderWithNormNormaliser) {
+  AttentionOptions o = Taylor(3);
+  o.module = "taylor_norm";
+  EXPECT_TRUE(ValidateAttentionOptions(o).ok());
+}
+
+TEST(ValidateAttentionOptions, RejectsOrderOverStateBudget) {
+  // d = 64, N = 8: C(72, 8) ~ 1.2e10 features per head.
+  absl::Status s = ValidateAttentionOptions(Taylor(8, 64));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("budget"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("lower the order"), std::string::npos) << s;
+}
+
+TEST(ValidateAttentionOptions, RejectsBadShapesAndOptionsNamingTheField) {
+  AttentionOptions o = Taylor(2);
+  o.head_dim = 15;
+  EXPECT_NE(ValidateAttentionOptions(o).message().find("head_dim"), std::string::npos);
+  o = Taylor(2);
+  o.chunk_size = 0;
+  EXPECT_NE(ValidateAttentionOptions(o).message().find("chunk_size"), std::string::npos);
+  o = Taylor(0);
+  EXPECT_NE(ValidateAttentionOptions(o).message().find("attention.order"),
+            std::string::npos);
+  o = Taylor(2);
+  o.learn_temperature = true;
+  EXPECT_NE(ValidateAttentionOptions(o).message().find("qk_norm"), std::string::npos);
+}
+
+TEST(FeatureCount, IsBinomialForTaylorAndHeadDimForLinear) {
+  EXPECT_EQ(FeatureCount(Taylor(2, 16)), 153);
+  EXPECT_EQ(FeatureCount(Taylor(4, 16)), 4845);
+  EXPECT_EQ(FeatureCount(Taylor(2, 64)), 2145);
+  AttentionOptions lin;
+  lin.module = "linear";
+  EXPECT_EQ(FeatureCount(lin), 16);
+  AttentionOptions soft;
+  EXPECT_EQ(FeatureCount(soft), 0);
+}
+
+TEST(StateBytesPerLayer, FixedForTaylorAndLinearInContextForKvCaches) {
+  AttentionOptions t = Taylor(2);  // 4 heads, d = d_v = 16
+  EXPECT_EQ(StateBytesPerLayer(t, 0), 153 * 17 * 4 * 4);
+  EXPECT_EQ(StateBytesPerLayer(t, 16384), StateBytesPerLayer(t, 0));
+  t.module = "taylor_norm";  // no denominator state
+  EXPECT_EQ(StateBytesPerLayer(t, 0), 153 * 16 * 4 * 4);
+  AttentionOptions s;
+  EXPECT_EQ(StateBytesPerLayer(s, 1000), 1000 * 32 * 4 * 4);
+}
+
+TEST(BreakEvenContext, MatchesDesignFigures) {
+  // m (d_v + 1) / (2 d), rounded up: 153 * 17 / 32 = 81.3; 4845 * 17 / 32 = 2573.9.
+  EXPECT_EQ(BreakEvenContext(Taylor(2, 16)), 82);
+  EXPECT_EQ(BreakEvenContext(Taylor(4, 16)), 2574);
+  EXPECT_EQ(BreakEvenContext(AttentionOptions{}), 0);
+}
+
+}  // namespace
+}  // namespace attnserve::attention
