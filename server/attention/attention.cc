@@ -11,7 +11,6 @@ Attention::Attention(AttentionOptions options) : options_(std::move(options)) {
     const float t = options_.qk_temperature > 0 ? options_.qk_temperature
                                                 : std::sqrt(float(options_.head_dim));
     temperature_ = at::full({}, t, at::kFloat);
-    if (options_.learn_temperature) temperature_.set_requires_grad(true);
   }
 }
 

@@ -60,6 +60,8 @@ class Attention {
   const AttentionOptions& options() const { return options_; }
 
   // Trained parameters of this module (the qk_norm temperature when learned), by name.
+  // The tensors are the module's own: a trainer may set requires_grad and update them
+  // in place; loading copies into them.
   NamedTensors NamedParameters() const;
 
  protected:

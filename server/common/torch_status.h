@@ -14,13 +14,26 @@
 
 namespace attnserve {
 
+namespace internal {
+template <typename R>
+struct AsStatusOr {
+  using type = absl::StatusOr<R>;
+};
+template <typename T>
+struct AsStatusOr<absl::StatusOr<T>> {
+  using type = absl::StatusOr<T>;
+};
+template <>
+struct AsStatusOr<absl::Status> {
+  using type = absl::Status;
+};
+}  // namespace internal
+
 // Runs `fn` and returns its result; a c10::Error (or std::exception) becomes an
 // INTERNAL status whose message starts with `what`. `fn` returns T or absl::StatusOr<T>.
 template <typename Fn>
 auto CatchTorch(const char* what, Fn&& fn) {
-  using R = std::invoke_result_t<Fn>;
-  using Out = std::conditional_t<std::is_same_v<R, absl::Status>, absl::Status,
-                                 absl::StatusOr<R>>;
+  using Out = typename internal::AsStatusOr<std::invoke_result_t<Fn>>::type;
   try {
     return Out(std::forward<Fn>(fn)());
   } catch (const c10::Error& e) {

@@ -1,0 +1,303 @@
+#include "server/model/model.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "server/attention/registry.h"
+#include "server/common/torch_status.h"
+#include "server/model/weights_io.h"
+
+namespace attnserve::model {
+namespace {
+
+constexpr char kConfigFile[] = "config.pbtxt";
+constexpr char kWeightsFile[] = "weights.bin";
+
+// x: (..., dim) -> (..., dim), scaled to unit RMS, times the gain g: (dim).
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& g, double eps) {
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * g;
+}
+
+// x: (B, T, H, D); cos, sin: (B, T, 1, D/2). Rotates the pairs (x_i, x_{i+D/2}).
+at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  return at::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1);
+}
+
+}  // namespace
+
+int64_t DecodeState::Bytes() const {
+  int64_t total = 0;
+  for (const auto& l : layers_) total += l->Bytes();
+  return total;
+}
+
+std::unique_ptr<DecodeState> DecodeState::Clone() const {
+  auto copy = std::make_unique<DecodeState>();
+  for (const auto& l : layers_) copy->layers_.push_back(l->Clone());
+  copy->position_ = position_;
+  copy->owner_ = owner_;
+  return copy;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
+                                                     uint64_t seed) {
+  if (absl::Status s = ValidateModelConfig(config); !s.ok()) return s;
+  std::unique_ptr<Model> m(new Model(config));
+  for (int i = 0; i < config.num_layers; ++i) {
+    auto attn = attention::CreateAttention(config.attention);
+    if (!attn.ok()) return attn.status();
+    m->layers_.push_back(Layer{});
+    m->layers_.back().attention = std::move(attn).value();
+  }
+  absl::Status init = CatchTorch("initialising model", [&]() -> absl::Status {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    const int64_t dim = config.dim, hidden = config.mlp_hidden, vocab = config.vocab_size;
+    const double out_std = 0.02 / std::sqrt(2.0 * config.num_layers);
+    auto normal = [&](std::vector<int64_t> shape, double std) {
+      return at::normal(0.0, std, shape, gen, at::kFloat);
+    };
+    m->embed_ = normal({vocab, dim}, 0.02);
+    for (Layer& l : m->layers_) {
+      l.attn_norm = at::ones({dim});
+      l.wq = normal({dim, dim}, 0.02);
+      l.wk = normal({dim, dim}, 0.02);
+      l.wv = normal({dim, dim}, 0.02);
+      l.wo = normal({dim, dim}, out_std);
+      l.mlp_norm = at::ones({dim});
+      l.w_gate = normal({hidden, dim}, 0.02);
+      l.w_up = normal({hidden, dim}, 0.02);
+      l.w_down = normal({dim, hidden}, out_std);
+    }
+    m->norm_ = at::ones({dim});
+    m->head_ = normal({vocab, dim}, 0.02);
+    const int64_t d = config.attention.head_dim;
+    m->inv_freq_ = at::pow(double(config.rope_theta),
+                           -at::arange(0, d, 2, at::kDouble) / double(d));  // (D/2)
+    return absl::OkStatus();
+  });
+  if (!init.ok()) return init;
+  return m;
+}
+
+attention::NamedTensors Model::NamedParameters() const {
+  attention::NamedTensors out = {{"embed", embed_}};
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    const std::string p = absl::StrCat("layers.", i, ".");
+    for (auto& [name, t] : attention::NamedTensors{
+             {"attn_norm", l.attn_norm}, {"wq", l.wq}, {"wk", l.wk}, {"wv", l.wv},
+             {"wo", l.wo}, {"mlp_norm", l.mlp_norm}, {"w_gate", l.w_gate},
+             {"w_up", l.w_up}, {"w_down", l.w_down}}) {
+      out.emplace_back(p + name, t);
+    }
+    for (auto& [name, t] : l.attention->NamedParameters()) out.emplace_back(p + "attn." + name, t);
+  }
+  out.emplace_back("norm", norm_);
+  out.emplace_back("head", head_);
+  return out;
+}
+
+int64_t Model::ParameterCount() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : NamedParameters()) n += t.numel();
+  return n;
+}
+
+int64_t Model::StateBytes(int64_t context) const {
+  return config_.num_layers * attention::StateBytesPerLayer(config_.attention, context);
+}
+
+int64_t Model::BreakEvenContext() const {
+  return attention::BreakEvenContext(config_.attention);
+}
+
+absl::Status Model::Save(const std::string& dir) const {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  {
+    std::ofstream f(dir + "/" + kConfigFile, std::ios::trunc);
+    f << ModelConfigToText(config_);
+    f.close();
+    if (!f) return absl::InternalError(absl::StrCat("cannot write ", dir, "/", kConfigFile));
+  }
+  return WriteTensors(dir + "/" + kWeightsFile, NamedParameters());
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
+  const std::string config_path = dir + "/" + kConfigFile;
+  std::ifstream f(config_path);
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot open model config ", config_path));
+  std::stringstream text;
+  text << f.rdbuf();
+  auto config = ParseModelConfig(text.str());
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(config_path, ": ", config.status().message()));
+  }
+  auto weights = ReadTensors(dir + "/" + kWeightsFile);
+  if (!weights.ok()) return weights.status();
+  auto model = Create(*config, /*seed=*/0);
+  if (!model.ok()) return model.status();
+  std::unordered_map<std::string, at::Tensor> loaded;
+  for (auto& [name, t] : *weights) loaded[name] = t;
+  absl::Status copied = CatchTorch("loading weights", [&]() -> absl::Status {
+    for (auto& [name, param] : (*model)->NamedParameters()) {
+      auto it = loaded.find(name);
+      if (it == loaded.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dir, ": weights.bin has no tensor '", name, "' for this config"));
+      }
+      if (it->second.sizes() != param.sizes()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            dir, ": tensor '", name, "' has shape ", c10::str(it->second.sizes()),
+            ", the config needs ", c10::str(param.sizes())));
+      }
+      param.copy_(it->second);
+      loaded.erase(it);
+    }
+    if (!loaded.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir, ": weights.bin has tensor '", loaded.begin()->first,
+          "' that the config does not use (", loaded.size(), " unused in all)"));
+    }
+    return absl::OkStatus();
+  });
+  if (!copied.ok()) return copied;
+  return model;
+}
+
+std::unique_ptr<DecodeState> Model::NewState() const {
+  auto state = std::make_unique<DecodeState>();
+  for (const Layer& l : layers_) state->layers_.push_back(l.attention->NewState());
+  state->owner_ = this;
+  return state;
+}
+
+at::Tensor Model::Run(const at::Tensor& tokens, const at::Tensor& positions,
+                      const AttendFn& attend) const {
+  const int64_t b = tokens.size(0), t = tokens.size(1);
+  const int64_t h = config_.attention.num_heads, d = config_.attention.head_dim;
+  const double eps = config_.norm_eps;
+  // RoPE angles in fp64 so that long positions keep their precision: (B, T, 1, D/2).
+  at::Tensor angles = (positions.to(at::kDouble).unsqueeze(-1) * inv_freq_).unsqueeze(2);
+  at::Tensor cos = angles.cos().to(at::kFloat), sin = angles.sin().to(at::kFloat);
+
+  at::Tensor x = at::embedding(embed_, tokens);  // (B, T, dim)
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    at::Tensor hn = RmsNorm(x, l.attn_norm, eps);
+    // (B, T, dim) -> (B, T, H, D) -> rotate -> (B, H, T, D)
+    at::Tensor q = Rope(at::linear(hn, l.wq).view({b, t, h, d}), cos, sin).transpose(1, 2);
+    at::Tensor k = Rope(at::linear(hn, l.wk).view({b, t, h, d}), cos, sin).transpose(1, 2);
+    at::Tensor v = at::linear(hn, l.wv).view({b, t, h, d}).transpose(1, 2);
+    at::Tensor o = attend(*l.attention, int(i), q, k, v);  // (B, H, T, Dv)
+    x = x + at::linear(o.transpose(1, 2).reshape({b, t, h * d}), l.wo);
+    at::Tensor mn = RmsNorm(x, l.mlp_norm, eps);
+    x = x + at::linear(at::silu(at::linear(mn, l.w_gate)) * at::linear(mn, l.w_up), l.w_down);
+  }
+  return at::linear(RmsNorm(x, norm_, eps), head_);  // (B, T, V)
+}
+
+at::Tensor Model::Forward(const at::Tensor& tokens) const {
+  const int64_t t = tokens.size(1);
+  at::Tensor positions = at::arange(t, at::kLong).unsqueeze(0).expand({tokens.size(0), t});
+  return Run(tokens, positions,
+             [](const attention::Attention& a, int, const at::Tensor& q, const at::Tensor& k,
+                const at::Tensor& v) { return a.Parallel(q, k, v); });
+}
+
+absl::Status Model::CheckTokens(absl::Span<const int32_t> tokens) const {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " at position ", i,
+                                                     " is outside the vocabulary [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<at::Tensor> Model::Prefill(DecodeState& state,
+                                          absl::Span<const int32_t> tokens) const {
+  if (state.owner_ != this) return absl::InvalidArgumentError("state belongs to another model");
+  if (tokens.empty()) return absl::InvalidArgumentError("prefill needs at least one token");
+  if (absl::Status s = CheckTokens(tokens); !s.ok()) return s;
+  const int64_t t = int64_t(tokens.size());
+  if (state.position_ + t > config_.max_context) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("session at position ", state.position_, " + ", t,
+                     " tokens would pass max_context ", config_.max_context));
+  }
+  return CatchTorch("prefill", [&]() -> at::Tensor {
+    c10::AutoGradMode no_grad(false);
+    at::Tensor ids = at::tensor(std::vector<int64_t>(tokens.begin(), tokens.end()), at::kLong)
+                         .unsqueeze(0);                                   // (1, T)
+    at::Tensor positions = at::arange(state.position_, state.position_ + t, at::kLong)
+                               .unsqueeze(0);                             // (1, T)
+    at::Tensor logits = Run(ids, positions,
+                            [&](const attention::Attention& a, int layer, const at::Tensor& q,
+                                const at::Tensor& k, const at::Tensor& v) {
+                              return a.Prefill(*state.layers_[layer], q[0], k[0], v[0])
+                                  .unsqueeze(0);
+                            });
+    state.position_ += t;
+    return logits[0];  // (T, V)
+  });
+}
+
+absl::StatusOr<at::Tensor> Model::Step(absl::Span<DecodeState* const> states,
+                                       absl::Span<const int32_t> tokens) const {
+  if (states.size() != tokens.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: ", states.size(), " states but ", tokens.size(), " tokens"));
+  }
+  if (states.empty()) return absl::InvalidArgumentError("step needs at least one session");
+  if (absl::Status s = CheckTokens(tokens); !s.ok()) return s;
+  std::unordered_set<const DecodeState*> seen;
+  std::vector<int64_t> positions;
+  for (const DecodeState* s : states) {
+    if (s == nullptr || s->owner_ != this) {
+      return absl::InvalidArgumentError("step: a state is null or belongs to another model");
+    }
+    if (!seen.insert(s).second) return absl::InvalidArgumentError("step: a state appears twice");
+    if (s->position_ + 1 > config_.max_context) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "session at position ", s->position_, " has reached max_context ",
+          config_.max_context));
+    }
+    positions.push_back(s->position_);
+  }
+  return CatchTorch("step", [&]() -> at::Tensor {
+    c10::AutoGradMode no_grad(false);
+    at::Tensor ids =
+        at::tensor(std::vector<int64_t>(tokens.begin(), tokens.end()), at::kLong).unsqueeze(1);
+    at::Tensor pos = at::tensor(positions, at::kLong).unsqueeze(1);  // (B, 1)
+    std::vector<attention::AttentionState*> layer_states(states.size());
+    at::Tensor logits = Run(ids, pos,
+                            [&](const attention::Attention& a, int layer, const at::Tensor& q,
+                                const at::Tensor& k, const at::Tensor& v) {
+                              for (size_t b = 0; b < states.size(); ++b) {
+                                layer_states[b] = states[b]->layers_[layer].get();
+                              }
+                              // (B, H, 1, D) -> (B, H, D) -> module -> (B, H, 1, Dv)
+                              return a.Step(layer_states, q.select(2, 0), k.select(2, 0),
+                                            v.select(2, 0))
+                                  .unsqueeze(2);
+                            });
+    for (DecodeState* s : states) s->position_ += 1;
+    return logits.select(1, 0);  // (B, V)
+  });
+}
+
+}  // namespace attnserve::model

@@ -1,0 +1,107 @@
+// A Llama-style decoder (DESIGN.md §3): token embedding, num_layers x (RMSNorm,
+// attention with RoPE, residual, RMSNorm, SwiGLU, residual), final RMSNorm, untied head.
+// The attention module of every layer is the one the config names.
+//
+// The model is read-only after Create/Load and may be shared by threads; per-session
+// state (DecodeState) is owned by the caller and passed in. Prefill and Step run
+// without autograd; Forward records it when parameters require grad (training).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "server/attention/attention.h"
+#include "server/model/config.h"
+
+namespace attnserve::model {
+
+// One session's recurrent state: an attention state per layer and the position.
+class DecodeState {
+ public:
+  // Tokens appended so far (the next token's RoPE position).
+  int64_t position() const { return position_; }
+  // Tensor bytes held across all layers.
+  int64_t Bytes() const;
+  std::unique_ptr<DecodeState> Clone() const;
+
+ private:
+  friend class Model;
+  std::vector<std::unique_ptr<attention::AttentionState>> layers_;
+  int64_t position_ = 0;
+  const void* owner_ = nullptr;  // the Model that made it, to reject foreign states
+};
+
+class Model {
+ public:
+  // A model with freshly initialised weights (N(0, 0.02); residual outputs scaled by
+  // 1/sqrt(2 * num_layers)), deterministic in `seed`.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config,
+                                                       uint64_t seed);
+  // Reads `dir`/config.pbtxt and `dir`/weights.bin. Every parameter must be present
+  // with the config's shape, and nothing else.
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir);
+  // Writes config.pbtxt and weights.bin into `dir` (created if missing).
+  absl::Status Save(const std::string& dir) const;
+
+  const ModelConfig& config() const { return config_; }
+
+  // Parallel path. tokens: (B, T) int64 ids -> logits (B, T, V) fp32.
+  at::Tensor Forward(const at::Tensor& tokens) const;
+
+  std::unique_ptr<DecodeState> NewState() const;
+
+  // Appends `tokens` to one session (chunked prefill) and returns the logits after each
+  // appended token: (T, V). Rejects empty input, ids outside the vocabulary and
+  // sessions that would pass max_context.
+  absl::StatusOr<at::Tensor> Prefill(DecodeState& state,
+                                     absl::Span<const int32_t> tokens) const;
+
+  // One token for each of B sessions, each at its own position: returns (B, V).
+  // states[b] receives tokens[b]; states must be distinct.
+  absl::StatusOr<at::Tensor> Step(absl::Span<DecodeState* const> states,
+                                  absl::Span<const int32_t> tokens) const;
+
+  // Bytes of recurrent state one session holds after `context` tokens, all layers.
+  int64_t StateBytes(int64_t context) const;
+  // Context length from which this model's fixed state is smaller than a KV cache of
+  // the same shape; 0 for KV-cache modules.
+  int64_t BreakEvenContext() const;
+  int64_t ParameterCount() const;
+
+  // Every trained tensor by name ("embed", "layers.3.wq", ..., "head"). The tensors are
+  // the model's own: the trainer updates them in place.
+  attention::NamedTensors NamedParameters() const;
+
+ private:
+  struct Layer {
+    at::Tensor attn_norm, wq, wk, wv, wo;     // (dim), (dim, dim) x 4
+    at::Tensor mlp_norm, w_gate, w_up, w_down;  // (dim), (hidden, dim) x 2, (dim, hidden)
+    std::unique_ptr<attention::Attention> attention;
+  };
+  // Attention over rotated q, k: (B, H, T, D) and v: (B, H, T, Dv) -> (B, H, T, Dv).
+  using AttendFn = std::function<at::Tensor(const attention::Attention&, int layer,
+                                            const at::Tensor& q, const at::Tensor& k,
+                                            const at::Tensor& v)>;
+
+  explicit Model(ModelConfig config) : config_(std::move(config)) {}
+  // tokens (B, T) int64, positions (B, T) int64 -> logits (B, T, V).
+  at::Tensor Run(const at::Tensor& tokens, const at::Tensor& positions,
+                 const AttendFn& attend) const;
+  absl::Status CheckTokens(absl::Span<const int32_t> tokens) const;
+
+  ModelConfig config_;
+  at::Tensor embed_;  // (V, dim)
+  std::vector<Layer> layers_;
+  at::Tensor norm_;  // (dim)
+  at::Tensor head_;  // (V, dim)
+  at::Tensor inv_freq_;  // (D / 2) fp64 RoPE frequencies
+};
+
+}  // namespace attnserve::model

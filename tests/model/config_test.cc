@@ -1,0 +1,90 @@
+#include "server/model/config.h"
+
+#include <gtest/gtest.h>
+
+namespace attnserve::model {
+namespace {
+
+constexpr char kValid[] = R"pb(
+  name: "tiny"
+  vocab_size: 260
+  dim: 32
+  num_layers: 2
+  num_heads: 2
+  head_dim: 16
+  mlp_hidden: 96
+  attention { module: "taylor" order: 2 chunk_size: 32 }
+)pb";
+
+std::string Message(std::string_view text) {
+  auto c = ParseModelConfig(text);
+  EXPECT_FALSE(c.ok()) << text;
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+TEST(ParseModelConfig, ReadsFieldsAndDefaults) {
+  auto c = ParseModelConfig(kValid);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->name, "tiny");
+  EXPECT_EQ(c->dim, 32);
+  EXPECT_EQ(c->attention.module, "taylor");
+  EXPECT_EQ(c->attention.order, 2);
+  EXPECT_EQ(c->attention.num_heads, 2);
+  EXPECT_EQ(c->attention.value_dim, 16);
+  EXPECT_EQ(c->attention.chunk_size, 32);
+  EXPECT_FLOAT_EQ(c->rope_theta, 10000.0f);  // omitted -> default
+  EXPECT_EQ(c->max_context, int64_t{1} << 20);
+}
+
+TEST(ParseModelConfig, TextRoundTrips) {
+  auto c = ParseModelConfig(kValid);
+  ASSERT_TRUE(c.ok());
+  auto again = ParseModelConfig(ModelConfigToText(*c));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(ModelConfigToText(*again), ModelConfigToText(*c));
+}
+
+TEST(ParseModelConfig, RejectsMalformedTextWithLocation) {
+  const std::string m = Message("dim: 32\nnum_layers: two\n");
+  EXPECT_NE(m.find("line 2"), std::string::npos) << m;
+  EXPECT_NE(Message("no_such_field: 1").find("no_such_field"), std::string::npos);
+}
+
+TEST(ParseModelConfig, RejectsInconsistentShapesNamingTheField) {
+  std::string text = kValid;
+  text.replace(text.find("dim: 32"), 7, "dim: 48");
+  EXPECT_NE(Message(text).find("dim must equal num_heads * head_dim"), std::string::npos);
+  text = kValid;
+  text.replace(text.find("vocab_size: 260"), 15, "vocab_size: 100");
+  EXPECT_NE(Message(text).find("vocab_size"), std::string::npos);
+  text = kValid;
+  text.replace(text.find("num_layers: 2"), 13, "num_layers: 0");
+  EXPECT_NE(Message(text).find("num_layers"), std::string::npos);
+  text = kValid;
+  text.replace(text.find("head_dim: 16"), 12, "head_dim: 15");
+  EXPECT_NE(Message(text).find("head_dim"), std::string::npos);
+}
+
+TEST(ParseModelConfig, RejectsBadAttentionWithValidChoices) {
+  std::string text = kValid;
+  text.replace(text.find("\"taylor\""), 8, "\"mamba\"");
+  const std::string m = Message(text);
+  EXPECT_NE(m.find("unknown module 'mamba'"), std::string::npos) << m;
+  EXPECT_NE(m.find("softmax, softmax_norm, taylor, taylor_norm, linear"), std::string::npos);
+  text = kValid;
+  text.replace(text.find("order: 2"), 8, "order: 3");
+  EXPECT_NE(Message(text).find("odd"), std::string::npos);
+  text = kValid;
+  text.replace(text.find("attention {"), 11, "unused {");
+  EXPECT_FALSE(ParseModelConfig(text).ok());
+}
+
+TEST(ParameterCount, CountsEveryTensor) {
+  auto c = ParseModelConfig(kValid);
+  ASSERT_TRUE(c.ok());
+  // 2 * 260 * 32 + 2 * (2*32 + 4*32*32 + 3*32*96) + 32
+  EXPECT_EQ(ParameterCount(*c), 16640 + 2 * (64 + 4096 + 9216) + 32);
+}
+
+}  // namespace
+}  // namespace attnserve::model

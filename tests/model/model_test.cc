@@ -1,0 +1,224 @@
+#include "server/model/model.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace attnserve::model {
+namespace {
+
+ModelConfig TinyConfig(const std::string& module, int order = 2) {
+  ModelConfig c;
+  c.name = "tiny-" + module;
+  c.dim = 32;
+  c.num_layers = 2;
+  c.mlp_hidden = 64;
+  c.attention.module = module;
+  c.attention.order = order;
+  c.attention.num_heads = 2;
+  c.attention.head_dim = 16;
+  c.attention.value_dim = 16;
+  c.attention.chunk_size = 16;
+  return c;
+}
+
+std::vector<int32_t> Text(int n, int offset = 0) {
+  const std::string s = "In the beginning God created the heaven and the earth. ";
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back((unsigned char)s[(i + offset) % s.size()]);
+  return ids;
+}
+
+at::Tensor AsTensor(const std::vector<int32_t>& ids) {
+  return at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong).unsqueeze(0);
+}
+
+double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>();
+}
+
+// Scaled-up weights make logits vary by O(1) so the comparisons below are not trivially
+// met by near-constant outputs of a freshly initialised model.
+std::unique_ptr<Model> MakeModel(const ModelConfig& c, uint64_t seed = 1) {
+  auto m = Model::Create(c, seed);
+  EXPECT_TRUE(m.ok()) << m.status();
+  for (auto& [name, t] : (*m)->NamedParameters()) {
+    if (name.find("norm") == std::string::npos) t.mul_(10);
+  }
+  return std::move(m).value();
+}
+
+class ModelPaths : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { at::set_num_threads(1); }
+};
+
+TEST_P(ModelPaths, IncrementalDecodeReproducesForward) {
+  auto model = MakeModel(TinyConfig(GetParam()));
+  const std::vector<int32_t> ids = Text(90);
+  at::Tensor full = model->Forward(AsTensor(ids))[0];  // (T, V)
+  ASSERT_GT(full.std().item<double>(), 0.1);
+  auto state = model->NewState();
+  const int prefill = 37;  // not a multiple of chunk_size 16
+  auto pre = model->Prefill(*state, absl::MakeSpan(ids).subspan(0, prefill));
+  ASSERT_TRUE(pre.ok()) << pre.status();
+  EXPECT_LE(MaxAbsDiff(*pre, full.narrow(0, 0, prefill)), 1e-4);
+  DecodeState* states[] = {state.get()};
+  double worst = 0;
+  for (int i = prefill; i < int(ids.size()); ++i) {
+    auto logits = model->Step(states, {ids[i]});
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    worst = std::max(worst, MaxAbsDiff((*logits)[0], full[i]));
+  }
+  EXPECT_LE(worst, 1e-4);
+  EXPECT_EQ(state->position(), int64_t(ids.size()));
+}
+
+TEST_P(ModelPaths, BatchedStepMatchesEachSessionAlone) {
+  auto model = MakeModel(TinyConfig(GetParam()));
+  // Three sessions at positions 5, 23 and 40 decode together.
+  const std::vector<int> prefill = {5, 23, 40};
+  std::vector<std::vector<int32_t>> texts;
+  std::vector<std::unique_ptr<DecodeState>> owned;
+  std::vector<DecodeState*> states;
+  for (size_t s = 0; s < prefill.size(); ++s) {
+    texts.push_back(Text(prefill[s] + 12, int(7 * s)));
+    owned.push_back(model->NewState());
+    states.push_back(owned.back().get());
+    ASSERT_TRUE(model->Prefill(*owned.back(),
+                               absl::MakeSpan(texts[s]).subspan(0, prefill[s])).ok());
+  }
+  double worst = 0;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> next;
+    for (size_t s = 0; s < prefill.size(); ++s) next.push_back(texts[s][prefill[s] + i]);
+    auto logits = model->Step(states, next);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    for (size_t s = 0; s < prefill.size(); ++s) {
+      at::Tensor full = model->Forward(AsTensor(texts[s]))[0];
+      worst = std::max(worst, MaxAbsDiff((*logits)[s], full[prefill[s] + i]));
+    }
+  }
+  EXPECT_LE(worst, 1e-4);
+}
+
+TEST_P(ModelPaths, StateBytesAreFixedOrGrow) {
+  auto model = MakeModel(TinyConfig(GetParam()));
+  auto state = model->NewState();
+  ASSERT_TRUE(model->Prefill(*state, Text(64)).ok());
+  const int64_t at64 = state->Bytes();
+  ASSERT_TRUE(model->Prefill(*state, Text(960)).ok());
+  if (model->BreakEvenContext() > 0) {
+    EXPECT_EQ(state->Bytes(), at64);
+    EXPECT_EQ(state->Bytes(), model->StateBytes(1024));
+  } else {
+    EXPECT_GE(state->Bytes(), model->StateBytes(1024));
+    EXPECT_GT(state->Bytes(), 8 * at64);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modules, ModelPaths,
+                         testing::Values("softmax", "softmax_norm", "taylor", "taylor_norm",
+                                         "linear"));
+
+class ModelFiles : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("attnserve_model_test_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(ModelFiles, SaveThenLoadGivesIdenticalLogits) {
+  ModelConfig c = TinyConfig("taylor", 4);
+  c.attention.qk_norm = true;
+  c.attention.learn_temperature = true;
+  auto model = MakeModel(c, 5);
+  model->NamedParameters().back().second.add_(0);  // parameters are the model's own
+  ASSERT_TRUE(model->Save(dir_.string()).ok());
+  auto loaded = Model::Load(dir_.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(ModelConfigToText((*loaded)->config()), ModelConfigToText(c));
+  at::Tensor ids = AsTensor(Text(40));
+  EXPECT_EQ(MaxAbsDiff(model->Forward(ids), (*loaded)->Forward(ids)), 0.0);
+  EXPECT_EQ((*loaded)->ParameterCount(), ParameterCount(c));
+  // A different seed gives a different model, so the equality above is not vacuous.
+  EXPECT_GT(MaxAbsDiff(MakeModel(c, 6)->Forward(ids), model->Forward(ids)), 1e-3);
+}
+
+TEST_F(ModelFiles, LoadRejectsMissingCorruptAndMismatchedFiles) {
+  auto missing = Model::Load(dir_.string());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("config.pbtxt"), std::string::npos);
+
+  auto model = MakeModel(TinyConfig("linear"));
+  ASSERT_TRUE(model->Save(dir_.string()).ok());
+  const std::string weights = (dir_ / "weights.bin").string();
+  {  // Flip one byte in the middle of the weights.
+    std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::filesystem::file_size(weights) / 2);
+    f.put('\x5a');
+  }
+  auto corrupt = Model::Load(dir_.string());
+  EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kDataLoss) << corrupt.status();
+  std::filesystem::resize_file(weights, 100);
+  EXPECT_EQ(Model::Load(dir_.string()).status().code(), absl::StatusCode::kDataLoss);
+
+  // Weights of one shape under a config of another.
+  ASSERT_TRUE(model->Save(dir_.string()).ok());
+  ModelConfig wider = TinyConfig("linear");
+  wider.mlp_hidden = 80;
+  std::ofstream(dir_ / "config.pbtxt") << ModelConfigToText(wider);
+  auto mismatch = Model::Load(dir_.string());
+  EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(mismatch.status().message().find("w_gate"), std::string::npos) << mismatch.status();
+
+  std::ofstream(dir_ / "config.pbtxt") << "dim: 32 num_layers: [";
+  auto malformed = Model::Load(dir_.string());
+  EXPECT_EQ(malformed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(malformed.status().message().find("config.pbtxt"), std::string::npos);
+}
+
+TEST(Model, RejectsBadInputWithoutTouchingState) {
+  ModelConfig c = TinyConfig("taylor");
+  c.max_context = 50;
+  auto model = MakeModel(c);
+  auto state = model->NewState();
+  EXPECT_EQ(model->Prefill(*state, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  auto bad = model->Prefill(*state, {65, 300});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("position 1"), std::string::npos);
+  EXPECT_EQ(model->Prefill(*state, Text(51)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(state->position(), 0);
+  ASSERT_TRUE(model->Prefill(*state, Text(50)).ok());
+  DecodeState* one[] = {state.get()};
+  EXPECT_EQ(model->Step(one, {65}).status().code(), absl::StatusCode::kResourceExhausted);
+
+  auto a = model->NewState();
+  DecodeState* twice[] = {a.get(), a.get()};
+  EXPECT_EQ(model->Step(twice, {65, 66}).status().code(), absl::StatusCode::kInvalidArgument);
+  DecodeState* pair[] = {a.get()};
+  EXPECT_EQ(model->Step(pair, {65, 66}).status().code(), absl::StatusCode::kInvalidArgument);
+  auto other = MakeModel(c);
+  auto foreign = other->NewState();
+  EXPECT_EQ(model->Prefill(*foreign, {65}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a->position(), 0);
+}
+
+TEST(Model, CreateRejectsInvalidConfig) {
+  ModelConfig c = TinyConfig("taylor", 3);
+  auto m = Model::Create(c, 0);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("odd"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace attnserve::model
