@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "server/attention/feature_kernels.h"
 #include "server/attention/taylor_features.h"
 
 namespace attnserve::attention {
@@ -146,8 +147,9 @@ at::Tensor FeatureAttention::Step(absl::Span<AttentionState* const> states,
   // Features for the whole batch at once: (B, H, m).
   at::Tensor phi_q = features_->Queries(qs);
   at::Tensor phi_k = features_->Keys(ks);
-  // Each session's state is its own tensor: update it in place (one pass over S), then
-  // read it out. The update comes first so each token attends to itself.
+  if (!options().reference_kernels) return StepFused(states, phi_q, phi_k, v);
+  // Reference: each session's state is its own tensor; update it in place, then read
+  // it out. The update comes first so each token attends to itself.
   std::vector<at::Tensor> outs;
   outs.reserve(states.size());
   for (size_t b = 0; b < states.size(); ++b) {
@@ -165,6 +167,26 @@ at::Tensor FeatureAttention::Step(absl::Span<AttentionState* const> states,
     outs.push_back(Normalise(normaliser_, num, den));
   }
   return at::stack(outs, 0);  // (B, H, Dv)
+}
+
+at::Tensor FeatureAttention::StepFused(absl::Span<AttentionState* const> states,
+                                       const at::Tensor& phi_q, const at::Tensor& phi_k,
+                                       const at::Tensor& v) const {
+  // phi_q, phi_k: (B, H, m); v: (B, H, Dv). One pass over each session's S.
+  const int64_t b = phi_q.size(0), h = phi_q.size(1), m = phi_q.size(2), dv = v.size(2);
+  at::Tensor pq = phi_q.contiguous(), pk = phi_k.contiguous(), vc = v.contiguous();
+  at::Tensor num = at::empty({b, h, dv}, v.options());
+  at::Tensor den = at::empty({b, h}, v.options());
+  const bool sum = normaliser_ == Normaliser::kSum;
+  for (int64_t i = 0; i < b; ++i) {
+    FeatureState& st = AsFeatureState(*states[i]);
+    StateUpdateAndRead(st.s.data_ptr<float>(), sum ? st.z.data_ptr<float>() : nullptr,
+                       pq[i].data_ptr<float>(), pk[i].data_ptr<float>(),
+                       vc[i].data_ptr<float>(), h, m, dv, num[i].data_ptr<float>(),
+                       den[i].data_ptr<float>());
+    st.position += 1;
+  }
+  return Normalise(normaliser_, num, sum ? den : at::Tensor());  // (B, H, Dv)
 }
 
 }  // namespace attnserve::attention

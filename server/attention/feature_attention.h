@@ -49,6 +49,11 @@ class FeatureAttention : public Attention {
   at::Tensor PrefillChunk(class FeatureState& state, const at::Tensor& q,
                           const at::Tensor& k, const at::Tensor& v) const;
 
+  // Step through the fused loop of feature_kernels.h: phi_q, phi_k (B, H, m) and
+  // v (B, H, Dv) -> (B, H, Dv).
+  at::Tensor StepFused(absl::Span<AttentionState* const> states, const at::Tensor& phi_q,
+                       const at::Tensor& phi_k, const at::Tensor& v) const;
+
   std::unique_ptr<FeatureMap> features_;
   Normaliser normaliser_;
 };

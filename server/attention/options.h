@@ -40,6 +40,9 @@ struct AttentionOptions {
   int value_dim = 16;
   // Largest fixed state one session may hold in one layer; larger orders are rejected.
   int64_t max_state_bytes_per_layer = int64_t{64} << 20;
+  // Run the plain ATen reference ops instead of the fused CPU loops of
+  // feature_kernels.h (tests tie the two; never needed in production).
+  bool reference_kernels = false;
 };
 
 // Valid module names in table order, for messages and --help.

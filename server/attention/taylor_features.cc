@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "server/attention/feature_kernels.h"
+
 namespace attnserve::attention {
 
 at::Tensor TaylorKernel(const at::Tensor& s, int order) {
@@ -20,6 +22,9 @@ TaylorFeatureMap::TaylorFeatureMap(int dim, int order) : dim_(dim), order_(order
   std::vector<int64_t> prev_run = {0};
   std::vector<double> prev_weight = {1.0};
   std::vector<float> weights = {1.0f};
+  global_parent_ = {0};
+  global_last_ = {0};
+  int64_t prev_offset = 0;  // where degree n-1 starts in the full feature vector
   for (int n = 1; n <= order; ++n) {
     std::vector<int64_t> parent, last, run;
     std::vector<double> weight;
@@ -35,6 +40,11 @@ TaylorFeatureMap::TaylorFeatureMap(int dim, int order) : dim_(dim), order_(order
     }
     parent_.push_back(at::tensor(parent, at::kLong));
     last_.push_back(at::tensor(last, at::kLong));
+    for (size_t j = 0; j < parent.size(); ++j) {
+      global_parent_.push_back(prev_offset + parent[j]);
+      global_last_.push_back(last[j]);
+    }
+    prev_offset = int64_t(weights.size());  // degree n starts here
     for (double w : weight) weights.push_back(float(w));
     prev_last = std::move(last);
     prev_run = std::move(run);
@@ -44,7 +54,37 @@ TaylorFeatureMap::TaylorFeatureMap(int dim, int order) : dim_(dim), order_(order
   weights_ = at::tensor(weights, at::kFloat);
 }
 
+namespace {
+
+bool UseFusedLoop(const at::Tensor& x) {
+  return x.scalar_type() == at::kFloat && !x.requires_grad() && x.device().is_cpu();
+}
+
+}  // namespace
+
 at::Tensor TaylorFeatureMap::Keys(const at::Tensor& x) const {
+  if (!UseFusedLoop(x)) return KeysReference(x);
+  return Features(x, nullptr);
+}
+
+at::Tensor TaylorFeatureMap::Queries(const at::Tensor& x) const {
+  if (!UseFusedLoop(x)) return QueriesReference(x);
+  return Features(x, weights_.data_ptr<float>());
+}
+
+at::Tensor TaylorFeatureMap::Features(const at::Tensor& x, const float* weight) const {
+  TORCH_CHECK(x.size(-1) == dim_, "TaylorFeatureMap: expected last dim ", dim_, ", got ",
+              x.size(-1));
+  at::Tensor in = x.contiguous();
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = size_;
+  at::Tensor out = at::empty(shape, x.options());  // (..., m)
+  MonomialFeatures(in.data_ptr<float>(), in.numel() / dim_, dim_, global_parent_.data(),
+                   global_last_.data(), weight, size_, out.data_ptr<float>());
+  return out;
+}
+
+at::Tensor TaylorFeatureMap::KeysReference(const at::Tensor& x) const {
   TORCH_CHECK(x.size(-1) == dim_, "TaylorFeatureMap: expected last dim ", dim_, ", got ",
               x.size(-1));
   std::vector<at::Tensor> degrees;
@@ -59,8 +99,8 @@ at::Tensor TaylorFeatureMap::Keys(const at::Tensor& x) const {
   return at::cat(degrees, -1);
 }
 
-at::Tensor TaylorFeatureMap::Queries(const at::Tensor& x) const {
-  return Keys(x) * weights_;
+at::Tensor TaylorFeatureMap::QueriesReference(const at::Tensor& x) const {
+  return KeysReference(x) * weights_.to(x.scalar_type());
 }
 
 at::Tensor TensorPowerFeatures(const at::Tensor& x, int order) {

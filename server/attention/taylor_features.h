@@ -25,13 +25,22 @@ class TaylorFeatureMap {
   int64_t size() const { return size_; }
 
   // x: (..., D) -> (..., m): every monomial x^a with |a| <= N, once, ordered by degree.
+  // fp32 inputs without autograd take the fused loop (MonomialFeatures); anything else
+  // takes KeysReference.
   at::Tensor Keys(const at::Tensor& x) const;
 
   // x: (..., D) -> (..., m): Keys(x) with each monomial weighted by 1 / prod_i a_i!,
   // so Queries(q) . Keys(k) = T_N(q . k).
   at::Tensor Queries(const at::Tensor& x) const;
 
+  // The same features from plain ATen ops (gathers per degree); differentiable.
+  at::Tensor KeysReference(const at::Tensor& x) const;
+  at::Tensor QueriesReference(const at::Tensor& x) const;
+
  private:
+  // Fused-loop features, with `weight` (m) applied if non-null.
+  at::Tensor Features(const at::Tensor& x, const float* weight) const;
+
   int dim_;
   int order_;
   int64_t size_;
@@ -39,6 +48,10 @@ class TaylorFeatureMap {
   // (its parent, indexed within degree n-1) times x[last]; last index is non-decreasing.
   std::vector<at::Tensor> parent_;
   std::vector<at::Tensor> last_;
+  // The same recursion over the whole feature vector, for the fused loop: feature j
+  // (j >= 1) is feature global_parent_[j] times x[global_last_[j]].
+  std::vector<int64_t> global_parent_;
+  std::vector<int64_t> global_last_;
   at::Tensor weights_;  // (m): 1 / prod_i a_i!
 };
 

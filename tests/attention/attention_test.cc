@@ -162,6 +162,35 @@ TEST_P(AttentionPaths, StateBytesFixedOrGrowingAsReported) {
   }
 }
 
+TEST_P(AttentionPaths, FusedStepMatchesReferenceStep) {
+  Case c = GetParam();
+  auto fused = Make(c, 32);
+  AttentionOptions o = fused->options();
+  o.reference_kernels = true;
+  auto reference = std::move(CreateAttention(o)).value();
+  Qkv x = RandomQkv(3, 120, 13);
+  std::vector<std::unique_ptr<AttentionState>> fs, rs;
+  std::vector<AttentionState*> fp, rp;
+  for (int s = 0; s < 3; ++s) {
+    fs.push_back(fused->NewState());
+    rs.push_back(reference->NewState());
+    fp.push_back(fs.back().get());
+    rp.push_back(rs.back().get());
+    const int64_t n = 20 * (s + 1);
+    fused->Prefill(*fs.back(), x.q[s].narrow(1, 0, n), x.k[s].narrow(1, 0, n),
+                   x.v[s].narrow(1, 0, n));
+    reference->Prefill(*rs.back(), x.q[s].narrow(1, 0, n), x.k[s].narrow(1, 0, n),
+                       x.v[s].narrow(1, 0, n));
+  }
+  double worst = 0;
+  for (int64_t i = 60; i < 120; ++i) {
+    at::Tensor a = fused->Step(fp, x.q.select(2, i), x.k.select(2, i), x.v.select(2, i));
+    at::Tensor b = reference->Step(rp, x.q.select(2, i), x.k.select(2, i), x.v.select(2, i));
+    worst = std::max(worst, MaxAbsDiff(a, b));
+  }
+  EXPECT_LE(worst, 1e-5);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Modules, AttentionPaths,
     testing::Values(Case{"softmax", 0, false}, Case{"softmax", 0, true},

@@ -43,6 +43,19 @@ TEST(TaylorFeatureMap, PackedFeaturesReproduceUnpackedTensorPowers) {
   }
 }
 
+TEST(TaylorFeatureMap, FusedLoopMatchesReferenceOps) {
+  at::manual_seed(4);
+  for (int order : {1, 2, 4, 6}) {
+    TaylorFeatureMap map(8, order);
+    at::Tensor x = at::randn({3, 5, 8});
+    EXPECT_LE(MaxAbsDiff(map.Keys(x), map.KeysReference(x)), 1e-5) << "order " << order;
+    EXPECT_LE(MaxAbsDiff(map.Queries(x), map.QueriesReference(x)), 1e-5) << "order " << order;
+    // Non-contiguous input (a transposed view) gives the same features.
+    at::Tensor xt = at::randn({8, 7}).t();
+    EXPECT_LE(MaxAbsDiff(map.Keys(xt), map.KeysReference(xt.contiguous())), 1e-5);
+  }
+}
+
 TEST(TaylorKernel, EqualsTruncatedSeries) {
   at::Tensor s = at::linspace(-4, 4, 81, at::kDouble);
   for (int order : {0, 1, 2, 5, 8}) {

@@ -1,0 +1,26 @@
+// Fused CPU loops for the fixed-state decode path. Torch-free, raw fp32 pointers,
+// row-major. Each has a plain-ATen reference (TaylorFeatureMap::KeysReference and
+// FeatureAttention's reference step) and a test that ties the two.
+#pragma once
+
+#include <cstdint>
+
+namespace attnserve::attention {
+
+// Packed monomial features. For each of `rows` rows of x (rows x d):
+//   out[r][0] = 1, out[r][j] = out[r][parent[j]] * x[r][last[j]] for j = 1..m-1
+// (parent[j] < j), then out[r][j] *= weight[j] if `weight` is non-null.
+void MonomialFeatures(const float* x, int64_t rows, int64_t d, const int64_t* parent,
+                      const int64_t* last, const float* weight, int64_t m, float* out);
+
+// One decode token for one session, all heads, in a single pass over the state:
+//   s[h] += phi_k[h] v[h]^T          (m x dv per head)
+//   z[h] += phi_k[h]                 (if z is non-null)
+//   num[h] = phi_q[h]^T s[h]         (dv)
+//   den[h] = phi_q[h] . z[h]         (if z is non-null)
+// s: heads x m x dv; z: heads x m; phi_q, phi_k: heads x m; v, num: heads x dv; den: heads.
+void StateUpdateAndRead(float* s, float* z, const float* phi_q, const float* phi_k,
+                        const float* v, int64_t heads, int64_t m, int64_t dv, float* num,
+                        float* den);
+
+}  // namespace attnserve::attention
