@@ -15,7 +15,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 PACKAGES=(
   # toolchain
-  build-essential cmake ninja-build ccache pkg-config git
+  build-essential cmake ninja-build ccache pkg-config git dpkg-dev
   # gRPC + Protobuf + abseil
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev
@@ -47,7 +47,8 @@ arch_triplet=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -dumpma
 openblas_dir=/usr/lib/${arch_triplet}/openblas-serial
 for lib in libblas.so.3 liblapack.so.3; do
   target=${openblas_dir}/${lib}
-  if [ -e "$target" ]; then
+  current=$(readlink -f "/usr/lib/${arch_triplet}/${lib}" || true)
+  if [ -e "$target" ] && [ "$current" != "$(readlink -f "$target")" ]; then
     $SUDO update-alternatives --set "${lib}-${arch_triplet}" "$target" >/dev/null
   fi
 done

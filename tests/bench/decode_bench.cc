@@ -138,7 +138,7 @@ void BM_BatchedDecode(benchmark::State& state) {
 BENCHMARK(BM_Decode)
     ->ArgsProduct({{0, 1, 2}, {128, 1024, 4096, 16384}})
     ->Iterations(200)
-    ->Repetitions(5)
+    ->Repetitions(9)
     ->ReportAggregatesOnly(true)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
@@ -152,7 +152,7 @@ BENCHMARK(BM_Prefill)
 BENCHMARK(BM_BatchedDecode)
     ->ArgsProduct({{0, 1, 2}, {1, 8, 32}})
     ->Iterations(50)
-    ->Repetitions(5)
+    ->Repetitions(9)
     ->ReportAggregatesOnly(true)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);

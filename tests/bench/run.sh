@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds and runs the decode benchmark; prints Google Benchmark's table (medians of 9
+# repetitions, interleaved in random order so machine noise hits every case alike) and writes the JSON next to the build. Usage: tests/bench/run.sh [build-dir]
+# Extra arguments after the build dir go to the benchmark (e.g. --benchmark_filter=BM_Decode).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+shift || true
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" --target decode_bench
+"$build/tests/bench/decode_bench" --benchmark_out="$build/decode_bench.json" \
+  --benchmark_out_format=json --benchmark_enable_random_interleaving=true "$@"
