@@ -4,7 +4,7 @@
 #include <google/protobuf/text_format.h>
 
 #include "absl/strings/str_cat.h"
-#include "proto/model_config.pb.h"
+#include "attnserve/v1/model_config.pb.h"
 #include "server/model/tokenizer.h"
 
 namespace attnserve::model {

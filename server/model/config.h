@@ -1,4 +1,4 @@
-// Model configuration: the native form of proto/model_config.proto, its text-format
+// Model configuration: the native form of proto/attnserve/v1/model_config.proto, its text-format
 // parser and its validation. Torch-free.
 #pragma once
 
