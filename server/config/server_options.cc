@@ -1,0 +1,268 @@
+#include "server/config/server_options.h"
+
+#include <cstdlib>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "server/config/flag_parsers.h"
+
+namespace attnserve::config {
+namespace {
+
+// One command-line flag. Its environment variable, ATTNSERVE_<UPPER_NAME>, is
+// derived from `name` by EnvVarName so the two cannot drift apart.
+struct Flag {
+  const char* name;        // Without the leading "--".
+  const char* value_name;  // Placeholder shown in the usage text.
+  const char* help;        // One-line description for the usage text.
+  // Renders this flag's field of `options`; applied to ServerOptions{} for the
+  // default.
+  std::string (*show)(const ServerOptions& options);
+  // Parses and validates `value` into its field of `options`; leaves it
+  // unchanged on error.
+  absl::Status (*set)(absl::string_view value, ServerOptions* options);
+};
+
+// Every flag, declared once. Usage text lists them in this order.
+const Flag kFlags[] = {
+    {"listen", "HOST:PORT", "Address the gRPC service listens on.",
+     [](const ServerOptions& o) { return o.listen_address; },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseHostPort(v, &o->listen_address);
+     }},
+    {"metrics_listen", "HOST:PORT", "Address serving Prometheus /metrics.",
+     [](const ServerOptions& o) { return o.metrics_address; },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseHostPort(v, &o->metrics_address);
+     }},
+    {"model_dirs", "DIR[,DIR...]",
+     "Comma-separated model directories to load; empty loads the shipped "
+     "default model.",
+     [](const ServerOptions& o) {
+       return o.model_dirs.empty()
+                  ? std::string("none (the shipped default model)")
+                  : absl::StrJoin(o.model_dirs, ",");
+     },
+     [](absl::string_view v, ServerOptions* o) {
+       o->model_dirs = SplitCommaList(v);
+       return absl::OkStatus();
+     }},
+    {"memory_budget", "BYTES",
+     "Memory for all session state, in bytes or with a suffix "
+     "KiB/MiB/GiB/KB/MB/GB.",
+     [](const ServerOptions& o) {
+       return FormatByteSize(o.memory_budget_bytes);
+     },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseByteSize(v, &o->memory_budget_bytes);
+     }},
+    {"max_sessions", "N", "Most sessions alive at once.",
+     [](const ServerOptions& o) { return absl::StrCat(o.max_sessions); },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseIntAtLeast(v, 1, &o->max_sessions);
+     }},
+    {"max_prompt_tokens", "N", "Most prompt tokens in one turn.",
+     [](const ServerOptions& o) { return absl::StrCat(o.max_prompt_tokens); },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseIntAtLeast(v, 1, &o->max_prompt_tokens);
+     }},
+    {"max_generated_tokens", "N", "Largest max_tokens a request may ask for.",
+     [](const ServerOptions& o) {
+       return absl::StrCat(o.max_generated_tokens);
+     },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseIntAtLeast(v, 1, &o->max_generated_tokens);
+     }},
+    {"default_max_tokens", "N",
+     "max_tokens used when a request leaves it at 0; at most "
+     "--max_generated_tokens.",
+     [](const ServerOptions& o) { return absl::StrCat(o.default_max_tokens); },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseIntAtLeast(v, 1, &o->default_max_tokens);
+     }},
+    {"default_ttl", "DURATION",
+     "Idle session lifetime when a request sets none (e.g. 30m); at most "
+     "--max_ttl.",
+     [](const ServerOptions& o) { return absl::FormatDuration(o.default_ttl); },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseDurationAtLeast(v, absl::Seconds(1), &o->default_ttl);
+     }},
+    {"max_ttl", "DURATION",
+     "Longest idle session lifetime a request may ask for.",
+     [](const ServerOptions& o) { return absl::FormatDuration(o.max_ttl); },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseDurationAtLeast(v, absl::Seconds(1), &o->max_ttl);
+     }},
+    {"threads", "N", "LibTorch intra-op threads for the engine.",
+     [](const ServerOptions& o) { return absl::StrCat(o.threads); },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseIntAtLeast(v, 1, &o->threads);
+     }},
+    {"shutdown_grace", "DURATION",
+     "How long running turns may continue after SIGTERM (0s stops at once).",
+     [](const ServerOptions& o) {
+       return absl::FormatDuration(o.shutdown_grace);
+     },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseDurationAtLeast(v, absl::ZeroDuration(), &o->shutdown_grace);
+     }},
+};
+constexpr size_t kNumFlags = sizeof(kFlags) / sizeof(kFlags[0]);
+
+std::string EnvVarName(const Flag& flag) {
+  return absl::StrCat("ATTNSERVE_", absl::AsciiStrToUpper(flag.name));
+}
+
+const Flag* FindFlag(absl::string_view name) {
+  for (const Flag& flag : kFlags) {
+    if (name == flag.name) return &flag;
+  }
+  return nullptr;
+}
+
+// Where a flag's value came from, for error messages.
+struct Setting {
+  std::optional<std::string> value;  // nullopt: the default was kept.
+  std::string origin;  // "the command line", "environment variable X".
+};
+
+bool IsHelp(absl::string_view arg) { return arg == "--help" || arg == "-h"; }
+
+// Fills settings[i] for every kFlags[i] given in argv; later repeats win.
+absl::Status CollectArgv(int argc, char** argv,
+                         std::vector<Setting>* settings) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (!absl::ConsumePrefix(&arg, "--")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument \"", arg,
+                       "\"; flags look like --name=value (see --help)"));
+    }
+    const size_t eq = arg.find('=');
+    const absl::string_view name = arg.substr(0, eq);
+    const Flag* flag = FindFlag(name);
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown flag --", name, " (see --help for the list of flags)"));
+    }
+    Setting& setting = (*settings)[flag - kFlags];
+    setting.origin = "the command line";
+    if (eq != absl::string_view::npos) {
+      setting.value = std::string(arg.substr(eq + 1));
+    } else if (i + 1 < argc && !absl::StartsWith(argv[i + 1], "--")) {
+      setting.value = argv[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "flag --", name, " needs a value: --", name, "=", flag->value_name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// "--name=value (from <origin>)", or "--name=value (default)" when unset.
+std::string Describe(absl::string_view name, const ServerOptions& options,
+                     const std::vector<Setting>& settings) {
+  const Flag* flag = FindFlag(name);
+  if (flag == nullptr) std::abort();  // A misspelt name in this file.
+  const Setting& setting = settings[flag - kFlags];
+  if (!setting.value.has_value()) {
+    return absl::StrCat("--", name, "=", flag->show(options), " (default)");
+  }
+  return absl::StrCat("--", name, "=", *setting.value, " (from ",
+                      setting.origin, ")");
+}
+
+// Limits that span two flags: the first named flag must not exceed the second.
+absl::Status CheckCrossFlagLimits(const ServerOptions& options,
+                                  const std::vector<Setting>& settings) {
+  auto exceeds = [&](absl::string_view lower, absl::string_view upper) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(lower, options, settings), " must not exceed ",
+                     Describe(upper, options, settings)));
+  };
+  if (options.default_max_tokens > options.max_generated_tokens) {
+    return exceeds("default_max_tokens", "max_generated_tokens");
+  }
+  if (options.default_ttl > options.max_ttl)
+    return exceeds("default_ttl", "max_ttl");
+  return absl::OkStatus();
+}
+
+// Fills the settings argv left unset from `env`, then parses every set value
+// into `options`.
+absl::Status ApplySettings(const EnvLookup& env, std::vector<Setting>* settings,
+                           ServerOptions* options) {
+  for (size_t i = 0; i < kNumFlags; ++i) {
+    const Flag& flag = kFlags[i];
+    Setting& setting = (*settings)[i];
+    if (!setting.value.has_value()) {
+      const std::string var = EnvVarName(flag);
+      std::optional<std::string> from_env = env(var);
+      if (!from_env.has_value() || from_env->empty()) continue;
+      setting = {std::move(from_env),
+                 absl::StrCat("environment variable ", var)};
+    }
+    if (absl::Status status = flag.set(*setting.value, options); !status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag.name, ": invalid value \"", *setting.value,
+                       "\" (from ", setting.origin, "): ", status.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv,
+                                                 const EnvLookup& env,
+                                                 bool* help) {
+  *help = false;
+  for (int i = 1; i < argc; ++i) {
+    if (IsHelp(argv[i])) {
+      *help = true;
+      return ServerOptions{};
+    }
+  }
+  std::vector<Setting> settings(kNumFlags);
+  if (absl::Status status = CollectArgv(argc, argv, &settings); !status.ok())
+    return status;
+  ServerOptions options;
+  if (absl::Status status = ApplySettings(env, &settings, &options);
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = CheckCrossFlagLimits(options, settings);
+      !status.ok()) {
+    return status;
+  }
+  return options;
+}
+
+std::string ServerUsage(const std::string& program) {
+  const ServerOptions defaults;
+  std::string usage =
+      absl::StrCat("Usage: ", program, " [--flag=value | --flag value]...\n\n",
+                   "Every flag can also be set through the environment "
+                   "variable shown with it;\n"
+                   "a flag on the command line wins over the environment.\n\n",
+                   "  -h, --help\n      Print this help and exit.\n");
+  for (const Flag& flag : kFlags) {
+    absl::StrAppend(&usage, "  --", flag.name, "=", flag.value_name, "\n      ",
+                    flag.help, "\n      env ", EnvVarName(flag), ", default ",
+                    flag.show(defaults), "\n");
+  }
+  return usage;
+}
+
+std::optional<std::string> GetEnv(const std::string& name) {
+  const char* value = std::getenv(name.c_str());
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+}  // namespace attnserve::config

@@ -1,0 +1,76 @@
+// Server start-up options: the ServerOptions struct and its command-line /
+// environment parser. Torch-free; depends only on abseil.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace attnserve::config {
+
+// Everything the server binary needs to know at start-up. The field
+// initialisers are the defaults; ParseServerOptions overrides them from flags
+// and environment variables.
+struct ServerOptions {
+  // host:port the gRPC service listens on (--listen).
+  std::string listen_address = "127.0.0.1:50051";
+  // host:port serving Prometheus /metrics (--metrics_listen).
+  std::string metrics_address = "127.0.0.1:9464";
+  // Model directories to load (--model_dirs, comma-separated). Empty means the
+  // shipped default model(s); the caller decides what that is.
+  std::vector<std::string> model_dirs;
+  // Upper bound on the bytes of all session state together (--memory_budget).
+  int64_t memory_budget_bytes = int64_t{2} << 30;
+  // Most sessions alive at once (--max_sessions).
+  int max_sessions = 256;
+  // Most prompt tokens a single turn may carry (--max_prompt_tokens).
+  int max_prompt_tokens = 8192;
+  // Largest max_tokens a request may ask for (--max_generated_tokens).
+  int max_generated_tokens = 2048;
+  // max_tokens used when a request leaves it at 0 (--default_max_tokens); never
+  // more than max_generated_tokens.
+  int default_max_tokens = 256;
+  // Idle lifetime of a session whose request sets no TTL (--default_ttl); never
+  // more than max_ttl.
+  absl::Duration default_ttl = absl::Minutes(30);
+  // Longest idle lifetime a request may ask for (--max_ttl).
+  absl::Duration max_ttl = absl::Hours(24);
+  // LibTorch intra-op threads for the engine (--threads).
+  int threads = 2;
+  // How long running turns may continue after SIGTERM before the server stops
+  // (--shutdown_grace).
+  absl::Duration shutdown_grace = absl::Seconds(10);
+};
+
+// Looks up an environment variable; returns nullopt when it is unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+// Parses argv[1..argc) into ServerOptions. Flags are `--name=value` or
+// `--name value`. Every flag has an environment-variable mirror
+// ATTNSERVE_<UPPER_NAME> (e.g. --memory_budget <-> ATTNSERVE_MEMORY_BUDGET),
+// read through `env`; a flag on the command line wins over the environment,
+// and an empty variable counts as unset.
+// Returns InvalidArgument naming the flag and where the value came from (the
+// command line or environment variable ATTNSERVE_...) for unknown flags,
+// missing values, unparsable values and out-of-range values (including
+// default_max_tokens > max_generated_tokens and default_ttl > max_ttl).
+// When --help or -h appears, sets *help to true and returns the defaults
+// without parsing anything else; otherwise sets *help to false.
+// `help` must not be null.
+absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv,
+                                                 const EnvLookup& env,
+                                                 bool* help);
+
+// The text --help prints for `program`: a usage line, then one entry per flag
+// with its environment variable, default and help.
+std::string ServerUsage(const std::string& program);
+
+// The environment lookup to pass in production (std::getenv).
+std::optional<std::string> GetEnv(const std::string& name);
+
+}  // namespace attnserve::config

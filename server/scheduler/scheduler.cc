@@ -1,0 +1,335 @@
+#include "server/scheduler/scheduler.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "server/model/tokenizer.h"
+
+namespace attnserve::scheduler {
+
+struct Scheduler::Turn {
+  std::shared_ptr<session::Session> session;
+  TurnRequest request;
+  std::shared_ptr<TurnSink> sink;
+  std::shared_ptr<TurnControl> control;
+  metrics::ModelMetrics* metrics = nullptr;  // null without metrics
+  std::unique_ptr<model::Sampler> sampler;
+  std::vector<int32_t> to_prefill;  // the session's pending token, then the prompt
+  size_t prefilled = 0;
+  std::optional<int32_t> next_input;  // last emitted token, not yet in the state
+  int generated = 0;
+  std::string tail;  // the last streamed bytes, as long as the longest stop string
+  size_t longest_stop = 0;
+  absl::Time first_token = absl::InfinitePast();
+  absl::Time last_token = absl::InfinitePast();
+  bool done = false;
+
+  bool prefilling() const { return prefilled < to_prefill.size(); }
+  const model::Model& model() const { return session->model(); }
+};
+
+Scheduler::Scheduler(Options options) : options_(options) {
+  engine_ = std::thread([this] { EngineLoop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  engine_.join();
+}
+
+std::shared_ptr<TurnControl> Scheduler::Submit(std::shared_ptr<session::Session> session,
+                                               TurnRequest request,
+                                               std::shared_ptr<TurnSink> sink) {
+  auto turn = std::make_unique<Turn>();
+  turn->control = std::make_shared<TurnControl>();
+  turn->session = std::move(session);
+  turn->request = std::move(request);
+  turn->sink = std::move(sink);
+  std::shared_ptr<TurnControl> control = turn->control;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (accepting_ && !stop_) {
+      queue_.push_back(std::move(turn));
+      ++running_;
+    }
+  }
+  if (turn) {  // refused: finish here, on the caller's thread, without touching tensors
+    TurnResult result;
+    result.reason = FinishReason::kError;
+    result.error = absl::UnavailableError("the server is shutting down; no new turns");
+    result.session_position = turn->session->position();
+    options_.store->EndTurn(*turn->session);
+    if (turn->request.close_session_after) (void)options_.store->Close(turn->session->id());
+    turn->sink->OnFinish(std::move(result));
+    return control;
+  }
+  cv_.notify_all();
+  return control;
+}
+
+void Scheduler::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::StopAccepting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  accepting_ = false;
+}
+
+bool Scheduler::WaitIdle(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                           [this] { return running_ == 0; });
+}
+
+int Scheduler::active_turns() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return running_;
+}
+
+void Scheduler::EngineLoop() {
+  at::set_num_threads(std::max(1, options_.threads));
+  std::vector<std::unique_ptr<Turn>> turns;
+  bool progressed = true;
+  while (true) {
+    std::vector<std::unique_ptr<Turn>> fresh;
+    bool stopping;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!progressed) {
+        // Nothing could run (idle, or every turn waits on its reader): sleep until new
+        // work, a wake-up, or a periodic look at deadlines.
+        cv_.wait_for(lock, std::chrono::milliseconds(100),
+                     [this] { return stop_ || wake_ || !queue_.empty(); });
+      }
+      wake_ = false;
+      stopping = stop_;
+      while (!queue_.empty()) {
+        fresh.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    for (auto& t : fresh) turns.push_back(std::move(t));
+    if (stopping) {
+      for (auto& t : turns) Finish(*t, FinishReason::kCancelled);
+      turns.clear();
+    } else {
+      progressed = Step(turns);
+    }
+    const size_t before = turns.size();
+    turns.erase(std::remove_if(turns.begin(), turns.end(),
+                               [](const std::unique_ptr<Turn>& t) { return t->done; }),
+                turns.end());
+    PublishGauges(turns);
+    if (turns.size() != before || stopping) {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_ -= int(before - turns.size());
+      if (running_ == 0) idle_cv_.notify_all();
+    }
+    if (stopping) return;
+  }
+}
+
+bool Scheduler::Step(std::vector<std::unique_ptr<Turn>>& turns) {
+  const absl::Time now = absl::Now();
+  bool progressed = false;
+  // Decode tokens of every turn, one batch per model.
+  std::map<const model::Model*, std::vector<Turn*>> decode;
+  for (auto& owned : turns) {
+    Turn& t = *owned;
+    if (t.sampler == nullptr && !t.done) {  // first sight of this turn: set it up
+      auto sampler = model::Sampler::Create(t.request.sampling);
+      if (!sampler.ok()) {
+        Finish(t, FinishReason::kError, sampler.status());
+        continue;
+      }
+      t.sampler = std::move(sampler).value();
+      std::optional<int32_t>& pending = t.session->pending_token();
+      if (pending) t.to_prefill.push_back(*pending);
+      pending.reset();
+      t.to_prefill.insert(t.to_prefill.end(), t.request.prompt.begin(),
+                          t.request.prompt.end());
+      for (const auto& s : t.request.stop) t.longest_stop = std::max(t.longest_stop, s.size());
+      if (options_.metrics != nullptr) {
+        t.metrics = &options_.metrics->ForModel(t.session->served().name,
+                                                t.session->served().attention());
+        t.metrics->AddPromptTokens(int64_t(t.request.prompt.size()));
+      }
+      if (t.to_prefill.empty()) {
+        Finish(t, FinishReason::kError,
+               absl::InvalidArgumentError("prompt: empty, and the session has no token to "
+                                          "continue from"));
+        continue;
+      }
+    }
+    if (t.done) continue;
+    if (t.control->cancelled() || t.session->closed() || now > t.request.deadline) {
+      Finish(t, FinishReason::kCancelled);
+      continue;
+    }
+    if (t.prefilling()) {
+      Prefill(t);
+      progressed = true;
+    } else if (!t.sink->Full()) {
+      decode[&t.model()].push_back(&t);
+    }
+  }
+  for (auto& [model, batch] : decode) {
+    DecodeBatch(batch);
+    progressed = true;
+  }
+  return progressed;
+}
+
+void Scheduler::Prefill(Turn& t) {
+  const model::Model& m = t.model();
+  const size_t n = std::min(t.to_prefill.size() - t.prefilled,
+                            size_t(std::max(1, options_.prefill_chunk_tokens)));
+  model::DecodeState& state = t.session->state();
+  if (state.position() + int64_t(n) > m.config().max_context) {
+    Finish(t, FinishReason::kError,
+           absl::OutOfRangeError(absl::StrCat(
+               "prompt: the session would pass the model's context of ",
+               m.config().max_context, " tokens")));
+    return;
+  }
+  if (absl::Status s = options_.store->Charge(*t.session, m.StateBytes(state.position() + n));
+      !s.ok()) {
+    Finish(t, FinishReason::kError, s);
+    return;
+  }
+  auto logits = m.Prefill(state, absl::MakeConstSpan(t.to_prefill).subspan(t.prefilled, n));
+  if (!logits.ok()) {
+    Finish(t, FinishReason::kError, logits.status());
+    return;
+  }
+  t.prefilled += n;
+  t.session->PublishProgress();
+  if (!t.prefilling()) {
+    at::Tensor last = (*logits)[-1].contiguous();  // (V)
+    Emit(t, last.data_ptr<float>(), last.numel());
+  }
+}
+
+void Scheduler::DecodeBatch(std::vector<Turn*>& batch) {
+  std::vector<model::DecodeState*> states;
+  std::vector<int32_t> tokens;
+  std::vector<Turn*> ready;
+  for (Turn* t : batch) {
+    model::DecodeState& state = t->session->state();
+    if (absl::Status s = options_.store->Charge(
+            *t->session, t->model().StateBytes(state.position() + 1));
+        !s.ok()) {
+      Finish(*t, FinishReason::kError, s);
+      continue;
+    }
+    states.push_back(&state);
+    tokens.push_back(*t->next_input);
+    ready.push_back(t);
+  }
+  if (ready.empty()) return;
+  auto logits = ready[0]->model().Step(states, tokens);  // (B, V)
+  if (!logits.ok()) {
+    for (Turn* t : ready) Finish(*t, FinishReason::kError, logits.status());
+    return;
+  }
+  if (ready[0]->metrics != nullptr) ready[0]->metrics->ObserveBatchSize(int(ready.size()));
+  at::Tensor rows = logits->contiguous();
+  const int64_t vocab = rows.size(1);
+  for (size_t i = 0; i < ready.size(); ++i) {
+    ready[i]->next_input.reset();  // now in the state
+    ready[i]->session->PublishProgress();
+    Emit(*ready[i], rows.data_ptr<float>() + i * vocab, vocab);
+  }
+}
+
+void Scheduler::Emit(Turn& t, const float* logits, int64_t vocab) {
+  float logprob = 0;
+  const int32_t id = t.sampler->Sample(absl::MakeConstSpan(logits, size_t(vocab)),
+                                       t.request.logprobs ? &logprob : nullptr);
+  const absl::Time now = absl::Now();
+  if (t.generated == 0) {
+    t.first_token = now;
+    if (t.metrics) t.metrics->ObserveTimeToFirstToken(now - t.request.arrival);
+  } else if (t.metrics) {
+    t.metrics->ObserveInterTokenLatency(now - t.last_token);
+  }
+  t.last_token = now;
+  if (id == model::kEosToken) {  // end of document: not streamed, not kept
+    Finish(t, FinishReason::kStop);
+    return;
+  }
+  ++t.generated;
+  TokenEvent event{id, model::TokenBytes(id), std::nullopt};
+  if (t.request.logprobs) event.logprob = logprob;
+  t.tail += event.bytes;
+  if (t.tail.size() > t.longest_stop) t.tail.erase(0, t.tail.size() - t.longest_stop);
+  t.sink->OnToken(std::move(event));
+  if (t.metrics) t.metrics->AddGeneratedTokens(1);
+  t.next_input = id;
+  t.session->PublishProgress();
+  for (const std::string& stop : t.request.stop) {
+    if (!stop.empty() && absl::EndsWith(t.tail, stop)) {
+      Finish(t, FinishReason::kStop);
+      return;
+    }
+  }
+  const int64_t position = t.session->state().position() + 1;  // with next_input
+  if (t.generated >= t.request.max_tokens || position >= t.model().config().max_context) {
+    Finish(t, FinishReason::kLength);
+  }
+}
+
+void Scheduler::Finish(Turn& t, FinishReason reason, absl::Status error) {
+  if (t.done) return;
+  t.done = true;
+  // Tokens prefilled or emitted stay in the session; the last emitted one waits as the
+  // pending token of the next turn. An unconsumed prompt tail is dropped.
+  if (t.next_input) t.session->pending_token() = t.next_input;
+  t.session->PublishProgress();
+  TurnResult result;
+  result.reason = reason;
+  result.error = std::move(error);
+  result.prompt_tokens = int(t.request.prompt.size());
+  result.generated_tokens = t.generated;
+  result.session_position = t.session->position();
+  if (t.generated > 0) result.time_to_first_token = t.first_token - t.request.arrival;
+  if (t.metrics) t.metrics->ObserveRequestDuration(absl::Now() - t.request.arrival);
+  // Release the session before telling the client, so a client that starts its next
+  // turn as soon as it sees the final message finds the session free.
+  options_.store->EndTurn(*t.session);
+  if (t.request.close_session_after) (void)options_.store->Close(t.session->id());
+  t.sink->OnFinish(std::move(result));
+}
+
+void Scheduler::PublishGauges(const std::vector<std::unique_ptr<Turn>>& turns) {
+  if (options_.metrics == nullptr) return;
+  std::map<metrics::ModelMetrics*, std::pair<int, int>> counts;  // running, waiting
+  for (const auto& t : turns) {
+    if (t->metrics == nullptr) continue;
+    auto& c = counts[t->metrics];
+    (t->sink->Full() ? c.second : c.first)++;
+  }
+  for (metrics::ModelMetrics* m : gauge_models_) counts.emplace(m, std::make_pair(0, 0));
+  for (auto& [m, c] : counts) {
+    m->SetRunningTurns(c.first);
+    m->SetWaitingTurns(c.second);
+    gauge_models_.insert(m);
+  }
+}
+
+}  // namespace attnserve::scheduler

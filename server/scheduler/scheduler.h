@@ -1,0 +1,86 @@
+// The engine: one thread owns every model and runs continuous batching. Each step takes
+// every active turn's next piece of work (a prefill chunk, or one decode token) and runs
+// all decode tokens of a model as one batched Model::Step.
+//
+//   Submit (any thread) -> queue -> engine thread: prefill chunks, batched decode,
+//   sampling, stop checks -> TurnSink (the gRPC stream writer)
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "server/metrics/metrics.h"
+#include "server/scheduler/turn.h"
+#include "server/session/session_store.h"
+
+namespace attnserve::scheduler {
+
+class Scheduler {
+ public:
+  struct Options {
+    // Prompt tokens one turn prefills per engine step; bounds how long decoding turns
+    // wait behind a long prompt.
+    int prefill_chunk_tokens = 256;
+    // LibTorch intra-op threads for the engine.
+    int threads = 1;
+    // Not owned; must outlive the scheduler.
+    session::SessionStore* store = nullptr;
+    // Not owned; may be null (no metrics).
+    metrics::Metrics* metrics = nullptr;
+  };
+
+  // Starts the engine thread.
+  explicit Scheduler(Options options);
+  // Stops the engine: turns still running finish as cancelled.
+  ~Scheduler();
+
+  // Queues a turn on `session`, which the caller has claimed with
+  // SessionStore::BeginTurn; the scheduler ends the turn (EndTurn, and Close when
+  // asked) after sink->OnFinish. Thread-safe; never blocks on the engine.
+  std::shared_ptr<TurnControl> Submit(std::shared_ptr<session::Session> session,
+                                      TurnRequest request, std::shared_ptr<TurnSink> sink);
+
+  // Re-examines paused and cancelled turns (a sink drained, a client cancelled).
+  void Wake();
+
+  // Refuses new turns (they finish at once with UNAVAILABLE), lets running ones go on.
+  void StopAccepting();
+  // Blocks until no turn is queued or running, or `timeout` passes; true if idle.
+  bool WaitIdle(absl::Duration timeout);
+
+  // Turns queued or running (for metrics and shutdown).
+  int active_turns() const;
+
+ private:
+  struct Turn;
+
+  void EngineLoop();
+  // One engine step over `turns`; returns false when nothing could run.
+  bool Step(std::vector<std::unique_ptr<Turn>>& turns);
+  void Prefill(Turn& turn);
+  void DecodeBatch(std::vector<Turn*>& batch);
+  // Samples from `logits` (V) and streams the token; may finish the turn.
+  void Emit(Turn& turn, const float* logits, int64_t vocab);
+  void Finish(Turn& turn, FinishReason reason, absl::Status error = absl::OkStatus());
+  void PublishGauges(const std::vector<std::unique_ptr<Turn>>& turns);
+
+  const Options options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // engine waits for work
+  std::condition_variable idle_cv_;  // WaitIdle waits for the engine
+  std::deque<std::unique_ptr<Turn>> queue_;  // guarded by mu_
+  int running_ = 0;                          // guarded by mu_
+  bool wake_ = false;                        // guarded by mu_
+  bool stop_ = false;                        // guarded by mu_
+  bool accepting_ = true;                    // guarded by mu_
+  // Engine thread only: models whose turn gauges were set, so they drop back to 0.
+  std::set<metrics::ModelMetrics*> gauge_models_;
+  std::thread engine_;
+};
+
+}  // namespace attnserve::scheduler

@@ -1,0 +1,78 @@
+// What one turn asks for, what it streams, and how it ends: the plain types shared by
+// the scheduler and the service layer. No protobuf, no tensors.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "server/model/sampler.h"
+#include "server/session/session_store.h"
+
+namespace attnserve::scheduler {
+
+struct TurnRequest {
+  // Prompt tokens appended to the session (may be empty when the session has a pending
+  // token to continue from).
+  std::vector<int32_t> prompt;
+  model::SamplingParams sampling;
+  // Tokens to generate at most (>= 1).
+  int max_tokens = 128;
+  // Generation stops right after the streamed bytes end with any of these.
+  std::vector<std::string> stop;
+  bool logprobs = false;
+  // When the request arrived (for time to first token) and when it must be over.
+  absl::Time arrival = absl::InfinitePast();
+  absl::Time deadline = absl::InfiniteFuture();
+  // Close the session after the turn (a one-turn session made for this request).
+  bool close_session_after = false;
+};
+
+struct TokenEvent {
+  int32_t id = 0;
+  std::string bytes;  // empty for special tokens
+  std::optional<float> logprob;
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+
+struct TurnResult {
+  FinishReason reason = FinishReason::kError;
+  absl::Status error;  // set when reason == kError
+  int prompt_tokens = 0;
+  int generated_tokens = 0;
+  int64_t session_position = 0;
+  absl::Duration time_to_first_token = absl::ZeroDuration();
+};
+
+// Where a turn's tokens go: the gRPC stream in the server, a recorder in tests.
+// Called on the engine thread; implementations must not block.
+class TurnSink {
+ public:
+  virtual ~TurnSink() = default;
+  // One generated token, in order.
+  virtual void OnToken(TokenEvent token) = 0;
+  // True while the sink holds as many unsent tokens as it will buffer: the engine then
+  // skips this turn (a slow reader pauses only its own session) until Scheduler::Wake.
+  virtual bool Full() const = 0;
+  // Exactly once, last.
+  virtual void OnFinish(TurnResult result) = 0;
+};
+
+// The submitter's handle on a queued or running turn. Thread-safe.
+class TurnControl {
+ public:
+  // Stops the turn at the engine's next step (FinishReason::kCancelled).
+  void Cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace attnserve::scheduler
