@@ -1,0 +1,66 @@
+// attnserve_server: serves the models in --model_dirs (default: the shipped default
+// model) over gRPC, with Prometheus metrics on their own port. SIGTERM/SIGINT shut it
+// down gracefully: health goes NOT_SERVING, new turns are refused, running turns get
+// --shutdown_grace to finish, then the process exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/str_join.h"
+#include "server/config/server_options.h"
+#include "server/service/server.h"
+
+int main(int argc, char** argv) {
+  // Block the shutdown signals in every thread (threads inherit the mask); the main
+  // thread takes them with sigwait below.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  bool help = false;
+  auto options = attnserve::config::ParseServerOptions(argc, argv, attnserve::config::GetEnv,
+                                                       &help);
+  if (help) {
+    std::cout << attnserve::config::ServerUsage(argv[0]) << "\n"
+              << "With no --model_dirs the server loads " << ATTNSERVE_DEFAULT_MODEL_DIR
+              << ".\n";
+    return 0;
+  }
+  if (!options.ok()) {
+    std::cerr << "attnserve_server: " << options.status().message() << "\n";
+    return 2;
+  }
+  if (options->model_dirs.empty()) options->model_dirs = {ATTNSERVE_DEFAULT_MODEL_DIR};
+  auto models = attnserve::service::LoadModels(options->model_dirs);
+  if (!models.ok()) {
+    std::cerr << "attnserve_server: " << models.status().message() << "\n";
+    return 1;
+  }
+  std::vector<std::string> names;
+  for (const auto& m : *models) {
+    names.push_back(m->name + " (" + m->attention() + ", " +
+                    std::to_string(m->model->ParameterCount()) + " parameters)");
+  }
+  auto server = attnserve::service::AttnServer::Start(*options, *std::move(models));
+  if (!server.ok()) {
+    std::cerr << "attnserve_server: " << server.status().message() << "\n";
+    return 1;
+  }
+  std::cout << "attnserve_server: serving " << absl::StrJoin(names, ", ") << " on "
+            << options->listen_address.substr(0, options->listen_address.rfind(':')) << ":"
+            << (*server)->port() << "; metrics on port " << (*server)->metrics_port()
+            << std::endl;
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::cout << "attnserve_server: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
+            << ": shutting down (grace " << absl::FormatDuration(options->shutdown_grace)
+            << ")" << std::endl;
+  (*server)->Shutdown(options->shutdown_grace);
+  std::cout << "attnserve_server: stopped" << std::endl;
+  return 0;
+}

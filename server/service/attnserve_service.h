@@ -1,0 +1,61 @@
+// The gRPC service: callback handlers that parse, validate and hand work to the session
+// store and the scheduler. They never block and never touch tensors.
+#pragma once
+
+#include <memory>
+
+#include "attnserve/v1/attnserve.grpc.pb.h"
+#include "server/metrics/metrics.h"
+#include "server/scheduler/scheduler.h"
+#include "server/service/convert.h"
+#include "server/session/session_store.h"
+
+namespace attnserve::service {
+
+class AttnServeService final : public v1::AttnServe::CallbackService {
+ public:
+  // All pointers are not owned and must outlive the service; metrics may be null.
+  AttnServeService(const ModelSet* models, session::SessionStore* store,
+                   scheduler::Scheduler* scheduler, metrics::Metrics* metrics,
+                   RequestLimits limits);
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
+                                          const v1::CreateSessionRequest* request,
+                                          v1::Session* response) override;
+  grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* context,
+                                       const v1::GetSessionRequest* request,
+                                       v1::Session* response) override;
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
+                                         const v1::CloseSessionRequest* request,
+                                         v1::CloseSessionResponse* response) override;
+  grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* context,
+                                         const v1::ListSessionsRequest* request,
+                                         v1::ListSessionsResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* DescribeModel(grpc::CallbackServerContext* context,
+                                          const v1::DescribeModelRequest* request,
+                                          v1::ModelInfo* response) override;
+
+  // Counts one finished request (requests_total) by method, status and model.
+  void Record(const char* method, const grpc::Status& status,
+              const session::ServedModel* model) const;
+
+ private:
+  friend class GenerateReactor;
+  // Finishes a unary call with `status`, counting it.
+  grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const char* method,
+                                  const absl::Status& status,
+                                  const session::ServedModel* model = nullptr);
+
+  const ModelSet* models_;
+  session::SessionStore* store_;
+  scheduler::Scheduler* scheduler_;
+  metrics::Metrics* metrics_;
+  const RequestLimits limits_;
+};
+
+}  // namespace attnserve::service

@@ -1,0 +1,222 @@
+#include "server/service/generate_reactor.h"
+
+#include <deque>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/service/status_map.h"
+
+namespace attnserve::service {
+
+// The turn's sink: the engine pushes token and final messages; gRPC drains them one
+// write at a time. Shared by the engine (through the scheduler) and the reactor; the
+// reactor detaches in OnDone, after which pushes are dropped.
+class StreamSink : public scheduler::TurnSink {
+ public:
+  StreamSink(grpc::ServerWriteReactor<v1::GenerateResponse>* reactor,
+             AttnServeService* service, scheduler::Scheduler* scheduler,
+             std::shared_ptr<const session::ServedModel> model)
+      : reactor_(reactor), service_(service), scheduler_(scheduler), model_(std::move(model)) {}
+
+  void OnToken(scheduler::TokenEvent token) override {
+    v1::GenerateResponse m;
+    v1::Token* t = m.mutable_token();
+    t->set_text(std::move(token.bytes));
+    t->set_id(token.id);
+    if (token.logprob) t->set_logprob(*token.logprob);
+    Push(std::move(m), /*final=*/false);
+  }
+
+  bool Full() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return unsent_tokens_ >= kMaxBufferedTokens;
+  }
+
+  void OnFinish(scheduler::TurnResult r) override {
+    v1::GenerateResponse m;
+    v1::Final* f = m.mutable_final();
+    f->set_reason(ToProto(r.reason));
+    if (!r.error.ok()) f->set_error(std::string(r.error.message()));
+    f->set_session_id(session_id_);
+    v1::Usage* u = f->mutable_usage();
+    u->set_prompt_tokens(r.prompt_tokens);
+    u->set_generated_tokens(r.generated_tokens);
+    u->set_session_position(r.session_position);
+    u->set_time_to_first_token_ms(absl::ToDoubleMilliseconds(r.time_to_first_token));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      final_status_ = ToGrpcStatus(r.error);
+    }
+    Push(std::move(m), /*final=*/true);
+  }
+
+  // --- reactor side ---
+  void set_session_id(std::string id) { session_id_ = std::move(id); }
+  void SetControl(std::shared_ptr<scheduler::TurnControl> control) {
+    std::lock_guard<std::mutex> lock(mu_);
+    control_ = std::move(control);
+    if (cancel_requested_) control_->Cancel();
+  }
+  void Cancel() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancel_requested_ = true;
+      if (control_) control_->Cancel();
+    }
+    scheduler_->Wake();
+  }
+  void WriteDone(bool ok) {
+    bool finish = false, wake = false;
+    grpc::Status status;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (!ok) {  // the client is gone: stop the turn and end the call
+        cancel_requested_ = true;
+        if (control_) control_->Cancel();
+        wake = true;
+        if (!finished_) {
+          finished_ = finish = true;
+          status = grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+        }
+      } else if (current_is_final_) {
+        finished_ = finish = true;
+        status = final_status_;
+      } else {
+        wake = unsent_tokens_ == kMaxBufferedTokens - 1;  // it was full until now
+      }
+    }
+    if (finish) {
+      service_->Record("Generate", status, model_.get());
+      reactor_->Finish(status);
+      return;  // OnDone follows; no further writes
+    }
+    if (wake) scheduler_->Wake();
+    StartNextWrite();
+  }
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mu_);
+    detached_ = true;
+  }
+
+ private:
+  void Push(v1::GenerateResponse m, bool final) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (detached_ || finished_) return;
+      queue_.emplace_back(std::move(m), final);
+      if (!final) ++unsent_tokens_;
+    }
+    StartNextWrite();
+  }
+
+  // Starts the next write if none is in flight. The write itself is started outside the
+  // lock; `writing_` makes sure only one thread starts it.
+  void StartNextWrite() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (writing_ || finished_ || detached_ || queue_.empty()) return;
+      writing_ = true;
+      current_ = std::move(queue_.front().first);
+      current_is_final_ = queue_.front().second;
+      if (!current_is_final_) --unsent_tokens_;
+      queue_.pop_front();
+    }
+    reactor_->StartWrite(&current_);
+  }
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* const reactor_;
+  AttnServeService* const service_;
+  scheduler::Scheduler* const scheduler_;
+  const std::shared_ptr<const session::ServedModel> model_;
+  std::string session_id_;  // set before submission, read-only afterwards
+
+  mutable std::mutex mu_;
+  std::deque<std::pair<v1::GenerateResponse, bool>> queue_;  // (message, is final)
+  int unsent_tokens_ = 0;
+  v1::GenerateResponse current_;  // in flight; untouched until WriteDone
+  bool current_is_final_ = false;
+  bool writing_ = false;
+  bool finished_ = false;   // Finish called (or about to be)
+  bool detached_ = false;   // OnDone ran
+  bool cancel_requested_ = false;
+  grpc::Status final_status_;
+  std::shared_ptr<scheduler::TurnControl> control_;
+};
+
+class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  GenerateReactor(AttnServeService* service, const ModelSet* models,
+                  session::SessionStore* store, scheduler::Scheduler* scheduler,
+                  const RequestLimits& limits, grpc::CallbackServerContext* context,
+                  const v1::GenerateRequest* request)
+      : service_(service) {
+    absl::Status s = Start(models, store, scheduler, limits, context, *request);
+    if (!s.ok()) {
+      const grpc::Status status = ToGrpcStatus(s);
+      service_->Record("Generate", status, model_.get());
+      Finish(status);
+    }
+  }
+
+  void OnWriteDone(bool ok) override { sink_->WriteDone(ok); }
+  void OnCancel() override {
+    if (sink_) sink_->Cancel();
+  }
+  void OnDone() override {
+    if (sink_) sink_->Detach();
+    delete this;
+  }
+
+ private:
+  absl::Status Start(const ModelSet* models, session::SessionStore* store,
+                     scheduler::Scheduler* scheduler, const RequestLimits& limits,
+                     grpc::CallbackServerContext* context, const v1::GenerateRequest& r) {
+    auto parsed = ParseGenerate(r, *models, limits);
+    if (!parsed.ok()) return parsed.status();
+    std::shared_ptr<session::Session> session;
+    if (parsed->session_id.empty()) {
+      auto created = store->Create(parsed->model, absl::ZeroDuration());
+      if (!created.ok()) return created.status();
+      session = *created;
+      if (auto begun = store->BeginTurn(session->id()); !begun.ok()) return begun.status();
+      parsed->turn.close_session_after = true;
+    } else {
+      auto begun = store->BeginTurn(parsed->session_id);
+      if (!begun.ok()) return begun.status();
+      session = *begun;
+      absl::Status fits =
+          !parsed->model_name.empty() && parsed->model_name != session->served().name
+              ? absl::InvalidArgumentError(absl::StrCat(
+                    "model: session '", session->id(), "' runs model '",
+                    session->served().name, "', not '", parsed->model_name, "'"))
+              : CheckPromptFits(parsed->turn, session->served());
+      if (!fits.ok()) {
+        store->EndTurn(*session);
+        return fits;
+      }
+    }
+    model_ = std::shared_ptr<const session::ServedModel>(
+        session, &session->served());  // aliasing: keeps the session alive
+    parsed->turn.arrival = absl::Now();
+    parsed->turn.deadline = absl::FromChrono(context->deadline());
+    sink_ = std::make_shared<StreamSink>(this, service_, scheduler, model_);
+    sink_->set_session_id(session->id());
+    sink_->SetControl(scheduler->Submit(session, std::move(parsed->turn), sink_));
+    return absl::OkStatus();
+  }
+
+  AttnServeService* const service_;
+  std::shared_ptr<const session::ServedModel> model_;
+  std::shared_ptr<StreamSink> sink_;
+};
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* StartGenerate(
+    AttnServeService* service, const ModelSet* models, session::SessionStore* store,
+    scheduler::Scheduler* scheduler, const RequestLimits& limits,
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  return new GenerateReactor(service, models, store, scheduler, limits, context, request);
+}
+
+}  // namespace attnserve::service

@@ -1,0 +1,66 @@
+// Assembles a running attnserve: models, session store, scheduler, metrics endpoint, and
+// the gRPC server with health checking and reflection. Used by the attnserve_server
+// binary and by in-process tests.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/server.h>
+
+#include "absl/status/statusor.h"
+#include "server/config/server_options.h"
+#include "server/metrics/metrics.h"
+#include "server/scheduler/scheduler.h"
+#include "server/service/attnserve_service.h"
+#include "server/service/convert.h"
+#include "server/session/session_store.h"
+
+namespace attnserve::service {
+
+// Loads every directory with model::Model::Load. Duplicate model names are an error.
+absl::StatusOr<std::vector<std::shared_ptr<const session::ServedModel>>> LoadModels(
+    const std::vector<std::string>& dirs);
+
+class AttnServer {
+ public:
+  // Serves `models` (the first is the default) as `options` says. Health reports
+  // SERVING once this returns. Fails if an address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<AttnServer>> Start(
+      const config::ServerOptions& options,
+      std::vector<std::shared_ptr<const session::ServedModel>> models);
+
+  // Shutdown(0) unless already shut down.
+  ~AttnServer();
+
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_->port(); }
+
+  // Graceful stop: health goes NOT_SERVING, new turns are refused, running turns get
+  // `grace` to finish, then remaining calls are cancelled and the server stops.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  AttnServer() = default;
+  void Housekeeping();
+
+  config::ServerOptions options_;
+  std::unique_ptr<metrics::Metrics> metrics_;
+  std::unique_ptr<ModelSet> models_;
+  std::unique_ptr<session::SessionStore> store_;
+  std::unique_ptr<scheduler::Scheduler> scheduler_;
+  std::unique_ptr<AttnServeService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // guarded by mu_
+  std::thread housekeeping_;
+};
+
+}  // namespace attnserve::service

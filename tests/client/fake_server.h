@@ -1,0 +1,268 @@
+// Test helpers for the client: a scripted fake AttnServe + health server on an
+// ephemeral port, and a way to run the client's commands in-process and capture
+// what they print.
+#pragma once
+
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attnserve/v1/attnserve.grpc.pb.h"
+#include "client/commands.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace attnserve::client::test {
+
+namespace v1 = ::attnserve::v1;
+namespace health = ::grpc::health::v1;
+
+// Answers every AttnServe method from a script and records the requests.
+class FakeAttnServe final : public v1::AttnServe::Service {
+ public:
+  // Script (set before the client runs).
+  std::vector<std::string> tokens = {"Hel", "lo", "\xff", std::string(1, '\0')};
+  grpc::Status
+      generate_status;  // returned after the tokens; OK sends a Final first
+  v1::FinishReason reason = v1::FINISH_REASON_LENGTH;
+  std::string final_error;
+
+  grpc::Status Generate(
+      grpc::ServerContext*, const v1::GenerateRequest* request,
+      grpc::ServerWriter<v1::GenerateResponse>* writer) override {
+    Record(&generate_requests_, *request);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      v1::GenerateResponse response;
+      response.mutable_token()->set_text(tokens[i]);
+      response.mutable_token()->set_id(100 + static_cast<int>(i));
+      if (request->logprobs()) response.mutable_token()->set_logprob(-0.5f);
+      writer->Write(response);
+    }
+    if (!generate_status.ok()) return generate_status;
+    v1::GenerateResponse response;
+    v1::Final* final = response.mutable_final();
+    final->set_reason(reason);
+    final->set_error(final_error);
+    final->set_session_id(request->session_id());
+    final->mutable_usage()->set_prompt_tokens(
+        static_cast<int>(request->text().size()));
+    final->mutable_usage()->set_generated_tokens(
+        static_cast<int>(tokens.size()));
+    final->mutable_usage()->set_session_position(70 + request->text().size());
+    final->mutable_usage()->set_time_to_first_token_ms(1.5);
+    writer->Write(response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CreateSession(grpc::ServerContext*,
+                             const v1::CreateSessionRequest* request,
+                             v1::Session* session) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    create_requests_.push_back(*request);
+    session->set_id("s" + std::to_string(create_requests_.size()));
+    session->set_model(request->model().empty() ? "tiny" : request->model());
+    session->set_attention_module("taylor");
+    session->set_attention_order(2);
+    session->set_position(76);
+    session->set_state_bytes(3 << 20);
+    session->set_created_unix_ms(1700000000000);
+    session->set_last_used_unix_ms(1700000060000);
+    session->set_ttl_seconds(600);
+    sessions_[session->id()] = *session;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetSession(grpc::ServerContext*,
+                          const v1::GetSessionRequest* request,
+                          v1::Session* session) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(request->session_id());
+    if (it == sessions_.end()) return NotFound(request->session_id());
+    *session = it->second;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CloseSession(grpc::ServerContext*,
+                            const v1::CloseSessionRequest* request,
+                            v1::CloseSessionResponse*) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_.push_back(request->session_id());
+    if (sessions_.erase(request->session_id()) == 0)
+      return NotFound(request->session_id());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListSessions(grpc::ServerContext*,
+                            const v1::ListSessionsRequest*,
+                            v1::ListSessionsResponse* response) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, session] : sessions_)
+      *response->add_sessions() = session;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,
+                          v1::ListModelsResponse* response) override {
+    *response->add_models() = Model();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DescribeModel(grpc::ServerContext*,
+                             const v1::DescribeModelRequest* request,
+                             v1::ModelInfo* info) override {
+    if (request->name() != "tiny") {
+      return {grpc::StatusCode::NOT_FOUND,
+              "unknown model '" + request->name() + "'"};
+    }
+    *info = Model();
+    return grpc::Status::OK;
+  }
+
+  std::vector<v1::GenerateRequest> generate_requests() {
+    return Copy(generate_requests_);
+  }
+  std::vector<v1::CreateSessionRequest> create_requests() {
+    return Copy(create_requests_);
+  }
+  std::vector<std::string> closed() { return Copy(closed_); }
+
+  // Adds a session as if created earlier.
+  void AddSession(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_[id].set_id(id);
+  }
+
+ private:
+  static grpc::Status NotFound(const std::string& id) {
+    return {grpc::StatusCode::NOT_FOUND, "session '" + id + "' not found"};
+  }
+  static v1::ModelInfo Model() {
+    v1::ModelInfo info;
+    info.set_name("tiny");
+    info.set_attention_module("taylor");
+    info.set_parameter_count(1234567);
+    info.set_state_bytes_per_session_at_1k(313344);
+    info.set_state_bytes_per_session_at_16k(313344);
+    info.set_break_even_context(82);
+    v1::ModelConfig* config = info.mutable_config();
+    config->set_vocab_size(259);
+    config->set_dim(64);
+    config->set_num_layers(2);
+    config->set_num_heads(4);
+    config->set_head_dim(16);
+    config->set_mlp_hidden(172);
+    config->mutable_attention()->set_module("taylor");
+    config->mutable_attention()->set_order(2);
+    return info;
+  }
+  template <typename T>
+  void Record(std::vector<T>* log, const T& value) {
+    std::lock_guard<std::mutex> lock(mu_);
+    log->push_back(value);
+  }
+  template <typename T>
+  std::vector<T> Copy(const std::vector<T>& log) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log;
+  }
+
+  std::mutex mu_;
+  std::vector<v1::GenerateRequest> generate_requests_;
+  std::vector<v1::CreateSessionRequest> create_requests_;
+  std::vector<std::string> closed_;
+  std::map<std::string, v1::Session> sessions_;
+};
+
+class FakeHealth final : public health::Health::Service {
+ public:
+  health::HealthCheckResponse::ServingStatus status =
+      health::HealthCheckResponse::SERVING;
+  grpc::Status Check(grpc::ServerContext*, const health::HealthCheckRequest*,
+                     health::HealthCheckResponse* response) override {
+    response->set_status(status);
+    return grpc::Status::OK;
+  }
+};
+
+// What a command printed and returned.
+struct Outcome {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+inline std::string ReadAll(std::FILE* file) {
+  std::string text;
+  std::rewind(file);
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0)
+    text.append(buffer, n);
+  std::fclose(file);
+  return text;
+}
+
+// Runs the client with `args`, stdin `input`, and no environment.
+inline Outcome RunArgs(const std::vector<std::string>& args,
+                       const std::string& input = "") {
+  std::istringstream in(input);
+  Io io;
+  io.out = std::tmpfile();
+  io.err = std::tmpfile();
+  io.in = &in;
+  io.env = [](const char*) -> const char* { return nullptr; };
+  const int code = RunClient(args, io);
+  return Outcome{code, ReadAll(io.out), ReadAll(io.err)};
+}
+
+// A loopback port with nothing listening on it.
+inline int UnusedPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(&service_);
+    builder.RegisterService(&health_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    server_flag_ = "--server=127.0.0.1:" + std::to_string(port);
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  // Runs `args` against the fake server (the --server flag goes first).
+  Outcome Client(std::vector<std::string> args, const std::string& input = "") {
+    args.insert(args.begin(), server_flag_);
+    return RunArgs(args, input);
+  }
+
+  FakeAttnServe service_;
+  FakeHealth health_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string server_flag_;
+};
+
+}  // namespace attnserve::client::test

@@ -1,0 +1,334 @@
+// The service through a real gRPC channel on loopback: streaming, sessions, errors,
+// health and reflection.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "attnserve/v1/attnserve.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "server/model/tokenizer.h"
+#include "server/service/server.h"
+
+namespace attnserve::service {
+namespace {
+
+std::shared_ptr<const session::ServedModel> TinyModel(const std::string& module) {
+  model::ModelConfig c;
+  c.name = "tiny-" + module;
+  c.dim = 32;
+  c.num_layers = 2;
+  c.mlp_hidden = 64;
+  c.attention.module = module;
+  c.attention.num_heads = 2;
+  c.attention.head_dim = 16;
+  c.attention.value_dim = 16;
+  c.attention.chunk_size = 8;
+  auto m = model::Model::Create(c, 3);
+  EXPECT_TRUE(m.ok()) << m.status();
+  for (auto& [name, t] : (*m)->NamedParameters()) {
+    if (name.find("norm") == std::string::npos) t.mul_(20);
+  }
+  return std::make_shared<session::ServedModel>(
+      session::ServedModel{c.name, "", std::move(m).value()});
+}
+
+struct Stream {
+  std::vector<v1::Token> tokens;
+  std::optional<v1::Final> final;
+  grpc::Status status;
+  std::string text() const {
+    std::string s;
+    for (const auto& t : tokens) s += t.text();
+    return s;
+  }
+  std::vector<int32_t> ids() const {
+    std::vector<int32_t> v;
+    for (const auto& t : tokens) v.push_back(t.id());
+    return v;
+  }
+};
+
+class ServiceTest : public testing::Test {
+ protected:
+  void SetUp() override { StartServer(config::ServerOptions{}); }
+
+  void StartServer(config::ServerOptions o) {
+    server_.reset();
+    o.listen_address = "127.0.0.1:0";
+    o.metrics_address = "";  // recorded, not served: stopping civetweb can take 2 s
+    o.max_prompt_tokens = 100;
+    o.max_generated_tokens = 5000;
+    o.threads = 1;
+    auto s = AttnServer::Start(o, {taylor_, softmax_});
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(s).value();
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::AttnServe::NewStub(channel_);
+  }
+
+  Stream Generate(const v1::GenerateRequest& request) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto reader = stub_->Generate(&context, request);
+    Stream out;
+    v1::GenerateResponse m;
+    while (reader->Read(&m)) {
+      EXPECT_FALSE(out.final.has_value()) << "a message after the final one";
+      if (m.has_token()) out.tokens.push_back(m.token());
+      if (m.has_final()) out.final = m.final();
+    }
+    out.status = reader->Finish();
+    return out;
+  }
+
+  static v1::GenerateRequest Greedy(const std::string& text, int max_tokens,
+                                    const std::string& session = "",
+                                    const std::string& model = "") {
+    v1::GenerateRequest r;
+    r.set_text(text);
+    r.set_session_id(session);
+    r.set_model(model);
+    r.mutable_sampling()->set_max_tokens(max_tokens);
+    return r;
+  }
+
+  std::string CreateSession(const std::string& model) {
+    grpc::ClientContext context;
+    v1::CreateSessionRequest request;
+    request.set_model(model);
+    v1::Session session;
+    EXPECT_TRUE(stub_->CreateSession(&context, request, &session).ok());
+    return session.id();
+  }
+
+  v1::Session GetSession(const std::string& id) {
+    grpc::ClientContext context;
+    v1::GetSessionRequest request;
+    request.set_session_id(id);
+    v1::Session session;
+    EXPECT_TRUE(stub_->GetSession(&context, request, &session).ok());
+    return session;
+  }
+
+  std::shared_ptr<const session::ServedModel> taylor_ = TinyModel("taylor");
+  std::shared_ptr<const session::ServedModel> softmax_ = TinyModel("softmax");
+  std::unique_ptr<AttnServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::AttnServe::Stub> stub_;
+};
+
+// Greedy decode straight on the model, for comparison.
+std::vector<int32_t> DirectGreedy(const model::Model& m, const std::string& prompt, int n) {
+  auto state = m.NewState();
+  at::Tensor logits = m.Prefill(*state, model::Encode(prompt)).value()[-1];
+  std::vector<int32_t> out;
+  model::DecodeState* states[] = {state.get()};
+  for (int i = 0; i < n; ++i) {
+    const int32_t id = int32_t(logits.argmax().item<int64_t>());
+    if (id == model::kEosToken) break;
+    out.push_back(id);
+    logits = m.Step(states, {id}).value()[0];
+  }
+  return out;
+}
+
+TEST_F(ServiceTest, StreamsTokensInOrderThenTheFinalMessage) {
+  Stream s = Generate(Greedy("In the beginning", 12));
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  ASSERT_TRUE(s.final.has_value());
+  EXPECT_EQ(s.ids(), DirectGreedy(*taylor_->model, "In the beginning", 12));
+  EXPECT_EQ(s.final->reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(s.final->usage().prompt_tokens(), 16);
+  EXPECT_EQ(s.final->usage().generated_tokens(), 12);
+  EXPECT_EQ(s.final->usage().session_position(), 28);
+  EXPECT_GT(s.final->usage().time_to_first_token_ms(), 0);
+  for (const auto& t : s.tokens) EXPECT_EQ(t.text(), model::TokenBytes(t.id()));
+}
+
+TEST_F(ServiceTest, TokenIdPromptsAndLogprobs) {
+  v1::GenerateRequest r = Greedy("", 5);
+  for (int32_t id : model::Encode("In the beginning")) r.mutable_tokens()->add_ids(id);
+  r.set_logprobs(true);
+  r.mutable_sampling()->set_temperature(0.7f);
+  r.mutable_sampling()->set_seed(9);
+  Stream s = Generate(r);
+  ASSERT_TRUE(s.status.ok());
+  ASSERT_EQ(s.tokens.size(), 5u);
+  for (const auto& t : s.tokens) {
+    ASSERT_TRUE(t.has_logprob());
+    EXPECT_LE(t.logprob(), 0);
+  }
+  EXPECT_EQ(Generate(r).ids(), s.ids());  // same seed, same tokens
+}
+
+TEST_F(ServiceTest, ATurnContinuesExactlyWhereTheLastStopped) {
+  for (const std::string model : {"tiny-taylor", "tiny-softmax"}) {
+    const std::string id = CreateSession(model);
+    Stream a = Generate(Greedy("Genesis: ", 7, id));
+    Stream b = Generate(Greedy(" and then", 9, id));
+    Stream c = Generate(Greedy("!", 6, id));
+    ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+    const std::string history = "Genesis: " + a.text() + " and then" + b.text() + "!";
+    Stream once = Generate(Greedy(history, 6, "", model));
+    EXPECT_EQ(c.ids(), once.ids()) << model;
+    EXPECT_EQ(GetSession(id).position(), int64_t(history.size()) + 6);
+  }
+}
+
+TEST_F(ServiceTest, CancelMidStreamFreesTheTurn) {
+  const std::string id = CreateSession("tiny-taylor");
+  {
+    grpc::ClientContext context;
+    auto reader = stub_->Generate(&context, Greedy("abc", 5000, id));
+    v1::GenerateResponse m;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(reader->Read(&m));
+    // A second turn on the busy session is refused.
+    Stream second = Generate(Greedy("x", 1, id));
+    EXPECT_EQ(second.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    context.TryCancel();
+    while (reader->Read(&m)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // The engine frees the turn at its next step.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (GetSession(id).busy() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  v1::Session after = GetSession(id);
+  EXPECT_FALSE(after.busy());
+  EXPECT_LT(after.position(), 5000);
+  Stream next = Generate(Greedy("", 3, id));  // continues from a consistent point
+  EXPECT_TRUE(next.status.ok()) << next.status.error_message();
+  EXPECT_EQ(next.final->usage().session_position(), after.position() + 3);
+}
+
+TEST_F(ServiceTest, BadInputGetsItsStatusCodeNamingTheField) {
+  struct Case {
+    std::string name;
+    v1::GenerateRequest request;
+    grpc::StatusCode code;
+    std::string field;
+  };
+  std::vector<Case> cases;
+  auto add = [&](std::string name, grpc::StatusCode code, std::string field, auto edit) {
+    v1::GenerateRequest r = Greedy("hello", 5);
+    edit(r);
+    cases.push_back({std::move(name), r, code, std::move(field)});
+  };
+  using C = grpc::StatusCode;
+  add("empty prompt", C::INVALID_ARGUMENT, "prompt", [](auto& r) { r.clear_text(); });
+  add("negative temperature", C::INVALID_ARGUMENT, "sampling.temperature",
+      [](auto& r) { r.mutable_sampling()->set_temperature(-1); });
+  add("top_p over 1", C::INVALID_ARGUMENT, "sampling.top_p",
+      [](auto& r) { r.mutable_sampling()->set_top_p(1.5f); });
+  add("negative top_p", C::INVALID_ARGUMENT, "sampling.top_p",
+      [](auto& r) { r.mutable_sampling()->set_top_p(-0.1f); });
+  add("negative top_k", C::INVALID_ARGUMENT, "sampling.top_k",
+      [](auto& r) { r.mutable_sampling()->set_top_k(-2); });
+  add("max_tokens over limit", C::INVALID_ARGUMENT, "sampling.max_tokens",
+      [](auto& r) { r.mutable_sampling()->set_max_tokens(5001); });
+  add("prompt over limit", C::INVALID_ARGUMENT, "prompt",
+      [](auto& r) { r.set_text(std::string(101, 'a')); });
+  add("unknown stop encoding", C::INVALID_ARGUMENT, "sampling.stop_encoding", [](auto& r) {
+    r.mutable_sampling()->add_stop("x");
+    r.mutable_sampling()->set_stop_encoding(static_cast<v1::StopEncoding>(7));
+  });
+  add("bad hex stop", C::INVALID_ARGUMENT, "sampling.stop[0]", [](auto& r) {
+    r.mutable_sampling()->add_stop("zz");
+    r.mutable_sampling()->set_stop_encoding(v1::STOP_ENCODING_HEX);
+  });
+  add("token outside vocabulary", C::INVALID_ARGUMENT, "tokens.ids[1]", [](auto& r) {
+    r.mutable_tokens()->add_ids(65);
+    r.mutable_tokens()->add_ids(100000);
+  });
+  add("unknown model", C::NOT_FOUND, "model", [](auto& r) { r.set_model("nope"); });
+  add("unknown session", C::NOT_FOUND, "session_id",
+      [](auto& r) { r.set_session_id("00000000000000000000000000000000"); });
+  for (const Case& c : cases) {
+    Stream s = Generate(c.request);
+    EXPECT_EQ(s.status.error_code(), c.code) << c.name << ": " << s.status.error_message();
+    EXPECT_NE(s.status.error_message().find(c.field), std::string::npos)
+        << c.name << ": " << s.status.error_message();
+    EXPECT_TRUE(s.tokens.empty()) << c.name;
+  }
+  grpc::ClientContext context;
+  v1::GetSessionRequest get;
+  get.set_session_id("missing");
+  v1::Session session;
+  EXPECT_EQ(stub_->GetSession(&context, get, &session).error_code(), C::NOT_FOUND);
+  grpc::ClientContext context2;
+  v1::DescribeModelRequest describe;
+  describe.set_name("nope");
+  v1::ModelInfo info;
+  EXPECT_EQ(stub_->DescribeModel(&context2, describe, &info).error_code(), C::NOT_FOUND);
+  // Rejected requests leave no session behind.
+  grpc::ClientContext context3;
+  v1::ListSessionsResponse list;
+  ASSERT_TRUE(stub_->ListSessions(&context3, {}, &list).ok());
+  EXPECT_EQ(list.sessions_size(), 0);
+}
+
+TEST_F(ServiceTest, SessionLimitsSayWhichLimit) {
+  config::ServerOptions o;
+  o.max_sessions = 1;
+  StartServer(o);
+  CreateSession("tiny-taylor");
+  grpc::ClientContext context;
+  v1::CreateSessionRequest request;
+  v1::Session session;
+  grpc::Status s = stub_->CreateSession(&context, request, &session);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(s.error_message().find("max_sessions"), std::string::npos);
+  // A one-turn request needs a session too.
+  EXPECT_EQ(Generate(Greedy("hi", 2)).status.error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST_F(ServiceTest, StateBytesStayFixedForTaylorAndGrowForSoftmax) {
+  const std::string taylor = CreateSession("tiny-taylor");
+  const std::string softmax = CreateSession("tiny-softmax");
+  std::vector<int64_t> taylor_bytes, softmax_bytes;
+  for (int turn = 0; turn < 10; ++turn) {
+    ASSERT_TRUE(Generate(Greedy("turn " + std::to_string(turn), 8, taylor)).status.ok());
+    ASSERT_TRUE(Generate(Greedy("turn " + std::to_string(turn), 8, softmax)).status.ok());
+    taylor_bytes.push_back(GetSession(taylor).state_bytes());
+    softmax_bytes.push_back(GetSession(softmax).state_bytes());
+  }
+  EXPECT_EQ(taylor_bytes.front(), taylor_->model->StateBytes(0));
+  for (int64_t b : taylor_bytes) EXPECT_EQ(b, taylor_bytes.front());
+  for (int i = 1; i < 10; ++i) EXPECT_GT(softmax_bytes[i], softmax_bytes[i - 1]);
+}
+
+TEST_F(ServiceTest, ModelsListAndDescribe) {
+  grpc::ClientContext context;
+  v1::ListModelsResponse list;
+  ASSERT_TRUE(stub_->ListModels(&context, {}, &list).ok());
+  ASSERT_EQ(list.models_size(), 2);
+  EXPECT_EQ(list.models(0).name(), "tiny-taylor");
+  const v1::ModelInfo& t = list.models(0);
+  EXPECT_EQ(t.attention_module(), "taylor");
+  EXPECT_EQ(t.config().dim(), 32);
+  EXPECT_EQ(t.parameter_count(), taylor_->model->ParameterCount());
+  EXPECT_EQ(t.state_bytes_per_session_at_1k(), t.state_bytes_per_session_at_16k());
+  EXPECT_EQ(t.break_even_context(), 82);
+  const v1::ModelInfo& s = list.models(1);
+  EXPECT_EQ(s.state_bytes_per_session_at_16k(), 16 * s.state_bytes_per_session_at_1k());
+  EXPECT_EQ(s.break_even_context(), 0);
+}
+
+TEST_F(ServiceTest, HealthAnswersServing) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(health->Check(&context, {}, &response).ok());
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  // Reflection is checked against the real binary by tests/e2e (its client-side
+  // messages cannot share a process with the server's reflection library).
+}
+
+}  // namespace
+}  // namespace attnserve::service
