@@ -1,10 +1,35 @@
 #!/usr/bin/env bash
-# The README's first command: installs the system packages, builds, and runs the main
-# job on the shipped default. Until the gRPC server lands, the main job is the demo:
-# a small model per attention module streaming generated text to the terminal.
-# Extra arguments go to the demo (see `build/server/demo/attnserve_demo --help`).
+# The README's first command: installs the system packages, builds, starts the server on
+# the shipped default model, and shows the sample client streaming from it. The server
+# then keeps serving in the foreground until Ctrl-C (SIGINT) or SIGTERM.
+# Server flags may be passed through, e.g. deploy/run.sh --listen=127.0.0.1:6000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install.sh
 deploy/build.sh build
-exec build/server/demo/attnserve_demo "$@"
+
+server=build/server/attnserve_server
+client=build/client/attnserve_client
+listen=${ATTNSERVE_LISTEN:-127.0.0.1:50051}
+for arg in "$@"; do
+  case $arg in --listen=*) listen=${arg#--listen=} ;; esac
+done
+
+"$server" "$@" &
+server_pid=$!
+trap 'kill -TERM $server_pid 2>/dev/null; wait $server_pid' INT TERM
+for _ in $(seq 1 100); do
+  "$client" --server="$listen" --connect_timeout=0.1 health >/dev/null 2>&1 && break
+  kill -0 $server_pid 2>/dev/null || { echo "run.sh: the server did not start" >&2; exit 1; }
+  sleep 0.1
+done
+
+echo
+echo "== $client --server=$listen models"
+"$client" --server="$listen" models
+echo
+echo "== $client --server=$listen generate --max_tokens=120 --temperature=0.8 \"In the beginning\""
+"$client" --server="$listen" generate --max_tokens=120 --temperature=0.8 "In the beginning"
+echo
+echo "run.sh: the server keeps serving on $listen; try '$client --help'. Ctrl-C stops it."
+wait $server_pid

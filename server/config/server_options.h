@@ -40,8 +40,9 @@ struct ServerOptions {
   absl::Duration default_ttl = absl::Minutes(30);
   // Longest idle lifetime a request may ask for (--max_ttl).
   absl::Duration max_ttl = absl::Hours(24);
-  // LibTorch intra-op threads for the engine (--threads).
-  int threads = 2;
+  // LibTorch intra-op threads for the engine (--threads). One is fastest for small
+  // models: measured 1,780 vs 1,057 tokens/s for one session with 2 (README).
+  int threads = 1;
   // How long running turns may continue after SIGTERM before the server stops
   // (--shutdown_grace).
   absl::Duration shutdown_grace = absl::Seconds(10);

@@ -36,6 +36,21 @@ TEST(FormatTimestampTest, PrintsUtcAndACoarseAge) {
             "2023-11-14 22:13:25 UTC");  // future
 }
 
+TEST(FormatAgoTest, PrintsOnlyTheAge) {
+  const absl::Time now = absl::FromUnixSeconds(1700000000);
+  EXPECT_EQ(FormatAgo(0, now), "-");
+  EXPECT_EQ(FormatAgo(1700000000000 - 5 * 3600 * 1000 - 7 * 60 * 1000, now),
+            "5h7m ago");
+  EXPECT_EQ(FormatAgo(1700000005000, now), "0s ago");
+}
+
+TEST(FormatAttentionTest, ShowsTheOrderOnlyForTaylorModules) {
+  EXPECT_EQ(FormatAttention("taylor", 4), "taylor (order 4)");
+  EXPECT_EQ(FormatAttention("taylor_norm", 3), "taylor_norm (order 3)");
+  EXPECT_EQ(FormatAttention("taylor", 0), "taylor");
+  EXPECT_EQ(FormatAttention("softmax", 2), "softmax");
+}
+
 TEST(PrintTableTest, AlignsColumnsTwoSpacesApart) {
   std::FILE* out = std::tmpfile();
   PrintTable(out, {{"ID", "MODEL"}, {"s123", "tiny"}, {"s", "x"}});

@@ -99,7 +99,7 @@ TEST(ParseServerOptionsTest, DefaultsWithNoFlagsAndEmptyEnv) {
   EXPECT_EQ(options->default_max_tokens, 256);
   EXPECT_EQ(options->default_ttl, absl::Minutes(30));
   EXPECT_EQ(options->max_ttl, absl::Hours(24));
-  EXPECT_EQ(options->threads, 2);
+  EXPECT_EQ(options->threads, 1);
   EXPECT_EQ(options->shutdown_grace, absl::Seconds(10));
 }
 
@@ -200,7 +200,7 @@ TEST(ParseServerOptionsTest, HelpReturnsDefaultsAndSetsHelp) {
     ASSERT_TRUE(options.ok()) << flag << ": " << options.status();
     EXPECT_TRUE(help) << flag;
     EXPECT_EQ(options->max_sessions, 256) << flag;
-    EXPECT_EQ(options->threads, 2) << flag;
+    EXPECT_EQ(options->threads, 1) << flag;
   }
 }
 
@@ -305,7 +305,7 @@ TEST(ServerUsageTest, ListsEveryFlagWithEnvVarAndDefault) {
   for (const std::string& default_text : std::vector<std::string>{
            "default 127.0.0.1:50051", "default 127.0.0.1:9464", "default 2GiB",
            "default 256", "default 8192", "default 2048", "default 30m",
-           "default 24h", "default 10s", "default 2\n"}) {
+           "default 24h", "default 10s", "default 1\n"}) {
     EXPECT_THAT(usage, HasSubstr(default_text));
   }
 }

@@ -1,0 +1,71 @@
+// One Generate call (a "turn") and the sampling flags that shape it; shared by
+// generate, chat and bench.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "attnserve/v1/attnserve.grpc.pb.h"
+#include "client/connection.h"
+#include "client/flags.h"
+
+namespace attnserve::client {
+
+// Command-line form of attnserve.v1.SamplingParams. Zero values mean what the
+// proto says (greedy, all tokens, top_p 1, the server's max_tokens).
+struct SamplingFlags {
+  float temperature = 0;
+  int32_t top_k = 0;
+  float top_p = 0;
+  uint64_t seed = 0;
+  int32_t max_tokens = 0;
+  std::vector<std::string> stop;      // stop sequences as given (bytes)
+  std::vector<std::string> stop_hex;  // stop sequences as hex digits
+};
+
+// Declares --temperature --top_k --top_p --seed --max_tokens --stop --stop_hex.
+void AddSamplingFlags(FlagSet* flags, SamplingFlags* sampling);
+
+// Fills `params`. Stop sequences go as STOP_ENCODING_UTF8 when every one is a
+// --stop that is valid UTF-8; otherwise all of them go hex-encoded
+// (STOP_ENCODING_HEX), since a proto3 `string` must hold valid UTF-8.
+// InvalidArgument names a malformed --stop_hex.
+absl::Status FillSampling(const SamplingFlags& flags,
+                          attnserve::v1::SamplingParams* params);
+
+// What came back from one Generate call.
+struct TurnResult {
+  grpc::Status status;  // the call's status
+  std::optional<attnserve::v1::Final>
+      final;                   // the final message, if one arrived
+  int64_t token_messages = 0;  // token messages received
+};
+
+// Sends `request` with the command's deadline (GlobalOptions, default 300 s)
+// and reads the stream to its end, calling `on_token` on the calling thread for
+// each token message as soon as it arrives. Thread-safe as long as callers do
+// not share `on_token` state.
+TurnResult RunTurn(
+    attnserve::v1::AttnServe::Stub& stub,
+    const attnserve::v1::GenerateRequest& request, const GlobalOptions& options,
+    const std::function<void(const attnserve::v1::Token&)>& on_token);
+
+// Empty when the turn finished normally (reason stop or length); otherwise the
+// one-line message to print: "attnserve: CODE: message" for an error status, or
+// a description of a missing, failed, cancelled or unspecified final message.
+std::string TurnError(const TurnResult& result);
+
+// "stop", "length", "cancelled", "error" or "unspecified".
+const char* FinishReasonName(attnserve::v1::FinishReason reason);
+
+// "[finish=length prompt_tokens=12 generated_tokens=64 position=76
+// ttft_ms=3.2]".
+std::string FormatFinishLine(const attnserve::v1::Final& final);
+
+}  // namespace attnserve::client
