@@ -55,6 +55,7 @@ void RunSession(v1::AttnServe::Stub& stub, const GlobalOptions& global,
   request.set_text(options.prompt);
   request.mutable_sampling()->set_temperature(options.temperature);
   request.mutable_sampling()->set_max_tokens(options.max_tokens);
+  request.mutable_sampling()->set_ignore_eos(options.ignore_eos);
   for (int turn = 0; turn < options.turns; ++turn) {
     Clock::time_point last = Clock::now();
     bool first = true;
@@ -177,6 +178,9 @@ int RunBench(const Args& args, GlobalOptions options, const Io& io) {
             "sampling temperature; 0 is greedy");
   flags.Add("model", &bench.model, "model name; empty is the server's default");
   flags.Add("json", &bench.json, "print one JSON object line instead of text");
+  flags.Add("ignore_eos", &bench.ignore_eos,
+            "never sample end-of-sequence, so every turn runs to max_tokens "
+            "(--noignore_eos to allow it)");
   Args positional;
   int code;
   if (!ParseCommandLine(kBenchHelp, flags, &options, args, io, &positional,

@@ -25,6 +25,8 @@ struct BenchOptions {
   std::string model;
   // Print one JSON object line instead of text.
   bool json = false;
+  // Keep generating past end-of-sequence, so every turn produces max_tokens tokens.
+  bool ignore_eos = true;
 };
 
 // What one session's thread observed.

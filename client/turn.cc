@@ -66,12 +66,14 @@ void AddSamplingFlags(FlagSet* flags, SamplingFlags* sampling) {
   flags->Add("top_p", &sampling->top_p,
              "nucleus sampling mass in (0, 1]; 0 means 1");
   flags->Add("seed", &sampling->seed,
-             "seeds a session's sampler on its first turn");
+             "seed of the turn's sampler (same seed, same tokens)");
   flags->Add("max_tokens", &sampling->max_tokens,
              "tokens to generate at most; 0 is the server's default");
   flags->Add("stop", &sampling->stop, "stop after this byte sequence");
   flags->Add("stop_hex", &sampling->stop_hex,
              "stop after this byte sequence, as hex digits (0a is a newline)");
+  flags->Add("ignore_eos", &sampling->ignore_eos,
+             "never sample end-of-sequence: run to max_tokens");
 }
 
 absl::Status FillSampling(const SamplingFlags& flags,
@@ -81,6 +83,7 @@ absl::Status FillSampling(const SamplingFlags& flags,
   params->set_top_p(flags.top_p);
   params->set_seed(flags.seed);
   params->set_max_tokens(flags.max_tokens);
+  params->set_ignore_eos(flags.ignore_eos);
   bool hex = !flags.stop_hex.empty();
   for (const std::string& stop : flags.stop) hex = hex || !IsValidUtf8(stop);
   params->clear_stop();

@@ -27,9 +27,11 @@ struct SamplingFlags {
   int32_t max_tokens = 0;
   std::vector<std::string> stop;      // stop sequences as given (bytes)
   std::vector<std::string> stop_hex;  // stop sequences as hex digits
+  bool ignore_eos = false;
 };
 
-// Declares --temperature --top_k --top_p --seed --max_tokens --stop --stop_hex.
+// Declares --temperature --top_k --top_p --seed --max_tokens --stop --stop_hex
+// --ignore_eos.
 void AddSamplingFlags(FlagSet* flags, SamplingFlags* sampling);
 
 // Fills `params`. Stop sequences go as STOP_ENCODING_UTF8 when every one is a

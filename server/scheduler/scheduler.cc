@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -257,7 +258,10 @@ void Scheduler::DecodeBatch(std::vector<Turn*>& batch) {
   }
 }
 
-void Scheduler::Emit(Turn& t, const float* logits, int64_t vocab) {
+void Scheduler::Emit(Turn& t, float* logits, int64_t vocab) {
+  if (t.request.ignore_eos && vocab > model::kEosToken) {
+    logits[model::kEosToken] = -std::numeric_limits<float>::infinity();
+  }
   float logprob = 0;
   const int32_t id = t.sampler->Sample(absl::MakeConstSpan(logits, size_t(vocab)),
                                        t.request.logprobs ? &logprob : nullptr);

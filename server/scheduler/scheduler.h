@@ -64,8 +64,9 @@ class Scheduler {
   bool Step(std::vector<std::unique_ptr<Turn>>& turns);
   void Prefill(Turn& turn);
   void DecodeBatch(std::vector<Turn*>& batch);
-  // Samples from `logits` (V) and streams the token; may finish the turn.
-  void Emit(Turn& turn, const float* logits, int64_t vocab);
+  // Samples from `logits` (V; the engine's scratch copy, may be edited) and streams
+  // the token; may finish the turn.
+  void Emit(Turn& turn, float* logits, int64_t vocab);
   void Finish(Turn& turn, FinishReason reason, absl::Status error = absl::OkStatus());
   void PublishGauges(const std::vector<std::unique_ptr<Turn>>& turns);
 

@@ -26,6 +26,8 @@ struct TurnRequest {
   // Generation stops right after the streamed bytes end with any of these.
   std::vector<std::string> stop;
   bool logprobs = false;
+  // Never sample the end-of-sequence token (benchmarks: every turn runs to max_tokens).
+  bool ignore_eos = false;
   // When the request arrived (for time to first token) and when it must be over.
   absl::Time arrival = absl::InfinitePast();
   absl::Time deadline = absl::InfiniteFuture();

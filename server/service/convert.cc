@@ -49,6 +49,7 @@ absl::Status ParseSampling(const v1::SamplingParams& s, const RequestLimits& lim
   turn.sampling.top_k = s.top_k();
   turn.sampling.top_p = s.top_p() == 0 ? 1.0f : s.top_p();
   turn.sampling.seed = s.seed();
+  turn.ignore_eos = s.ignore_eos();
   turn.max_tokens = s.max_tokens() == 0 ? limits.default_max_tokens : s.max_tokens();
   for (int i = 0; i < s.stop_size(); ++i) {
     switch (s.stop_encoding()) {
