@@ -3,6 +3,8 @@
 # at OpenBLAS (serial build). Idempotent and non-interactive; run as root (or via sudo).
 #
 #   deploy/install.sh            build + test dependencies
+#   deploy/install.sh --runtime  only the shared libraries the two binaries load (the
+#                                container's runtime stage, deploy/Dockerfile)
 #
 # Why the serial OpenBLAS: the OpenMP build enlarges thread-local storage so much that
 # prometheus-cpp's web server fails to create threads. Why not the reference BLAS: it is
@@ -25,7 +27,24 @@ PACKAGES=(
   prometheus-cpp-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # training corpus: the King James Bible (public domain), printed by `bible`
+  bible-kjv bible-kjv-text
+  # tests/e2e: a real Prometheus, compose-file validation, the Python client
+  prometheus docker-compose python3-grpcio python3-protobuf
 )
+
+# What attnserve_server and attnserve_client load at run time (their dependencies follow).
+RUNTIME_PACKAGES=(
+  libtorch1.13 libopenblas0-serial
+  libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623
+  libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0
+)
+
+case "${1:-}" in
+  "") ;;
+  --runtime) PACKAGES=("${RUNTIME_PACKAGES[@]}") ;;
+  *) echo "usage: deploy/install.sh [--runtime]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -42,9 +61,11 @@ else
   echo "install.sh: all ${#PACKAGES[@]} packages already installed"
 fi
 
-# Select OpenBLAS (serial) for libblas.so.3 / liblapack.so.3.
-arch_triplet=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -dumpmachine)
-openblas_dir=/usr/lib/${arch_triplet}/openblas-serial
+# Select OpenBLAS (serial) for libblas.so.3 / liblapack.so.3. The multiarch directory is
+# taken from where OpenBLAS installed itself, which needs neither dpkg-dev nor gcc (the
+# runtime image has neither).
+openblas_dir=$(ls -d /usr/lib/*/openblas-serial | head -n 1)
+arch_triplet=$(basename "$(dirname "$openblas_dir")")
 for lib in libblas.so.3 liblapack.so.3; do
   target=${openblas_dir}/${lib}
   current=$(readlink -f "/usr/lib/${arch_triplet}/${lib}" || true)

@@ -150,6 +150,26 @@ int64_t StateBytesPerLayer(const AttentionOptions& o, int64_t context) {
   return SatMul(SatMul(FeatureCount(o), per_feature), int64_t{4} * o.num_heads);
 }
 
+absl::Status CheckServableAs(const AttentionOptions& trained, const std::string& module,
+                             int order) {
+  const bool same = module == trained.module && (order == 0 || order == trained.order ||
+                                                 !Find(module) || !Find(module)->uses_order);
+  if (same) return absl::OkStatus();
+  std::string compatible = trained.module;
+  if (trained.qk_norm && trained.module == "softmax") {
+    if (module == "taylor") return absl::OkStatus();
+    compatible += ", taylor (any even order)";
+  } else if (trained.qk_norm && trained.module == "softmax_norm") {
+    if (module == "taylor_norm") return absl::OkStatus();
+    compatible += ", taylor_norm (any order)";
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "attention_module: a checkpoint trained with '", trained.module, "'",
+      trained.qk_norm ? " and qk_norm" : "", " cannot be served as '", module, "'",
+      order ? absl::StrCat(" order ", order) : "", "; compatible: ", compatible,
+      trained.qk_norm ? "" : " (only qk_norm softmax checkpoints can switch to taylor)"));
+}
+
 int64_t BreakEvenContext(const AttentionOptions& o) {
   if (!HasFixedState(o)) return 0;
   const int64_t fixed = StateBytesPerLayer(o, 0);

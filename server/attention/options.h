@@ -67,6 +67,13 @@ int64_t StateBytesPerLayer(const AttentionOptions& options, int64_t context);
 // KV-cache bytes per token per layer for the same head shape.
 int64_t KvBytesPerToken(const AttentionOptions& options);
 
+// Whether weights trained with `trained` may be served with `module` (and `order`):
+// the same module; or a softmax (softmax_norm) checkpoint trained with qk_norm served
+// as taylor (taylor_norm), whose error is the kernel's truncation error, small when the
+// bounded logits fit the order. InvalidArgument naming the compatible choices otherwise.
+absl::Status CheckServableAs(const AttentionOptions& trained, const std::string& module,
+                             int order);
+
 // Smallest context at which a KV cache of the same head shape holds at least as many
 // bytes as this module's fixed state; 0 for KV-cache modules themselves.
 int64_t BreakEvenContext(const AttentionOptions& options);

@@ -134,7 +134,8 @@ absl::Status Model::Save(const std::string& dir) const {
   return WriteTensors(dir + "/" + kWeightsFile, NamedParameters());
 }
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
+                                                   const LoadOptions& options) {
   const std::string config_path = dir + "/" + kConfigFile;
   std::ifstream f(config_path);
   if (!f) return absl::NotFoundError(absl::StrCat("cannot open model config ", config_path));
@@ -145,6 +146,17 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
     return absl::Status(config.status().code(),
                         absl::StrCat(config_path, ": ", config.status().message()));
   }
+  config->attention.max_state_bytes_per_layer = options.max_state_bytes_per_layer;
+  if (!options.attention_module.empty()) {
+    if (absl::Status s = attention::CheckServableAs(
+            config->attention, options.attention_module, options.attention_order);
+        !s.ok()) {
+      return s;
+    }
+    config->attention.module = options.attention_module;
+    if (options.attention_order != 0) config->attention.order = options.attention_order;
+  }
+  if (absl::Status s = ValidateModelConfig(*config); !s.ok()) return s;
   auto weights = ReadTensors(dir + "/" + kWeightsFile);
   if (!weights.ok()) return weights.status();
   auto model = Create(*config, /*seed=*/0);

@@ -38,6 +38,17 @@ class DecodeState {
   const void* owner_ = nullptr;  // the Model that made it, to reject foreign states
 };
 
+// How to load a model directory.
+struct LoadOptions {
+  // Serve the weights with this module instead of the trained one, where
+  // attention::CheckServableAs allows it; empty keeps the trained module.
+  std::string attention_module;
+  // Order for attention_module (taylor, taylor_norm); 0 keeps the trained order.
+  int attention_order = 0;
+  // Largest fixed state per session per layer (rejects orders that would exceed it).
+  int64_t max_state_bytes_per_layer = attention::AttentionOptions{}.max_state_bytes_per_layer;
+};
+
 class Model {
  public:
   // A model with freshly initialised weights (N(0, 0.02); residual outputs scaled by
@@ -45,8 +56,10 @@ class Model {
   static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config,
                                                        uint64_t seed);
   // Reads `dir`/config.pbtxt and `dir`/weights.bin. Every parameter must be present
-  // with the config's shape, and nothing else.
-  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir);
+  // with the config's shape, and nothing else. See LoadOptions for serving the weights
+  // with another attention module (config() then reports the module it runs).
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir,
+                                                     const LoadOptions& options = {});
   // Writes config.pbtxt and weights.bin into `dir` (created if missing).
   absl::Status Save(const std::string& dir) const;
 

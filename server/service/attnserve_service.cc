@@ -43,21 +43,28 @@ grpc::ServerUnaryReactor* AttnServeService::CreateSession(
   auto model = models_->Find(request->model());
   if (!model.ok()) return Reply(context, "CreateSession", model.status());
   const session::ServedModel& m = **model;
-  if (!request->attention_module().empty() &&
-      (request->attention_module() != m.attention() ||
-       (request->attention_order() != 0 && request->attention_order() != m.attention_order()))) {
-    return Reply(context, "CreateSession",
-                 absl::InvalidArgumentError(
-                     "attention_module: model '" + m.name + "' is served with '" +
-                     m.attention() + "' (order " + std::to_string(m.attention_order()) +
-                     "); this server has no compatible alternative loaded for it"),
-                 &m);
+  std::shared_ptr<const session::ServedModel> served = *model;
+  const std::string& module = request->attention_module();
+  const int order = request->attention_order();
+  if (!module.empty() && (module != m.attention() || (order != 0 && order != m.attention_order()))) {
+    served = nullptr;
+    std::string offered = m.attention();
+    for (const auto& v : m.variants) {
+      if (v->attention() == module && (order == 0 || order == v->attention_order())) served = v;
+      offered += ", " + v->attention() + " order " + std::to_string(v->attention_order());
+    }
+    if (served == nullptr) {
+      return Reply(context, "CreateSession",
+                   absl::InvalidArgumentError("attention_module: model '" + m.name +
+                                              "' can be served here as: " + offered),
+                   &m);
+    }
   }
   if (request->ttl_seconds() < 0) {
     return Reply(context, "CreateSession",
                  absl::InvalidArgumentError("ttl_seconds must be >= 0 (0 = default)"), &m);
   }
-  auto session = store_->Create(*model, absl::Seconds(request->ttl_seconds()));
+  auto session = store_->Create(served, absl::Seconds(request->ttl_seconds()));
   if (!session.ok()) return Reply(context, "CreateSession", session.status(), &m);
   auto info = store_->Get((*session)->id());
   if (info.ok()) *response = ToProto(*info);

@@ -24,8 +24,21 @@ absl::StatusOr<std::vector<std::shared_ptr<const session::ServedModel>>> LoadMod
       return absl::InvalidArgumentError(
           absl::StrCat("model_dirs: two models are named '", name, "' (", dir, ")"));
     }
-    out.push_back(std::make_shared<session::ServedModel>(
-        session::ServedModel{name, dir, std::shared_ptr<const model::Model>(std::move(*model))}));
+    auto served = std::make_shared<session::ServedModel>(
+        session::ServedModel{name, dir, std::shared_ptr<const model::Model>(std::move(*model)), {}});
+    // A qk_norm softmax checkpoint can also be served as taylor (softmax_norm as
+    // taylor_norm): load the orders whose state fits the per-layer budget.
+    const attention::AttentionOptions& a = served->model->config().attention;
+    const std::string alt = a.module == "softmax" ? "taylor" : "taylor_norm";
+    if (a.qk_norm && (a.module == "softmax" || a.module == "softmax_norm")) {
+      for (int order : {2, 4, 6}) {
+        auto variant = model::Model::Load(dir, {alt, order});
+        if (!variant.ok()) continue;  // over the state budget at this head size
+        served->variants.push_back(std::make_shared<session::ServedModel>(session::ServedModel{
+            name, dir, std::shared_ptr<const model::Model>(std::move(*variant)), {}}));
+      }
+    }
+    out.push_back(std::move(served));
   }
   if (out.empty()) return absl::InvalidArgumentError("model_dirs: no model to serve");
   return out;

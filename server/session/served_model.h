@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "server/model/model.h"
 
@@ -15,6 +16,9 @@ struct ServedModel {
   // Where it was loaded from; empty for models built in memory (tests).
   std::string directory;
   std::shared_ptr<const model::Model> model;
+  // The same weights served with other attention modules (e.g. a qk_norm softmax
+  // checkpoint as taylor of several orders), for sessions that ask for them.
+  std::vector<std::shared_ptr<const ServedModel>> variants;
 
   const std::string& attention() const { return model->config().attention.module; }
   int attention_order() const { return model->config().attention.order; }

@@ -90,6 +90,27 @@ TEST(StateBytesPerLayer, FixedForTaylorAndLinearInContextForKvCaches) {
   EXPECT_EQ(StateBytesPerLayer(s, 1000), 1000 * 32 * 4 * 4);
 }
 
+TEST(CheckServableAs, QkNormSoftmaxMaySwitchToTaylorOthersMayNot) {
+  AttentionOptions softmax;
+  EXPECT_TRUE(CheckServableAs(softmax, "softmax", 0).ok());
+  absl::Status s = CheckServableAs(softmax, "taylor", 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("qk_norm"), std::string::npos) << s;
+  softmax.qk_norm = true;
+  EXPECT_TRUE(CheckServableAs(softmax, "taylor", 4).ok());
+  EXPECT_FALSE(CheckServableAs(softmax, "linear", 0).ok());
+  EXPECT_FALSE(CheckServableAs(softmax, "taylor_norm", 4).ok());
+  AttentionOptions norm;
+  norm.module = "softmax_norm";
+  norm.qk_norm = true;
+  EXPECT_TRUE(CheckServableAs(norm, "taylor_norm", 3).ok());
+  AttentionOptions taylor = Taylor(2);
+  EXPECT_TRUE(CheckServableAs(taylor, "taylor", 2).ok());
+  absl::Status t = CheckServableAs(taylor, "taylor", 4);
+  EXPECT_FALSE(t.ok());
+  EXPECT_NE(t.message().find("compatible: taylor"), std::string::npos) << t;
+}
+
 TEST(BreakEvenContext, MatchesDesignFigures) {
   // m (d_v + 1) / (2 d), rounded up: 153 * 17 / 32 = 81.3; 4845 * 17 / 32 = 2573.9.
   EXPECT_EQ(BreakEvenContext(Taylor(2, 16)), 82);

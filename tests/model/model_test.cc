@@ -186,6 +186,37 @@ TEST_F(ModelFiles, LoadRejectsMissingCorruptAndMismatchedFiles) {
   EXPECT_NE(malformed.status().message().find("config.pbtxt"), std::string::npos);
 }
 
+TEST_F(ModelFiles, LoadsAQkNormSoftmaxCheckpointAsTaylor) {
+  ModelConfig c = TinyConfig("softmax");
+  c.attention.qk_norm = true;
+  c.attention.qk_temperature = 1.5f;
+  c.attention.learn_temperature = true;
+  // Unscaled weights: the temperature (a parameter here) must stay at 1.5.
+  auto model = std::move(Model::Create(c, 8)).value();
+  ASSERT_TRUE(model->Save(dir_.string()).ok());
+  at::Tensor ids = AsTensor(Text(64));
+  at::Tensor exact = at::log_softmax(model->Forward(ids), -1);
+  double previous = INFINITY;
+  for (int order : {2, 4, 6, 8}) {
+    LoadOptions as_taylor{"taylor", order, int64_t{1} << 30};  // order 8: 100 MB a layer
+    auto taylor = Model::Load(dir_.string(), as_taylor);
+    ASSERT_TRUE(taylor.ok()) << taylor.status();
+    EXPECT_EQ((*taylor)->config().attention.module, "taylor");
+    EXPECT_EQ((*taylor)->config().attention.order, order);
+    const double err =
+        MaxAbsDiff(at::log_softmax((*taylor)->Forward(ids), -1), exact);
+    EXPECT_LT(err, previous) << "order " << order;  // higher orders approach softmax
+    previous = err;
+  }
+  EXPECT_LT(previous, 1e-5);
+  auto linear = Model::Load(dir_.string(), {"linear"});
+  EXPECT_EQ(linear.status().code(), absl::StatusCode::kInvalidArgument);
+  auto odd = Model::Load(dir_.string(), {"taylor", 3});
+  EXPECT_EQ(odd.status().code(), absl::StatusCode::kInvalidArgument);
+  auto huge = Model::Load(dir_.string(), {"taylor", 8});  // default budget
+  EXPECT_NE(huge.status().message().find("budget"), std::string::npos);
+}
+
 TEST(Model, RejectsBadInputWithoutTouchingState) {
   ModelConfig c = TinyConfig("taylor");
   c.max_context = 50;

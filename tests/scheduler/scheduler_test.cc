@@ -30,7 +30,7 @@ std::shared_ptr<const session::ServedModel> TinyModel(const std::string& module,
     if (name.find("norm") == std::string::npos) t.mul_(20);
   }
   return std::make_shared<session::ServedModel>(
-      session::ServedModel{c.name, "", std::move(m).value()});
+      session::ServedModel{c.name, "", std::move(m).value(), {}});
 }
 
 // Records tokens; can hold back the engine (Full) to act as a slow reader.

@@ -31,7 +31,7 @@ std::shared_ptr<const session::ServedModel> TinyModel(const std::string& module)
     if (name.find("norm") == std::string::npos) t.mul_(20);
   }
   return std::make_shared<session::ServedModel>(
-      session::ServedModel{c.name, "", std::move(m).value()});
+      session::ServedModel{c.name, "", std::move(m).value(), {}});
 }
 
 struct Stream {
@@ -318,6 +318,42 @@ TEST_F(ServiceTest, ModelsListAndDescribe) {
   const v1::ModelInfo& s = list.models(1);
   EXPECT_EQ(s.state_bytes_per_session_at_16k(), 16 * s.state_bytes_per_session_at_1k());
   EXPECT_EQ(s.break_even_context(), 0);
+}
+
+TEST_F(ServiceTest, QkNormSoftmaxCheckpointsCanBeServedAsTaylor) {
+  model::ModelConfig c = softmax_->model->config();
+  c.name = "qk";
+  c.attention.qk_norm = true;
+  c.attention.qk_temperature = 2;
+  const std::string dir = testing::TempDir() + "/attnserve_service_qk";
+  ASSERT_TRUE(model::Model::Create(c, 4).value()->Save(dir).ok());
+  auto models = LoadModels({dir});
+  ASSERT_TRUE(models.ok()) << models.status();
+  ASSERT_EQ((*models)[0]->variants.size(), 3u);  // taylor 2, 4, 6
+  config::ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.metrics_address = "";
+  server_ = std::move(AttnServer::Start(o, *models)).value();
+  stub_ = v1::AttnServe::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::CreateSessionRequest request;
+  request.set_attention_module("taylor");
+  request.set_attention_order(4);
+  v1::Session session;
+  ASSERT_TRUE(stub_->CreateSession(&context, request, &session).ok());
+  EXPECT_EQ(session.attention_module(), "taylor");
+  EXPECT_EQ(session.attention_order(), 4);
+  Stream s = Generate(Greedy("abc", 5, session.id()));
+  EXPECT_TRUE(s.status.ok()) << s.status.error_message();
+  EXPECT_EQ(GetSession(session.id()).state_bytes(),
+            (*models)[0]->variants[1]->model->StateBytes(0));
+  grpc::ClientContext context2;
+  request.set_attention_module("linear");
+  grpc::Status bad = stub_->CreateSession(&context2, request, &session);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.error_message().find("taylor order 6"), std::string::npos)
+      << bad.error_message();
 }
 
 TEST_F(ServiceTest, HealthAnswersServing) {

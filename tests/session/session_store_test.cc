@@ -20,7 +20,7 @@ std::shared_ptr<const ServedModel> TinyModel(const std::string& module) {
   c.attention.value_dim = 16;
   auto m = model::Model::Create(c, 1);
   EXPECT_TRUE(m.ok()) << m.status();
-  return std::make_shared<ServedModel>(ServedModel{c.name, "", std::move(m).value()});
+  return std::make_shared<ServedModel>(ServedModel{c.name, "", std::move(m).value(), {}});
 }
 
 class SessionStoreTest : public testing::Test {

@@ -1,0 +1,199 @@
+#include "server/trainer/trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/common/torch_status.h"
+#include "server/model/weights_io.h"
+#include "server/trainer/corpus.h"
+
+namespace attnserve::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Windows of seq_len + 1 bytes -> (inputs, targets), each (B, T) int64.
+std::pair<at::Tensor, at::Tensor> Windows(const std::string& text,
+                                          const std::vector<int64_t>& starts, int seq_len) {
+  at::Tensor buf = at::empty({int64_t(starts.size()), seq_len + 1}, at::kLong);
+  int64_t* p = buf.data_ptr<int64_t>();
+  for (size_t b = 0; b < starts.size(); ++b) {
+    for (int i = 0; i <= seq_len; ++i) {
+      p[b * (seq_len + 1) + i] = static_cast<unsigned char>(text[starts[b] + i]);
+    }
+  }
+  return {buf.narrow(1, 0, seq_len), buf.narrow(1, 1, seq_len)};
+}
+
+// Mean next-byte cross-entropy of logits (B, T, V) against targets (B, T).
+at::Tensor Loss(const at::Tensor& logits, const at::Tensor& targets) {
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+double LearningRate(const TrainOptions& o, int step) {
+  if (step < o.warmup) return o.lr * (step + 1) / o.warmup;
+  const double progress = double(step - o.warmup) / std::max(1, o.steps - o.warmup);
+  const double cosine = 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress)));
+  return o.lr * (o.min_lr_ratio + (1 - o.min_lr_ratio) * cosine);
+}
+
+// Matrices decay; gains (1-D) and scalars do not.
+bool Decays(const at::Tensor& p) { return p.dim() >= 2; }
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::trunc);
+  f << text;
+  f.close();
+  return f ? absl::OkStatus() : absl::InternalError(absl::StrCat("cannot write ", path));
+}
+
+}  // namespace
+
+double Evaluate(const model::Model& model, const std::string& text, int seq_len,
+                int batches, int batch) {
+  c10::NoGradGuard no_grad;
+  const int64_t windows = int64_t(batches) * batch;
+  const int64_t span = int64_t(text.size()) - seq_len - 1;
+  double total = 0;
+  for (int i = 0; i < batches; ++i) {
+    std::vector<int64_t> starts;
+    for (int b = 0; b < batch; ++b) starts.push_back(span * (int64_t(i) * batch + b) / windows);
+    auto [x, y] = Windows(text, starts, seq_len);
+    total += Loss(model.Forward(x), y).item<double>();
+  }
+  return total / batches;
+}
+
+absl::Status Train(const model::ModelConfig& config, const TrainOptions& o,
+                   const std::function<void(const Progress&)>& on_progress) {
+  if (o.steps < 1 || o.batch < 1 || o.seq_len < 2 || o.warmup < 1 || !(o.lr > 0)) {
+    return absl::InvalidArgumentError(
+        "steps, batch and warmup must be >= 1, seq_len >= 2 and lr > 0");
+  }
+  auto corpus = LoadCorpus(o.corpus_path, int64_t(o.seq_len) + 1);
+  if (!corpus.ok()) return corpus.status();
+  auto created = model::Model::Create(config, o.seed);
+  if (!created.ok()) return created.status();
+  std::unique_ptr<model::Model> model = std::move(created).value();
+  std::error_code ec;
+  std::filesystem::create_directories(o.out_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", o.out_dir, ": ", ec.message()));
+  at::set_num_threads(std::max(1, o.threads));
+
+  return CatchTorch("training", [&]() -> absl::Status {
+    attention::NamedTensors params = model->NamedParameters();
+    std::vector<at::Tensor> m, v;
+    for (auto& [name, p] : params) {
+      p.requires_grad_(true);
+      m.push_back(at::zeros_like(p));
+      v.push_back(at::zeros_like(p));
+    }
+    const std::string checkpoint = o.out_dir + "/checkpoint.bin";
+    const std::string log_path = o.out_dir + "/train_log.csv";
+    int start = 0;
+    if (o.resume && std::filesystem::exists(checkpoint)) {
+      auto saved = model::ReadTensors(checkpoint);
+      if (!saved.ok()) return saved.status();
+      std::unordered_map<std::string, at::Tensor> byname(saved->begin(), saved->end());
+      c10::NoGradGuard no_grad;
+      for (size_t i = 0; i < params.size(); ++i) {
+        const std::string& n = params[i].first;
+        for (auto [prefix, dst] : {std::pair<std::string, at::Tensor*>{"", &params[i].second},
+                                   {"adam_m.", &m[i]}, {"adam_v.", &v[i]}}) {
+          auto it = byname.find(prefix + n);
+          if (it == byname.end() || it->second.sizes() != dst->sizes()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                checkpoint, " does not fit this config (tensor '", prefix, n, "')"));
+          }
+          dst->copy_(it->second);
+        }
+      }
+      start = int(byname.at("step").item<double>());
+    } else {
+      std::ofstream(log_path, std::ios::trunc) << "step,train_loss,val_loss,val_bpb\n";
+    }
+    if (absl::Status s = WriteText(o.out_dir + "/train_command.txt",
+                                   absl::StrCat(o.command, "\nseed ", o.seed, "\n"));
+        !s.ok()) {
+      return s;
+    }
+    std::ofstream log(log_path, std::ios::app);
+    const int64_t span = int64_t(corpus->train.size()) - o.seq_len - 1;
+    const auto started = Clock::now();
+    double recent_loss = 0;
+    const int end = o.stop_after > 0 ? std::min(o.stop_after, o.steps) : o.steps;
+    for (int step = start; step < end; ++step) {
+      // The batch is a function of (seed, step) alone, so a resumed run sees the same data.
+      std::mt19937_64 rng(o.seed * 1000003ULL + uint64_t(step));
+      std::vector<int64_t> starts;
+      for (int b = 0; b < o.batch; ++b) starts.push_back(int64_t(rng() % uint64_t(span)));
+      auto [x, y] = Windows(corpus->train, starts, o.seq_len);
+      at::Tensor loss = Loss(model->Forward(x), y);
+      loss.backward();
+      const double lr = LearningRate(o, step);
+      {
+        c10::NoGradGuard no_grad;
+        double norm2 = 0;
+        for (auto& [name, p] : params) norm2 += p.grad().pow(2).sum().item<double>();
+        const double scale = std::min(1.0, o.clip / (std::sqrt(norm2) + 1e-6));
+        const double c1 = 1 - std::pow(o.beta1, step + 1), c2 = 1 - std::pow(o.beta2, step + 1);
+        for (size_t i = 0; i < params.size(); ++i) {
+          at::Tensor& p = params[i].second;
+          at::Tensor g = p.grad() * scale;
+          m[i].mul_(o.beta1).add_(g, 1 - o.beta1);
+          v[i].mul_(o.beta2).addcmul_(g, g, 1 - o.beta2);
+          if (Decays(p)) p.mul_(1 - lr * o.weight_decay);
+          p.addcdiv_(m[i] / c1, (v[i] / c2).sqrt_().add_(o.eps), -lr);
+          p.mutable_grad().zero_();
+        }
+      }
+      const double train_loss = loss.item<double>();
+      recent_loss = step == start ? train_loss : 0.9 * recent_loss + 0.1 * train_loss;
+      const bool last = step + 1 == end;
+      Progress pr;
+      pr.step = step + 1;
+      pr.steps = o.steps;
+      pr.train_loss = recent_loss;
+      const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+      pr.tokens_per_second = double(step + 1 - start) * o.batch * o.seq_len / elapsed;
+      pr.eta_seconds = elapsed / (step + 1 - start) * (o.steps - step - 1);
+      if ((step + 1) % o.eval_every == 0 || last) {
+        pr.val_loss = Evaluate(*model, corpus->validation, o.seq_len, o.eval_batches, o.batch);
+        log << absl::StrFormat("%d,%.5f,%.5f,%.5f\n", step + 1, recent_loss, pr.val_loss,
+                               pr.val_loss / std::log(2.0))
+            << std::flush;
+      }
+      if ((step + 1) % o.checkpoint_every == 0 || last) {
+        attention::NamedTensors state;
+        for (size_t i = 0; i < params.size(); ++i) {
+          state.emplace_back(params[i].first, params[i].second);
+          state.emplace_back("adam_m." + params[i].first, m[i]);
+          state.emplace_back("adam_v." + params[i].first, v[i]);
+        }
+        state.emplace_back("step", at::full({1}, double(step + 1), at::kFloat));
+        if (absl::Status s = model::WriteTensors(checkpoint, state); !s.ok()) return s;
+      }
+      if (on_progress) on_progress(pr);
+    }
+    if (end < o.steps) return absl::OkStatus();  // stopped early: the checkpoint is the state
+    for (auto& [name, p] : params) p.requires_grad_(false);
+    if (absl::Status s = model->Save(o.out_dir); !s.ok()) return s;
+    const double val = Evaluate(*model, corpus->validation, o.seq_len, o.eval_batches, o.batch);
+    return WriteText(o.out_dir + "/report.txt",
+                     absl::StrFormat("val_loss %.5f\nval_bpb %.5f\nsteps %d\nbatch %d\n"
+                                     "seq_len %d\neval_batches %d\ncorpus %s\n",
+                                     val, val / std::log(2.0), o.steps, o.batch, o.seq_len,
+                                     o.eval_batches, o.corpus_path));
+  });
+}
+
+}  // namespace attnserve::trainer

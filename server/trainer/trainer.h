@@ -1,0 +1,66 @@
+// Trains a model config on a byte corpus: AdamW, linear warm-up then cosine decay,
+// gradient clipping, a fixed seed, the parallel attention path. Writes a model
+// directory the server loads as is, a CSV log, and a checkpoint to resume from.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "server/model/model.h"
+
+namespace attnserve::trainer {
+
+struct TrainOptions {
+  // Where to write config.pbtxt, weights.bin, train_log.csv, report.txt,
+  // train_command.txt and checkpoint.bin.
+  std::string out_dir;
+  std::string corpus_path;
+  // Optimiser steps, sequences per step, tokens per sequence.
+  int steps = 2000;
+  int batch = 16;
+  int seq_len = 256;
+  // Peak learning rate, reached after `warmup` steps; cosine decay to lr * min_lr_ratio.
+  double lr = 3e-3;
+  double min_lr_ratio = 0.1;
+  int warmup = 100;
+  double weight_decay = 0.1;  // on matrices only, not on gains or the temperature
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double clip = 1.0;          // global gradient-norm clip
+  uint64_t seed = 1;          // initial weights and batch order
+  // Validation every `eval_every` steps over `eval_batches` fixed windows.
+  int eval_every = 200;
+  int eval_batches = 8;
+  int checkpoint_every = 200;
+  int threads = 2;
+  // Continue from out_dir/checkpoint.bin when it exists.
+  bool resume = false;
+  // Stop after this step (0: run to `steps`), leaving a checkpoint to resume from; the
+  // schedule still spans `steps`. For splitting a run across sessions.
+  int stop_after = 0;
+  // The exact command line, recorded in train_command.txt.
+  std::string command;
+};
+
+// One line of progress for the terminal (the trainer binary prints it).
+struct Progress {
+  int step = 0;
+  int steps = 0;
+  double train_loss = 0;
+  double val_loss = -1;  // < 0 when not evaluated at this step
+  double tokens_per_second = 0;
+  double eta_seconds = 0;
+};
+
+// Validation loss (mean cross-entropy, nats per byte) of `model` on fixed windows of
+// `text`: `batches` x `batch` windows of seq_len + 1 bytes spread evenly.
+double Evaluate(const model::Model& model, const std::string& text, int seq_len,
+                int batches, int batch);
+
+// Trains `config` as `options` say. Errors: a missing, empty or too short corpus; an
+// invalid config; a checkpoint that does not fit the config; unwritable output.
+absl::Status Train(const model::ModelConfig& config, const TrainOptions& options,
+                   const std::function<void(const Progress&)>& on_progress);
+
+}  // namespace attnserve::trainer

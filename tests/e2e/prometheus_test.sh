@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Real Prometheus scraping the real server: generate tokens with the sample client, then
+# Prometheus's own query API must report sum(attnserve_generated_tokens_total) equal to
+# the tokens the client received, and one open session with the state bytes the server
+# reports for it; every query of the Grafana dashboard
+# (deploy/grafana/dashboards/attnserve.json) must return finite values from it.
+# Usage: prometheus_test.sh SERVER_BINARY CLIENT_BINARY
+set -euo pipefail
+server_bin=$1 client_bin=$2
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+dashboard=$repo/deploy/grafana/dashboards/attnserve.json
+prometheus_bin=${PROMETHEUS:-/usr/bin/prometheus}
+py=/usr/bin/python3  # Debian's; its urllib and json are all this script needs
+work=$(mktemp -d)
+server_pid="" prom_pid=""
+stop() {  # stop PID: SIGTERM, up to 5 s, then SIGKILL
+  local pid=$1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+cleanup() { stop "$prom_pid"; stop "$server_pid"; rm -rf "$work"; }
+trap cleanup EXIT
+fail() {
+  echo "prometheus_test: FAIL: $*" >&2
+  for log in server prometheus; do
+    echo "--- $log log (last 20 lines)" >&2; tail -n 20 "$work/$log.log" >&2 || true
+  done
+  exit 1
+}
+step() { echo "prometheus_test: $*"; }
+
+[ -x "$prometheus_bin" ] || fail "$prometheus_bin not found (deploy/install.sh installs 'prometheus')"
+free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+grpc_port=$(free_port) metrics_port=$(free_port) prom_port=$(free_port)
+addr=127.0.0.1:$grpc_port
+prom=http://127.0.0.1:$prom_port
+client() { "$client_bin" --server="$addr" "$@"; }
+# query EXPR: prints Prometheus's JSON answer to an instant query.
+query() {
+  "$py" - "$prom" "$1" <<'PY'
+import json, sys, urllib.parse, urllib.request
+url = sys.argv[1] + "/api/v1/query?" + urllib.parse.urlencode({"query": sys.argv[2]})
+try:
+    print(urllib.request.urlopen(url, timeout=5).read().decode())
+except Exception as e:  # a 400 (bad PromQL) or a refused connection
+    body = e.read().decode() if hasattr(e, "read") else ""
+    print(json.dumps({"status": "error", "error": f"{e} {body}".strip()}))
+PY
+}
+# scalar_of JSON: the value of a one-series answer, or "none".
+scalar_of() {
+  "$py" -c 'import json,sys; r=json.loads(sys.argv[1]).get("data",{}).get("result",[]); print(int(float(r[0]["value"][1])) if len(r)==1 else "none")' "$1"
+}
+
+step "starting $server_bin on $addr (metrics on 127.0.0.1:$metrics_port)"
+"$server_bin" --listen="$addr" --metrics_listen=127.0.0.1:$metrics_port \
+  >"$work/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 1 100); do  # up to 10 s
+  if client --connect_timeout=0.1 health >/dev/null 2>&1; then break; fi
+  kill -0 "$server_pid" 2>/dev/null || fail "server exited during start-up"
+  sleep 0.1
+done
+[ "$(client health)" = SERVING ] || fail "health is not SERVING"
+
+step "starting $prometheus_bin on 127.0.0.1:$prom_port, scraping :$metrics_port every 1 s"
+cat >"$work/prometheus.yml" <<EOF
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: attnserve
+    static_configs:
+      - targets: ['127.0.0.1:$metrics_port']
+EOF
+"$prometheus_bin" --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
+  --web.listen-address=127.0.0.1:$prom_port >"$work/prometheus.log" 2>&1 &
+prom_pid=$!
+
+step "waiting for Prometheus to scrape the server (up == 1)"
+up=none
+for _ in $(seq 1 100); do  # up to 20 s
+  up=$(scalar_of "$(query 'up{job="attnserve"}')")
+  [ "$up" = 1 ] && break
+  kill -0 "$prom_pid" 2>/dev/null || fail "prometheus exited"
+  sleep 0.2
+done
+[ "$up" = 1 ] || fail "Prometheus never saw the target up (last: $up)"
+
+step "generating with the sample client"
+received=0
+usage_tokens() { sed -n 's/.*generated_tokens=\([0-9]*\).*/\1/p' "$1" | awk '{s+=$1} END {print s+0}'; }
+for prompt in "In the beginning" "And then" "The end"; do
+  client generate --max_tokens=30 --temperature=0.8 --seed=3 "$prompt" \
+    >/dev/null 2>>"$work/client.err" || fail "generate failed: $(cat "$work/client.err")"
+done
+printf 'one\ntwo\n' | client chat --max_tokens=20 --stats >/dev/null 2>>"$work/client.err" ||
+  fail "chat failed: $(cat "$work/client.err")"
+received=$(usage_tokens "$work/client.err")
+turns=$(grep -c 'finish=' "$work/client.err" || true)
+[ "$turns" -eq 5 ] || fail "expected 5 finish lines, got $turns: $(cat "$work/client.err")"
+[ "$received" -ge 5 ] || fail "the client received only $received tokens"
+
+step "Prometheus must report sum(attnserve_generated_tokens_total) = $received (up to 20 s)"
+seen=none
+for _ in $(seq 1 100); do
+  seen=$(scalar_of "$(query 'sum(attnserve_generated_tokens_total)')")
+  [ "$seen" = "$received" ] && break
+  sleep 0.2
+done
+[ "$seen" = "$received" ] || fail "Prometheus reports $seen generated tokens, the client received $received"
+
+step "an open session: Prometheus must report 1 active session and its state bytes"
+sid=$(client sessions create) || fail "sessions create"
+state_bytes=$(client sessions get "$sid" | sed -n 's/^state:.*(\([0-9]*\) bytes)$/\1/p')
+[ -n "$state_bytes" ] && [ "$state_bytes" -gt 0 ] || fail "no state bytes for session $sid"
+sessions=none bytes=none
+for _ in $(seq 1 100); do  # up to 20 s
+  sessions=$(scalar_of "$(query 'sum(attnserve_active_sessions)')")
+  bytes=$(scalar_of "$(query 'sum(attnserve_session_state_bytes)')")
+  [ "$sessions" = 1 ] && [ "$bytes" = "$state_bytes" ] && break
+  sleep 0.2
+done
+[ "$sessions" = 1 ] && [ "$bytes" = "$state_bytes" ] ||
+  fail "Prometheus reports $sessions sessions and $bytes state bytes; expected 1 and $state_bytes"
+
+step "every query of $(basename "$dashboard") returns finite values (rates: some > 0)"
+[ -f "$dashboard" ] || fail "no dashboard at $dashboard"
+"$py" -c '
+import json, sys
+def walk(node):
+    if isinstance(node, dict):
+        if isinstance(node.get("expr"), str): print(node["expr"].replace("\n", " "))
+        for v in node.values(): walk(v)
+    elif isinstance(node, list):
+        for v in node: walk(v)
+walk(json.load(open(sys.argv[1])))' "$dashboard" >"$work/exprs"
+[ -s "$work/exprs" ] || fail "the dashboard has no queries"
+while IFS= read -r expr; do
+  # Grafana's rate window variable; 60 s spans the generation above. A quantile over
+  # buckets that did not move in the window would be NaN.
+  answer=$(query "${expr//\$__rate_interval/60s}")
+  verdict=$("$py" -c '
+import json, math, sys
+answer, is_rate = json.loads(sys.argv[1]), "rate(" in sys.argv[2]
+if answer.get("status") != "success": sys.exit("error")
+values = [float(r["value"][1]) for r in answer["data"]["result"]]
+if not values: sys.exit("no series")
+if not all(math.isfinite(v) for v in values): sys.exit(f"not finite: {values}")
+if is_rate and max(values) <= 0: sys.exit(f"no rate above 0: {values}")
+print(" ".join(f"{v:.4g}" for v in values))' "$answer" "$expr" 2>&1) ||
+    fail "dashboard query: $expr -> $verdict; Prometheus answered $answer"
+  echo "  [$verdict] $expr"
+done <"$work/exprs"
+echo "prometheus_test: all checks passed"

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The Python client (client/python/attnserve_client.py) against the real server, with
+# stubs generated from proto/ by Debian's protoc and grpc_python_plugin: its streamed
+# bytes must equal the C++ client's for the same greedy and seeded requests, its
+# multi-turn chat must equal `attnserve_client chat` and close its session, a turn on a
+# session created by the C++ client must move that session, and errors must come back as
+# the status codes (and exit codes) the C++ client reports.
+# Usage: python_client_test.sh SERVER_BINARY CLIENT_BINARY
+set -euo pipefail
+server_bin=$1 client_bin=$2
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+py=/usr/bin/python3  # Debian's, which has python3-grpcio and python3-protobuf
+work=$(mktemp -d)
+server_pid=""
+cleanup() {
+  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "python_client_test: FAIL: $*" >&2
+  echo "--- server log (last 20 lines)" >&2; tail -n 20 "$work/server.log" >&2 || true
+  exit 1
+}
+step() { echo "python_client_test: $*"; }
+
+step "generating Python stubs from proto/ into a temp dir"
+plugin=$(command -v grpc_python_plugin) || fail "grpc_python_plugin not found (protobuf-compiler-grpc)"
+mkdir "$work/stubs"
+protoc --python_out="$work/stubs" --grpc_python_out="$work/stubs" \
+  --plugin=protoc-gen-grpc_python="$plugin" -I "$repo/proto" \
+  attnserve/v1/attnserve.proto attnserve/v1/model_config.proto || fail "protoc"
+"$py" -c 'import grpc, google.protobuf' 2>/dev/null ||
+  fail "$py lacks grpcio or protobuf (python3-grpcio, python3-protobuf)"
+
+free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+addr=127.0.0.1:$(free_port)
+cxx() { "$client_bin" --server="$addr" "$@"; }
+pyc() { PYTHONPATH="$work/stubs" "$py" "$repo/client/python/attnserve_client.py" --server="$addr" "$@"; }
+# finish lines without ttft_ms, which differs from run to run
+finish_lines() { grep 'finish=' "$1" | sed 's/ ttft_ms=[0-9.]*//'; }
+
+step "starting $server_bin on $addr"
+"$server_bin" --listen="$addr" --metrics_listen=127.0.0.1:$(free_port) >"$work/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 1 100); do  # up to 10 s
+  if cxx --connect_timeout=0.1 health >/dev/null 2>&1; then break; fi
+  kill -0 "$server_pid" 2>/dev/null || fail "server exited during start-up"
+  sleep 0.1
+done
+[ "$(cxx health)" = SERVING ] || fail "health is not SERVING"
+
+step "greedy generate: Python and C++ stream the same bytes"
+prompt="In the beginning"
+pyc generate --max_tokens=40 --prompt="$prompt" >"$work/py.out" 2>"$work/py.err" ||
+  fail "python generate: $(cat "$work/py.err")"
+cxx generate --max_tokens=40 "$prompt" >"$work/cxx.out" 2>"$work/cxx.err" ||
+  fail "C++ generate: $(cat "$work/cxx.err")"
+[ -s "$work/py.out" ] || fail "the Python client printed nothing"
+cmp "$work/py.out" "$work/cxx.out" || fail "streamed bytes differ (Python vs C++)"
+[ "$(finish_lines "$work/py.err")" = "$(finish_lines "$work/cxx.err")" ] ||
+  fail "finish lines differ: $(cat "$work/py.err") vs $(cat "$work/cxx.err")"
+echo "  $(wc -c <"$work/py.out") bytes, $(finish_lines "$work/py.err")"
+
+step "seeded sampling (temperature 0.8, seed 11): the same bytes"
+pyc generate --max_tokens=40 --temperature=0.8 --seed=11 --prompt="$prompt" >"$work/pys.out" 2>/dev/null ||
+  fail "python sampled generate"
+cxx generate --max_tokens=40 --temperature=0.8 --seed=11 "$prompt" >"$work/cxxs.out" 2>/dev/null ||
+  fail "C++ sampled generate"
+cmp "$work/pys.out" "$work/cxxs.out" || fail "sampled bytes differ (Python vs C++)"
+! cmp -s "$work/pys.out" "$work/py.out" || fail "sampling at 0.8 gave the greedy text"
+
+step "multi-turn chat (3 turns on one session): the same as attnserve_client chat"
+pyc chat --max_tokens=12 "first line" "second line" "third line" >"$work/pychat.out" \
+  2>"$work/pychat.err" || fail "python chat: $(cat "$work/pychat.err")"
+printf 'first line\nsecond line\nthird line\n' | cxx chat --max_tokens=12 --stats \
+  >"$work/cxxchat.out" 2>"$work/cxxchat.err" || fail "C++ chat: $(cat "$work/cxxchat.err")"
+cmp "$work/pychat.out" "$work/cxxchat.out" || fail "chat transcripts differ (Python vs C++)"
+[ "$(finish_lines "$work/pychat.err" | wc -l)" -eq 3 ] || fail "expected 3 turns: $(cat "$work/pychat.err")"
+[ "$(finish_lines "$work/pychat.err")" = "$(finish_lines "$work/cxxchat.err")" ] ||
+  fail "chat finish lines differ: $(cat "$work/pychat.err") vs $(cat "$work/cxxchat.err")"
+positions=$(sed -n 's/.*position=\([0-9]*\).*/\1/p' "$work/pychat.err" | tr '\n' ' ')
+read -r p1 p2 p3 <<<"$positions"
+[ "$p1" -lt "$p2" ] && [ "$p2" -lt "$p3" ] || fail "session positions do not grow: $positions"
+echo "  positions after each turn: $positions"
+sid=$(sed -n 's/^\[session \([0-9a-f]*\)\]$/\1/p' "$work/pychat.err")
+[ ${#sid} -eq 32 ] || fail "no session id in: $(cat "$work/pychat.err")"
+if cxx sessions get "$sid" >/dev/null 2>"$work/closed.err"; then fail "chat left session $sid open"; fi
+grep -q NOT_FOUND "$work/closed.err" || fail "closed session: $(cat "$work/closed.err")"
+
+step "a Python turn on a session the C++ client created"
+sid=$(cxx sessions create)
+pyc generate --session="$sid" --max_tokens=8 --prompt="Hello" >/dev/null 2>"$work/turn.err" ||
+  fail "python turn on $sid: $(cat "$work/turn.err")"
+want=$(sed -n 's/.*position=\([0-9]*\).*/\1/p' "$work/turn.err")
+got=$(cxx sessions get "$sid" | sed -n 's/^position: *\([0-9]*\) tokens$/\1/p')
+[ -n "$want" ] && [ "$got" = "$want" ] || fail "session position $got, the Python turn reported $want"
+cxx sessions close "$sid" >/dev/null
+
+step "errors: the status code and exit code of the C++ client"
+expect_error() {  # expect_error CODE EXIT_STATUS PYTHON_ARGS... -- C++_ARGS...
+  local code=$1 status=$2; shift 2
+  local py_args=() rc=0
+  while [ "$1" != -- ]; do py_args+=("$1"); shift; done; shift
+  pyc "${py_args[@]}" >/dev/null 2>"$work/err.py" || rc=$?
+  [ "$rc" -eq "$status" ] || fail "python ${py_args[*]}: exit $rc, expected $status: $(cat "$work/err.py")"
+  grep -q "^attnserve: $code: " "$work/err.py" || fail "python ${py_args[*]}: $(cat "$work/err.py")"
+  cxx "$@" >/dev/null 2>"$work/err.cxx" || true
+  cmp -s "$work/err.py" "$work/err.cxx" ||
+    fail "error messages differ: $(cat "$work/err.py") vs $(cat "$work/err.cxx")"
+  echo "  $(cat "$work/err.py")"
+}
+expect_error INVALID_ARGUMENT 1 generate --temperature=-1 --prompt=x -- generate --temperature=-1 x
+expect_error INVALID_ARGUMENT 1 generate --max_tokens=1000000 --prompt=x -- generate --max_tokens=1000000 x
+unknown=0123456789abcdef0123456789abcdef
+expect_error NOT_FOUND 1 generate --session=$unknown --prompt=x -- generate --session=$unknown x
+rc=0
+PYTHONPATH="$work/stubs" "$py" "$repo/client/python/attnserve_client.py" \
+  --server=127.0.0.1:$(free_port) --connect_timeout=0.5 generate --prompt=x 2>"$work/err.py" || rc=$?
+[ "$rc" -eq 3 ] && grep -q "no connection" "$work/err.py" ||
+  fail "unreachable server: exit $rc, $(cat "$work/err.py")"
+echo "  $(cat "$work/err.py")"
+rc=0
+pyc generate 2>/dev/null || rc=$?
+[ "$rc" -eq 2 ] || fail "missing --prompt: exit $rc, expected 2"
+
+[ "$(cxx health)" = SERVING ] || fail "the server is no longer SERVING"
+echo "python_client_test: all checks passed"

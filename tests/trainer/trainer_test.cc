@@ -1,0 +1,138 @@
+#include "server/trainer/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "server/trainer/corpus.h"
+
+namespace attnserve::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+model::ModelConfig Tiny() {
+  model::ModelConfig c;
+  c.name = "tiny";
+  c.dim = 32;
+  c.num_layers = 1;
+  c.mlp_hidden = 64;
+  c.attention.module = "taylor";
+  c.attention.order = 2;
+  c.attention.num_heads = 2;
+  c.attention.head_dim = 16;
+  c.attention.value_dim = 16;
+  return c;
+}
+
+class TrainerTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("attnserve_trainer_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  TrainOptions Options(int steps) {
+    TrainOptions o;
+    o.out_dir = (dir_ / "model").string();
+    o.corpus_path = ATTNSERVE_CORPUS;
+    o.steps = steps;
+    o.batch = 8;
+    o.seq_len = 64;
+    o.warmup = 20;
+    o.lr = 1e-2;
+    o.eval_every = steps;
+    o.eval_batches = 4;
+    o.checkpoint_every = 50;
+    o.threads = 1;
+    o.command = "trainer_test";
+    return o;
+  }
+  fs::path dir_;
+};
+
+TEST_F(TrainerTest, ShortRunLearnsTheRealCorpusWellBelowUniform) {
+  TrainOptions o = Options(300);
+  int last_step = 0;
+  ASSERT_TRUE(Train(Tiny(), o, [&](const Progress& p) { last_step = p.step; }).ok());
+  EXPECT_EQ(last_step, 300);
+  auto model = model::Model::Load(o.out_dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto corpus = LoadCorpus(o.corpus_path, 65).value();
+  const double val = Evaluate(**model, corpus.validation, 64, 4, 8);
+  // Uniform bytes cost ln 256 = 5.545 nats; a few hundred steps must do far better.
+  EXPECT_LT(val, 3.0) << "validation loss " << val;
+  for (const char* f : {"config.pbtxt", "weights.bin", "train_log.csv", "report.txt",
+                        "train_command.txt", "checkpoint.bin"}) {
+    EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / f)) << f;
+  }
+}
+
+TEST_F(TrainerTest, ResumingContinuesTheSameRun) {
+  TrainOptions o = Options(60);
+  o.checkpoint_every = 30;
+  ASSERT_TRUE(Train(Tiny(), o, nullptr).ok());
+  const std::string straight = (dir_ / "straight").string();
+  fs::rename(o.out_dir, straight);
+  // The same run interrupted after step 30 (its checkpoint), then resumed to 60.
+  TrainOptions first = Options(60);
+  first.checkpoint_every = 30;
+  int resumed_from = -1;
+  first.stop_after = 30;
+  ASSERT_TRUE(Train(Tiny(), first, nullptr).ok());
+  EXPECT_FALSE(fs::exists(fs::path(first.out_dir) / "weights.bin"));
+  first.stop_after = 0;
+  first.resume = true;
+  ASSERT_TRUE(Train(Tiny(), first, [&](const Progress& p) {
+                if (resumed_from < 0) resumed_from = p.step;
+              }).ok());
+  EXPECT_EQ(resumed_from, 31);
+  auto a = model::Model::Load(straight).value();
+  auto b = model::Model::Load(first.out_dir).value();
+  auto corpus = LoadCorpus(o.corpus_path, 65).value();
+  EXPECT_NEAR(Evaluate(*a, corpus.validation, 64, 2, 8),
+              Evaluate(*b, corpus.validation, 64, 2, 8), 1e-5);
+}
+
+TEST_F(TrainerTest, RejectsMissingAndEmptyCorpusAndBadConfig) {
+  TrainOptions o = Options(10);
+  o.corpus_path = (dir_ / "missing.txt").string();
+  absl::Status s = Train(Tiny(), o, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("missing.txt"), std::string::npos);
+
+  o.corpus_path = (dir_ / "empty.txt").string();
+  std::ofstream(o.corpus_path).close();
+  s = Train(Tiny(), o, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("empty"), std::string::npos);
+
+  o.corpus_path = (dir_ / "short.txt").string();
+  std::ofstream(o.corpus_path) << "too short";
+  s = Train(Tiny(), o, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("too short"), std::string::npos);
+
+  model::ModelConfig bad = Tiny();
+  bad.attention.order = 3;
+  o.corpus_path = ATTNSERVE_CORPUS;
+  s = Train(bad, o, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("odd"), std::string::npos);
+}
+
+TEST(LoadCorpus, SplitIsDeterministicAndSpreadOverTheText) {
+  auto c = LoadCorpus(ATTNSERVE_CORPUS, 1000).value();
+  auto again = LoadCorpus(ATTNSERVE_CORPUS, 1000).value();
+  EXPECT_EQ(c.validation, again.validation);
+  const double share = double(c.validation.size()) / (c.validation.size() + c.train.size());
+  EXPECT_NEAR(share, 0.05, 0.002);
+  EXPECT_NE(c.validation.find("Ge"), std::string::npos);   // from the start ...
+  EXPECT_NE(c.validation.find("Rev"), std::string::npos);  // ... to the end
+}
+
+}  // namespace
+}  // namespace attnserve::trainer
