@@ -31,6 +31,8 @@ PACKAGES=(
   bible-kjv bible-kjv-text
   # tests/e2e: a real Prometheus, compose-file validation, the Python client
   prometheus docker-compose python3-grpcio python3-protobuf
+  # deploy/models/plot.sh: the training-curve plot
+  gnuplot-nox
 )
 
 # What attnserve_server and attnserve_client load at run time (their dependencies follow).

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.pb.h"
 
 namespace attnserve::service {
 
@@ -78,6 +79,9 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
                                                    limits);
 
   grpc::EnableDefaultHealthCheckService(true);
+  // gRPC's built-in health service carries no protobuf descriptors; touching ours puts
+  // grpc.health.v1 in the descriptor pool so reflection can describe it to tools.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),

@@ -44,15 +44,22 @@ query() {
 import json, sys, urllib.parse, urllib.request
 url = sys.argv[1] + "/api/v1/query?" + urllib.parse.urlencode({"query": sys.argv[2]})
 try:
-    print(urllib.request.urlopen(url, timeout=5).read().decode())
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
+    print(direct.open(url, timeout=5).read().decode())
 except Exception as e:  # a 400 (bad PromQL) or a refused connection
     body = e.read().decode() if hasattr(e, "read") else ""
     print(json.dumps({"status": "error", "error": f"{e} {body}".strip()}))
 PY
 }
-# scalar_of JSON: the value of a one-series answer, or "none".
+# scalar_of JSON: the integer value of a one-series answer, or "none".
 scalar_of() {
-  "$py" -c 'import json,sys; r=json.loads(sys.argv[1]).get("data",{}).get("result",[]); print(int(float(r[0]["value"][1])) if len(r)==1 else "none")' "$1"
+  "$py" -c '
+import json, sys
+try:
+    result = json.loads(sys.argv[1])["data"]["result"]
+    print(int(float(result[0]["value"][1])) if len(result) == 1 else "none")
+except (ValueError, KeyError, IndexError, TypeError):
+    print("none")' "$1"
 }
 
 step "starting $server_bin on $addr (metrics on 127.0.0.1:$metrics_port)"
@@ -82,7 +89,8 @@ prom_pid=$!
 
 step "waiting for Prometheus to scrape the server (up == 1)"
 up=none
-for _ in $(seq 1 100); do  # up to 20 s
+deadline=$((SECONDS + 20))
+while [ "$SECONDS" -lt "$deadline" ]; do
   up=$(scalar_of "$(query 'up{job="attnserve"}')")
   [ "$up" = 1 ] && break
   kill -0 "$prom_pid" 2>/dev/null || fail "prometheus exited"
@@ -106,7 +114,8 @@ turns=$(grep -c 'finish=' "$work/client.err" || true)
 
 step "Prometheus must report sum(attnserve_generated_tokens_total) = $received (up to 20 s)"
 seen=none
-for _ in $(seq 1 100); do
+deadline=$((SECONDS + 20))
+while [ "$SECONDS" -lt "$deadline" ]; do
   seen=$(scalar_of "$(query 'sum(attnserve_generated_tokens_total)')")
   [ "$seen" = "$received" ] && break
   sleep 0.2
@@ -118,7 +127,8 @@ sid=$(client sessions create) || fail "sessions create"
 state_bytes=$(client sessions get "$sid" | sed -n 's/^state:.*(\([0-9]*\) bytes)$/\1/p')
 [ -n "$state_bytes" ] && [ "$state_bytes" -gt 0 ] || fail "no state bytes for session $sid"
 sessions=none bytes=none
-for _ in $(seq 1 100); do  # up to 20 s
+deadline=$((SECONDS + 20))
+while [ "$SECONDS" -lt "$deadline" ]; do
   sessions=$(scalar_of "$(query 'sum(attnserve_active_sessions)')")
   bytes=$(scalar_of "$(query 'sum(attnserve_session_state_bytes)')")
   [ "$sessions" = 1 ] && [ "$bytes" = "$state_bytes" ] && break

@@ -10,28 +10,13 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/model/tokenizer.h"
 #include "server/service/server.h"
+#include "tests/testing/tiny_model.h"
 
 namespace attnserve::service {
 namespace {
 
 std::shared_ptr<const session::ServedModel> TinyModel(const std::string& module) {
-  model::ModelConfig c;
-  c.name = "tiny-" + module;
-  c.dim = 32;
-  c.num_layers = 2;
-  c.mlp_hidden = 64;
-  c.attention.module = module;
-  c.attention.num_heads = 2;
-  c.attention.head_dim = 16;
-  c.attention.value_dim = 16;
-  c.attention.chunk_size = 8;
-  auto m = model::Model::Create(c, 3);
-  EXPECT_TRUE(m.ok()) << m.status();
-  for (auto& [name, t] : (*m)->NamedParameters()) {
-    if (name.find("norm") == std::string::npos) t.mul_(20);
-  }
-  return std::make_shared<session::ServedModel>(
-      session::ServedModel{c.name, "", std::move(m).value(), {}});
+  return attnserve::test_util::TinyServedModel(module);
 }
 
 struct Stream {

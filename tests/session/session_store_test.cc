@@ -5,22 +5,13 @@
 #include <set>
 #include <thread>
 
+#include "tests/testing/tiny_model.h"
+
 namespace attnserve::session {
 namespace {
 
 std::shared_ptr<const ServedModel> TinyModel(const std::string& module) {
-  model::ModelConfig c;
-  c.name = "tiny-" + module;
-  c.dim = 32;
-  c.num_layers = 2;
-  c.mlp_hidden = 32;
-  c.attention.module = module;
-  c.attention.num_heads = 2;
-  c.attention.head_dim = 16;
-  c.attention.value_dim = 16;
-  auto m = model::Model::Create(c, 1);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return std::make_shared<ServedModel>(ServedModel{c.name, "", std::move(m).value(), {}});
+  return attnserve::test_util::TinyServedModel(module);
 }
 
 class SessionStoreTest : public testing::Test {

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Plots validation loss against training step for every trained model in deploy/models
+# (their train_log.csv) into deploy/models/ablation.png. Needs gnuplot (gnuplot-nox,
+# installed by deploy/install.sh).
+set -euo pipefail
+cd "$(dirname "$0")"
+plots=()
+for log in */train_log.csv; do
+  name=$(dirname "$log")
+  plots+=("'$log' using 1:3 with linespoints title '${name#kjv-}'")
+done
+IFS=,
+gnuplot <<GP
+set terminal pngcairo size 900,560 font ",11"
+set output "ablation.png"
+set datafile separator ","
+set key top right
+set grid
+set xlabel "training step (32 x 128 bytes each)"
+set ylabel "validation loss (nats per byte)"
+set title "KJV bytes, dim 64, 2 layers, 4 heads of 16: same data, seed and budget"
+set yrange [1.0:2.6]
+plot ${plots[*]}
+GP
+echo "wrote $(pwd)/ablation.png"
