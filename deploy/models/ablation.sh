@@ -9,13 +9,14 @@ build=${1:-build}
 eval_bin=$build/server/trainer/attnserve_eval
 corpus=$build/corpus/kjv.txt
 row() { # model-dir [extra flags] -> a markdown row
-  "$eval_bin" --model_dir="$1" --corpus="$corpus" "${@:2}" | python3 -c '
+  "$eval_bin" --model_dir="$1" --corpus="$corpus" "${@:2}" | /usr/bin/python3 -c '
 import sys
 kv = dict(p.split("=", 1) for p in sys.stdin.read().split())
 name = kv["attention"] + (" N=" + kv["order"] if kv["order"] != "0" else "")
-fmt = lambda b: f"{int(b):,}"
-tok = f"{float(kv[\"decode_tok_s\"]):,.0f}" if kv["decode_tok_s"] != "0" else "n/a"
-print(f"| `{kv[\"model\"]}` | {name} | {float(kv[\"val_loss\"]):.4f} | {float(kv[\"val_bpb\"]):.3f} | {fmt(kv[\"state_bytes_1k\"])} | {fmt(kv[\"state_bytes_16k\"])} | {tok} |")'
+fmt = lambda b: "{:,}".format(int(b))
+tok = "{:,.0f}".format(float(kv["decode_tok_s"])) if kv["decode_tok_s"] != "0" else "n/a"
+print("| `%s` | %s | %.4f | %.3f | %s | %s | %s |" % (kv["model"], name, float(kv["val_loss"]),
+      float(kv["val_bpb"]), fmt(kv["state_bytes_1k"]), fmt(kv["state_bytes_16k"]), tok))'
 }
 echo "| model | attention | val loss (nats/byte) | bits/byte | state bytes @1k | state bytes @16k | decode tokens/s |"
 echo "|---|---|---|---|---|---|---|"
