@@ -5,32 +5,15 @@
 # Usage: e2e_test.sh SERVER_BINARY CLIENT_BINARY REFLECTION_LIST_BINARY
 set -euo pipefail
 server_bin=$1 client_bin=$2 reflection_bin=$3
+test_name=e2e
 work=$(mktemp -d)
-server_pid=""
-cleanup() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then kill -9 "$server_pid"; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "e2e: FAIL: $*" >&2; echo "--- server log" >&2; cat "$work/server.log" >&2 || true; exit 1; }
-step() { echo "e2e: $*"; }
+source "$(dirname "$0")/lib.sh"
+trap 'stop "$server_pid"; rm -rf "$work"' EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-grpc_port=$(free_port)
 metrics_port=$(free_port)
-addr=127.0.0.1:$grpc_port
+addr=127.0.0.1:$(free_port)
 client() { "$client_bin" --server="$addr" "$@"; }
-
-step "starting $server_bin on $addr (metrics on $metrics_port)"
-"$server_bin" --listen="$addr" --metrics_listen=127.0.0.1:$metrics_port \
-  --shutdown_grace=5s >"$work/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 1 100); do  # up to 10 s for start-up
-  if client --connect_timeout=0.1 health >/dev/null 2>&1; then break; fi
-  kill -0 "$server_pid" 2>/dev/null || fail "server exited during start-up"
-  sleep 0.1
-done
-[ "$(client health)" = SERVING ] || fail "health is not SERVING"
+start_server "$addr" 127.0.0.1:$metrics_port --shutdown_grace=5s
 
 received=0  # generated tokens the client reports having received
 usage_tokens() { sed -n 's/.*generated_tokens=\([0-9]*\).*/\1/p' "$1" | awk '{s+=$1} END {print s+0}'; }
@@ -60,7 +43,7 @@ received=$((received + $(usage_tokens "$work/chat.err")))
 step "bench (4 sessions x 2 turns)"
 client bench --sessions=4 --turns=2 --max_tokens=16 --json >"$work/bench.json" ||
   fail "bench failed"
-bench_tokens=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["errors"]==0, d; print(d["generated_tokens"])' "$work/bench.json")
+bench_tokens=$("$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["errors"]==0, d; print(d["generated_tokens"])' "$work/bench.json")
 [ "$bench_tokens" -ge 8 ] && [ "$bench_tokens" -le 128 ] ||
   fail "bench generated $bench_tokens tokens, expected 8..128"
 received=$((received + bench_tokens))
@@ -83,7 +66,7 @@ grep -qx attnserve.v1.AttnServe "$work/services" || fail "reflection: $(cat "$wo
 grep -qx grpc.health.v1.Health "$work/services" || fail "reflection: $(cat "$work/services")"
 
 step "metrics: generated-token counter equals what the client received ($received)"
-scraped=$(python3 - "$metrics_port" <<'PY'
+scraped=$("$py" - "$metrics_port" <<'PY'
 import sys, urllib.request
 text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
 total = 0.0

@@ -10,30 +10,13 @@ server_bin=$1 client_bin=$2
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 dashboard=$repo/deploy/grafana/dashboards/attnserve.json
 prometheus_bin=${PROMETHEUS:-/usr/bin/prometheus}
-py=/usr/bin/python3  # Debian's; its urllib and json are all this script needs
+test_name=prometheus_test logs="server prometheus"
 work=$(mktemp -d)
-server_pid="" prom_pid=""
-stop() {  # stop PID: SIGTERM, up to 5 s, then SIGKILL
-  local pid=$1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-cleanup() { stop "$prom_pid"; stop "$server_pid"; rm -rf "$work"; }
-trap cleanup EXIT
-fail() {
-  echo "prometheus_test: FAIL: $*" >&2
-  for log in server prometheus; do
-    echo "--- $log log (last 20 lines)" >&2; tail -n 20 "$work/$log.log" >&2 || true
-  done
-  exit 1
-}
-step() { echo "prometheus_test: $*"; }
+source "$(dirname "$0")/lib.sh"
+prom_pid=""
+trap 'stop "$prom_pid"; stop "$server_pid"; rm -rf "$work"' EXIT
 
 [ -x "$prometheus_bin" ] || fail "$prometheus_bin not found (deploy/install.sh installs 'prometheus')"
-free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 grpc_port=$(free_port) metrics_port=$(free_port) prom_port=$(free_port)
 addr=127.0.0.1:$grpc_port
 prom=http://127.0.0.1:$prom_port
@@ -62,16 +45,7 @@ except (ValueError, KeyError, IndexError, TypeError):
     print("none")' "$1"
 }
 
-step "starting $server_bin on $addr (metrics on 127.0.0.1:$metrics_port)"
-"$server_bin" --listen="$addr" --metrics_listen=127.0.0.1:$metrics_port \
-  >"$work/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 1 100); do  # up to 10 s
-  if client --connect_timeout=0.1 health >/dev/null 2>&1; then break; fi
-  kill -0 "$server_pid" 2>/dev/null || fail "server exited during start-up"
-  sleep 0.1
-done
-[ "$(client health)" = SERVING ] || fail "health is not SERVING"
+start_server "$addr" 127.0.0.1:$metrics_port
 
 step "starting $prometheus_bin on 127.0.0.1:$prom_port, scraping :$metrics_port every 1 s"
 cat >"$work/prometheus.yml" <<EOF

@@ -9,24 +9,10 @@
 set -euo pipefail
 server_bin=$1 client_bin=$2
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-py=/usr/bin/python3  # Debian's, which has python3-grpcio and python3-protobuf
+test_name=python_client_test
 work=$(mktemp -d)
-server_pid=""
-cleanup() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$server_pid" 2>/dev/null || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-  echo "python_client_test: FAIL: $*" >&2
-  echo "--- server log (last 20 lines)" >&2; tail -n 20 "$work/server.log" >&2 || true
-  exit 1
-}
-step() { echo "python_client_test: $*"; }
+source "$(dirname "$0")/lib.sh"
+trap 'stop "$server_pid"; rm -rf "$work"' EXIT
 
 step "generating Python stubs from proto/ into a temp dir"
 plugin=$(command -v grpc_python_plugin) || fail "grpc_python_plugin not found (protobuf-compiler-grpc)"
@@ -37,22 +23,13 @@ protoc --python_out="$work/stubs" --grpc_python_out="$work/stubs" \
 "$py" -c 'import grpc, google.protobuf' 2>/dev/null ||
   fail "$py lacks grpcio or protobuf (python3-grpcio, python3-protobuf)"
 
-free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 addr=127.0.0.1:$(free_port)
 cxx() { "$client_bin" --server="$addr" "$@"; }
 pyc() { PYTHONPATH="$work/stubs" "$py" "$repo/client/python/attnserve_client.py" --server="$addr" "$@"; }
 # finish lines without ttft_ms, which differs from run to run
 finish_lines() { grep 'finish=' "$1" | sed 's/ ttft_ms=[0-9.]*//'; }
 
-step "starting $server_bin on $addr"
-"$server_bin" --listen="$addr" --metrics_listen=127.0.0.1:$(free_port) >"$work/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 1 100); do  # up to 10 s
-  if cxx --connect_timeout=0.1 health >/dev/null 2>&1; then break; fi
-  kill -0 "$server_pid" 2>/dev/null || fail "server exited during start-up"
-  sleep 0.1
-done
-[ "$(cxx health)" = SERVING ] || fail "health is not SERVING"
+start_server "$addr" 127.0.0.1:$(free_port)
 
 step "greedy generate: Python and C++ stream the same bytes"
 prompt="In the beginning"

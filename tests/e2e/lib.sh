@@ -1,0 +1,46 @@
+# Shared by the end-to-end scripts (sourced, not run). The script sets test_name, work (a
+# temp dir), server_bin and client_bin first, and may set logs: the names of the
+# $work/<name>.log files to show when a check fails (default: server).
+py=${py:-/usr/bin/python3}  # Debian's: python3-grpcio and python3-protobuf are there
+server_pid=""
+
+step() { echo "$test_name: $*"; }
+
+fail() {
+  echo "$test_name: FAIL: $*" >&2
+  for log in ${logs:-server}; do
+    echo "--- $log log (last 20 lines)" >&2
+    tail -n 20 "$work/$log.log" >&2 || true
+  done
+  exit 1
+}
+
+free_port() {
+  "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# stop PID: SIGTERM, up to 5 s, then SIGKILL.
+stop() {
+  local pid=$1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+# start_server ADDR METRICS_ADDR [SERVER FLAGS...]: starts the server in the background
+# (server_pid, log in $work/server.log) and waits up to 10 s for health to say SERVING.
+start_server() {
+  local addr=$1 metrics=$2
+  shift 2
+  step "starting $server_bin on $addr (metrics on $metrics)"
+  "$server_bin" --listen="$addr" --metrics_listen="$metrics" "$@" >"$work/server.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 1 100); do
+    "$client_bin" --server="$addr" --connect_timeout=0.1 health >/dev/null 2>&1 && break
+    kill -0 "$server_pid" 2>/dev/null || fail "server exited during start-up"
+    sleep 0.1
+  done
+  [ "$("$client_bin" --server="$addr" health)" = SERVING ] || fail "health is not SERVING"
+}
