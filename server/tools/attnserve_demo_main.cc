@@ -1,8 +1,8 @@
 // attnserve_demo: builds a small model for each attention module and streams generated
 // text from it to the terminal, with the per-session state size and decode speed.
-// Until trained checkpoints ship (deploy/models/), the weights are random, so the text
-// is noise: the demo shows the machinery (prefill, batched-step decode, sampling,
-// streaming, fixed vs growing state), not language.
+// The weights are random, so the text is noise: the demo shows the machinery of every
+// module side by side (prefill, step decode, sampling, fixed vs growing state), not
+// language. Trained models are in deploy/models/ and served by attnserve_server.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -119,7 +119,7 @@ int Demo(const std::string& module) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Streams text from a small model for each attention module.\n"
-      "Weights are random until trained checkpoints ship, so the text is noise.\n"
+      "Weights are random, so the text is noise; trained models: deploy/models/.\n"
       "Usage: attnserve_demo [--modules=taylor,softmax] [--tokens=80] [...]");
   absl::ParseCommandLine(argc, argv);
   at::set_num_threads(absl::GetFlag(FLAGS_threads));
