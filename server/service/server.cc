@@ -27,14 +27,15 @@ absl::StatusOr<std::vector<std::shared_ptr<const session::ServedModel>>> LoadMod
     }
     auto served = std::make_shared<session::ServedModel>(
         session::ServedModel{name, dir, std::shared_ptr<const model::Model>(std::move(*model)), {}});
-    // A qk_norm softmax checkpoint can also be served as taylor (softmax_norm as
-    // taylor_norm): load the orders whose state fits the per-layer budget.
+    // Offer every other module and order the weights may be served with
+    // (attention::CheckServableAs decides; e.g. a qk_norm softmax checkpoint as taylor)
+    // whose state fits the per-layer budget. Refusals cost a config read, no weights.
     const attention::AttentionOptions& a = served->model->config().attention;
-    const std::string alt = a.module == "softmax" ? "taylor" : "taylor_norm";
-    if (a.qk_norm && (a.module == "softmax" || a.module == "softmax_norm")) {
+    for (const char* module : {"taylor", "taylor_norm"}) {
       for (int order : {2, 4, 6}) {
-        auto variant = model::Model::Load(dir, {alt, order});
-        if (!variant.ok()) continue;  // over the state budget at this head size
+        if (module == a.module && order == a.order) continue;  // the model itself
+        auto variant = model::Model::Load(dir, {module, order});
+        if (!variant.ok()) continue;  // not servable this way, or over the budget
         served->variants.push_back(std::make_shared<session::ServedModel>(session::ServedModel{
             name, dir, std::shared_ptr<const model::Model>(std::move(*variant)), {}}));
       }

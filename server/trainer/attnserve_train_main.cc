@@ -1,6 +1,6 @@
-// attnserve_train: trains a model config on a byte corpus and writes a model directory
-// attnserve_server loads as is. Shows step, loss, tokens/s and ETA while it runs; the
-// CSV log, the report and the exact command land in --out.
+// attnserve_train: trains a model config on a byte corpus and writes a model
+// directory attnserve_server loads as is. Shows step, loss, tokens/s and ETA
+// while it runs; the CSV log, the report and the exact command land in --out.
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -12,7 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "server/trainer/trainer.h"
 
-ABSL_FLAG(std::string, config, "", "Model config (ModelConfig text format). Required.");
+ABSL_FLAG(std::string, config, "",
+          "Model config (ModelConfig text format). Required.");
 ABSL_FLAG(std::string, corpus, "", "Training text file (bytes). Required.");
 ABSL_FLAG(std::string, out, "", "Output model directory. Required.");
 ABSL_FLAG(int, steps, 2000, "Optimiser steps.");
@@ -22,34 +23,40 @@ ABSL_FLAG(double, lr, 3e-3, "Peak learning rate (AdamW).");
 ABSL_FLAG(int, warmup, 100, "Linear warm-up steps before the cosine decay.");
 ABSL_FLAG(double, weight_decay, 0.1, "AdamW weight decay on matrices.");
 ABSL_FLAG(double, clip, 1.0, "Global gradient-norm clip.");
-ABSL_FLAG(uint64_t, seed, 1, "Seed for the initial weights and the batch order.");
+ABSL_FLAG(uint64_t, seed, 1,
+          "Seed for the initial weights and the batch order.");
 ABSL_FLAG(int, eval_every, 200, "Steps between validation evaluations.");
 ABSL_FLAG(int, eval_batches, 8, "Validation batches per evaluation.");
 ABSL_FLAG(int, checkpoint_every, 200, "Steps between checkpoints.");
 ABSL_FLAG(int, print_every, 20, "Steps between progress lines.");
 ABSL_FLAG(int, threads, 2, "LibTorch intra-op threads.");
-ABSL_FLAG(bool, resume, false, "Continue from --out/checkpoint.bin if it exists.");
+ABSL_FLAG(bool, resume, false,
+          "Continue from --out/checkpoint.bin if it exists.");
 ABSL_FLAG(int, stop_after, 0,
-          "Stop after this step, leaving a checkpoint for --resume (0: run to --steps).");
+          "Stop after this step, leaving a checkpoint for --resume (0: run to "
+          "--steps).");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Trains a model on a byte corpus.\n"
-      "Usage: attnserve_train --config=model.pbtxt --corpus=kjv.txt --out=DIR [--steps=N]");
+      "Usage: attnserve_train --config=model.pbtxt --corpus=kjv.txt --out=DIR "
+      "[--steps=N]");
   std::vector<std::string> args(argv, argv + argc);
   absl::ParseCommandLine(argc, argv);
-  for (const char* required : {"config", "corpus", "out"}) {
-    const std::string value = required == std::string("config") ? absl::GetFlag(FLAGS_config)
-                              : required == std::string("corpus") ? absl::GetFlag(FLAGS_corpus)
-                                                                  : absl::GetFlag(FLAGS_out);
+  for (const auto& [name, value] : {std::pair<const char*, std::string>{
+                                        "config", absl::GetFlag(FLAGS_config)},
+                                    {"corpus", absl::GetFlag(FLAGS_corpus)},
+                                    {"out", absl::GetFlag(FLAGS_out)}}) {
     if (value.empty()) {
-      std::cerr << "attnserve_train: --" << required << " is required (see --help)\n";
+      std::cerr << "attnserve_train: --" << name
+                << " is required (see --help)\n";
       return 2;
     }
   }
   std::ifstream f(absl::GetFlag(FLAGS_config));
   if (!f) {
-    std::cerr << "attnserve_train: cannot open config " << absl::GetFlag(FLAGS_config) << "\n";
+    std::cerr << "attnserve_train: cannot open config "
+              << absl::GetFlag(FLAGS_config) << "\n";
     return 2;
   }
   std::stringstream text;
@@ -81,14 +88,17 @@ int main(int argc, char** argv) {
   const int print_every = std::max(1, absl::GetFlag(FLAGS_print_every));
   absl::Status s = attnserve::trainer::Train(
       *config, o, [&](const attnserve::trainer::Progress& p) {
-        if (p.step % print_every != 0 && p.val_loss < 0 && p.step != p.steps) return;
-        std::cout << absl::StrFormat("step %5d/%d  loss %.4f", p.step, p.steps, p.train_loss);
+        if (p.step % print_every != 0 && p.val_loss < 0 && p.step != p.steps)
+          return;
+        std::cout << absl::StrFormat("step %5d/%d  loss %.4f", p.step, p.steps,
+                                     p.train_loss);
         if (p.val_loss >= 0) {
           std::cout << absl::StrFormat("  val %.4f (%.3f bpb)", p.val_loss,
                                        p.val_loss / std::log(2.0));
         }
-        std::cout << absl::StrFormat("  %.0f tok/s  ETA %dm%02ds\n", p.tokens_per_second,
-                                     int(p.eta_seconds) / 60, int(p.eta_seconds) % 60)
+        std::cout << absl::StrFormat(
+                         "  %.0f tok/s  ETA %dm%02ds\n", p.tokens_per_second,
+                         int(p.eta_seconds) / 60, int(p.eta_seconds) % 60)
                   << std::flush;
       });
   if (!s.ok()) {
@@ -96,7 +106,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (o.stop_after > 0 && o.stop_after < o.steps) {
-    std::cout << "attnserve_train: stopped after step " << o.stop_after << "; continue with "
+    std::cout << "attnserve_train: stopped after step " << o.stop_after
+              << "; continue with "
               << "--resume (checkpoint in " << o.out_dir << ")\n";
   } else {
     std::cout << "attnserve_train: wrote " << o.out_dir << "\n";
