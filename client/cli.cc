@@ -16,8 +16,9 @@ constexpr char kTopUsage[] =
     "commands:\n"
     "  generate [flags] PROMPT   stream the continuation of PROMPT to stdout\n"
     "  chat [flags]              one turn per stdin line, on one session\n"
-    "  sessions create|get|list|close\n"
-    "                            create, inspect, list and close sessions\n"
+    "  sessions create|get|list|close|export|import|fork\n"
+    "                            create, inspect, list and close sessions;\n"
+    "                            export to and import from a file; fork\n"
     "  models [NAME]             list the served models, or describe one\n"
     "  health                    grpc.health.v1 check; exit 0 only if SERVING\n"
     "  bench [flags]             concurrent sessions: tokens/s, latencies\n"
@@ -28,9 +29,10 @@ constexpr char kTopUsage[] =
 constexpr char kExitStatus[] =
     "\n"
     "exit status: 0 success; 1 the server answered with an error status, a\n"
-    "generation ended in error or was cancelled, health is not SERVING, or\n"
-    "bench counted errors; 2 bad command line; 3 no connection to the server\n"
-    "within --connect_timeout.\n"
+    "generation ended in error, was cancelled or was stopped by the server's\n"
+    "shutdown, health is not SERVING, bench counted errors, or a local file\n"
+    "could not be read or written; 2 bad command line; 3 no connection to the\n"
+    "server within --connect_timeout.\n"
     "\n"
     "Run 'attnserve_client <command> --help' for the command's flags.\n";
 

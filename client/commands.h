@@ -20,6 +20,12 @@ int RunModels(const Args& args, GlobalOptions options, const Io& io);
 int RunHealth(const Args& args, GlobalOptions options, const Io& io);
 int RunBench(const Args& args, GlobalOptions options, const Io& io);
 
+// sessions export, import and fork (session_snapshots.cc), which RunSessions
+// hands the arguments after the subcommand's name.
+int RunSessionsExport(const Args& args, GlobalOptions options, const Io& io);
+int RunSessionsImport(const Args& args, GlobalOptions options, const Io& io);
+int RunSessionsFork(const Args& args, GlobalOptions options, const Io& io);
+
 // Everything after the program name: global flags, a command, its arguments.
 int RunClient(const Args& args, const Io& io);
 

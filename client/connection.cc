@@ -64,8 +64,8 @@ void AddGlobalFlags(FlagSet* flags, GlobalOptions* options, bool top_level) {
   if (!top_level) flags->HideLast();
   flags->Add(
       "timeout", &options->timeout_seconds,
-      "deadline of each call in seconds; 0: 300 for generate, chat and bench, "
-      "10 for the others",
+      "deadline of each call in seconds; 0: 300 for generate, chat, bench and "
+      "sessions export and import, 10 for the others",
       top_level ? "ATTNSERVE_TIMEOUT" : "");
   if (!top_level) flags->HideLast();
   flags->Add("connect_timeout", &options->connect_timeout_seconds,

@@ -17,8 +17,9 @@ namespace attnserve::client {
 
 // Process exit codes, documented in the top-level --help.
 inline constexpr int kExitOk = 0;
-// The server answered with an error, a generation ended in error or was
-// cancelled, health is not SERVING, or a benchmark counted errors.
+// The server answered with an error, a generation ended in error, was
+// cancelled or was stopped by the server's shutdown, health is not SERVING, a
+// benchmark counted errors, or a local file could not be read or written.
 inline constexpr int kExitFailure = 1;
 // Bad command line.
 inline constexpr int kExitUsage = 2;
@@ -50,8 +51,8 @@ struct GlobalOptions {
   double connect_timeout_seconds = 3;
 };
 
-// Per-call deadline defaults, in seconds: Generate calls (generate, chat,
-// bench), and every other call.
+// Per-call deadline defaults, in seconds: streaming calls (generate, chat,
+// bench, sessions export and import), and every other call.
 inline constexpr double kStreamingTimeoutSeconds = 300;
 inline constexpr double kUnaryTimeoutSeconds = 10;
 

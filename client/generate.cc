@@ -24,8 +24,9 @@ constexpr CommandHelp kGenerateHelp = {
     "position is the session's length after the turn, ttft_ms the server's\n"
     "time to first token. PROMPT - reads the prompt bytes from stdin.\n"
     "--print_ids and --logprobs add lines to stderr before that one. Exit\n"
-    "status 0 when generation finishes by stop or length, 1 on an error or a\n"
-    "cancellation.\n"};
+    "status 0 when generation finishes by stop or length, 1 on an error, a\n"
+    "cancellation or the server's shutdown (finish=shutdown: the turn stopped\n"
+    "at a consistent position, which the session keeps).\n"};
 
 constexpr CommandHelp kChatHelp = {
     "chat", "[flags]",

@@ -1,4 +1,5 @@
 // sessions create|get|list|close: one unary call each, human-readable output.
+// export, import and fork are in session_snapshots.cc.
 #include <memory>
 #include <string>
 
@@ -24,6 +25,15 @@ constexpr char kSessionsUsage[] =
     "             bytes, creation and last use, ttl, busy\n"
     "  list       the same for every session, one row each\n"
     "  close ID   close a session and free its state\n"
+    "  export ID FILE\n"
+    "             write the session's snapshot to FILE (- for stdout); one\n"
+    "             summary line on stderr\n"
+    "  import [--ttl_seconds=N] FILE\n"
+    "             a new session from the snapshot in FILE (- for stdin);\n"
+    "             prints its id alone on stdout\n"
+    "  fork [--ttl_seconds=N] ID\n"
+    "             a new session with a copy of ID's state; prints its id\n"
+    "             alone on stdout\n"
     "\n"
     "Run 'attnserve_client sessions <subcommand> --help' for its flags.\n";
 
@@ -197,10 +207,14 @@ int RunSessions(const Args& args, GlobalOptions options, const Io& io) {
   if (sub == "get") return SessionsGet(sub_args, options, io);
   if (sub == "list") return SessionsList(sub_args, options, io);
   if (sub == "close") return SessionsClose(sub_args, options, io);
-  return ReportUsageError(io,
-                          absl::StrCat("unknown subcommand \"", sub,
-                                       "\"; one of create, get, list, close"),
-                          "sessions");
+  if (sub == "export") return RunSessionsExport(sub_args, options, io);
+  if (sub == "import") return RunSessionsImport(sub_args, options, io);
+  if (sub == "fork") return RunSessionsFork(sub_args, options, io);
+  return ReportUsageError(
+      io,
+      absl::StrCat("unknown subcommand \"", sub,
+                   "\"; one of create, get, list, close, export, import, fork"),
+      "sessions");
 }
 
 }  // namespace attnserve::client

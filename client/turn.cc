@@ -148,6 +148,10 @@ std::string TurnError(const TurnResult& result) {
     case v1::FINISH_REASON_CANCELLED:
       return absl::StrCat("attnserve: generation cancelled",
                           final.error().empty() ? "" : ": ", final.error());
+    case v1::FINISH_REASON_SHUTDOWN:
+      return absl::StrCat(
+          "attnserve: generation stopped: the server is shutting down",
+          final.error().empty() ? "" : ": ", final.error());
     default:
       return absl::StrCat("attnserve: generation ended with finish reason ",
                           v1::FinishReason_Name(final.reason()),
@@ -165,6 +169,8 @@ const char* FinishReasonName(v1::FinishReason reason) {
       return "cancelled";
     case v1::FINISH_REASON_ERROR:
       return "error";
+    case v1::FINISH_REASON_SHUTDOWN:
+      return "shutdown";
     default:
       return "unspecified";
   }

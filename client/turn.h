@@ -60,10 +60,11 @@ TurnResult RunTurn(
 
 // Empty when the turn finished normally (reason stop or length); otherwise the
 // one-line message to print: "attnserve: CODE: message" for an error status, or
-// a description of a missing, failed, cancelled or unspecified final message.
+// a description of a missing, failed, cancelled, shutdown or unspecified final
+// message.
 std::string TurnError(const TurnResult& result);
 
-// "stop", "length", "cancelled", "error" or "unspecified".
+// "stop", "length", "cancelled", "error", "shutdown" or "unspecified".
 const char* FinishReasonName(attnserve::v1::FinishReason reason);
 
 // "[finish=length prompt_tokens=12 generated_tokens=64 position=76

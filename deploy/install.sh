@@ -21,6 +21,8 @@ PACKAGES=(
   # gRPC + Protobuf + abseil
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev
+  # SHA-256 of model fingerprints (OpenSSL libcrypto)
+  libssl-dev
   # LibTorch (CPU) and a fast BLAS for it
   libtorch-dev libopenblas0-serial libopenblas-serial-dev
   # metrics
@@ -31,6 +33,8 @@ PACKAGES=(
   bible-kjv bible-kjv-text
   # tests/e2e: a real Prometheus, compose-file validation, the Python client
   prometheus docker-compose python3-grpcio python3-protobuf
+  # session store: the Redis backend (client library) and its tests (a real redis-server)
+  libhiredis-dev redis-server
   # deploy/models/plot.sh: the training-curve plot
   gnuplot-nox
 )
@@ -40,6 +44,7 @@ RUNTIME_PACKAGES=(
   libtorch1.13 libopenblas0-serial
   libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623
   libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0
+  libssl3 libhiredis0.14
 )
 
 case "${1:-}" in

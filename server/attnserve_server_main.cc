@@ -1,7 +1,8 @@
 // attnserve_server: serves the models in --model_dirs (default: the shipped default
-// model) over gRPC, with Prometheus metrics on their own port. SIGTERM/SIGINT shut it
-// down gracefully: health goes NOT_SERVING, new turns are refused, running turns get
-// --shutdown_grace to finish, then the process exits 0.
+// model) over gRPC, with Prometheus metrics on their own port. SIGTERM/SIGINT drain it:
+// health goes NOT_SERVING, new sessions and turns are refused, running turns get
+// --shutdown_grace to finish and are then stopped with a final message, every session
+// is written to the durable --session_store, then the process exits 0.
 #include <pthread.h>
 #include <signal.h>
 
@@ -35,13 +36,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (options->model_dirs.empty()) options->model_dirs = {ATTNSERVE_DEFAULT_MODEL_DIR};
-  auto models = attnserve::service::LoadModels(options->model_dirs);
+  auto models = attnserve::session::ModelCatalogue::Load(options->model_dirs);
   if (!models.ok()) {
     std::cerr << "attnserve_server: " << models.status().message() << "\n";
     return 1;
   }
   std::vector<std::string> names;
-  for (const auto& m : *models) {
+  for (const auto& m : (*models)->all()) {
     names.push_back(m->name + " (" + m->attention() + ", " +
                     std::to_string(m->model->ParameterCount()) + " parameters)");
   }
@@ -53,7 +54,8 @@ int main(int argc, char** argv) {
   std::cout << "attnserve_server: serving " << absl::StrJoin(names, ", ") << " on "
             << options->listen_address.substr(0, options->listen_address.rfind(':')) << ":"
             << (*server)->port() << "; metrics on port " << (*server)->metrics_port()
-            << std::endl;
+            << "; sessions in " << options->session_store
+            << (options->session_store == "memory" ? " (lost on exit)" : "") << std::endl;
 
   int sig = 0;
   sigwait(&signals, &sig);

@@ -20,6 +20,10 @@
 
 namespace attnserve::attention {
 
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+// A tensor's name and shape, without the tensor (what a state at some position holds).
+using TensorShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
 // One session's state for one layer. Owned by the caller; copying is explicit (Clone).
 class AttentionState {
  public:
@@ -29,9 +33,12 @@ class AttentionState {
   // Bytes of tensor memory this state holds now (KV caches: allocated capacity).
   virtual int64_t Bytes() const = 0;
   virtual std::unique_ptr<AttentionState> Clone() const = 0;
+  // The tensors a snapshot holds, in a fixed order, with the names and shapes that
+  // Attention::StateShapes(Position()) lists: fixed-state modules their whole state,
+  // KV caches only the used length of their caches (never the spare capacity). Views
+  // into the state, valid until it changes; fp32, not necessarily contiguous.
+  virtual NamedTensors Tensors() const = 0;
 };
-
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 class Attention {
  public:
@@ -46,6 +53,15 @@ class Attention {
 
   // A fresh, empty state for one session.
   virtual std::unique_ptr<AttentionState> NewState() const = 0;
+
+  // Names and shapes of the tensors a state at `position` holds (AttentionState::Tensors):
+  //   fixed state: s (H, m, Dv), and z (H, m) under the sum normaliser, at any position
+  //   KV cache:    k (H, position, D), v (H, position, Dv)
+  virtual TensorShapes StateShapes(int64_t position) const = 0;
+  // A state at `position` holding copies of `tensors`, whose names and shapes the caller
+  // has checked against StateShapes(position) (TORCH_CHECK fails otherwise).
+  virtual std::unique_ptr<AttentionState> RestoreState(int64_t position,
+                                                       const NamedTensors& tensors) const = 0;
 
   // One session: q, k: (H, T, D); v: (H, T, Dv) -> (H, T, Dv). Appends the T tokens to
   // `state` in chunks of options().chunk_size; token t attends to everything before it.

@@ -20,6 +20,10 @@ class FeatureState : public AttentionState {
     return std::make_unique<FeatureState>(s.clone(), z.defined() ? z.clone() : z,
                                           position);
   }
+  NamedTensors Tensors() const override {
+    if (!z.defined()) return {{"s", s}};
+    return {{"s", s}, {"z", z}};
+  }
 
   at::Tensor s;  // (H, m, Dv) fp32
   at::Tensor z;  // (H, m) fp32, undefined under the L2 normaliser
@@ -102,6 +106,31 @@ std::unique_ptr<AttentionState> FeatureAttention::NewState() const {
   at::Tensor z = normaliser_ == Normaliser::kSum ? at::zeros({o.num_heads, m}, at::kFloat)
                                                  : at::Tensor();
   return std::make_unique<FeatureState>(std::move(s), std::move(z), 0);
+}
+
+TensorShapes FeatureAttention::StateShapes(int64_t) const {
+  const auto& o = options();
+  const int64_t m = features_->size();
+  TensorShapes shapes = {{"s", {o.num_heads, m, o.value_dim}}};
+  if (normaliser_ == Normaliser::kSum) shapes.push_back({"z", {o.num_heads, m}});
+  return shapes;
+}
+
+std::unique_ptr<AttentionState> FeatureAttention::RestoreState(
+    int64_t position, const NamedTensors& tensors) const {
+  const TensorShapes shapes = StateShapes(position);
+  TORCH_CHECK(tensors.size() == shapes.size(), "RestoreState: ", tensors.size(),
+              " tensors for a state of ", shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    TORCH_CHECK(tensors[i].first == shapes[i].first &&
+                    tensors[i].second.sizes() == at::IntArrayRef(shapes[i].second),
+                "RestoreState: tensor ", i, " is not ", shapes[i].first);
+  }
+  at::Tensor s = tensors[0].second.to(at::kFloat).clone(at::MemoryFormat::Contiguous);
+  at::Tensor z = shapes.size() > 1
+                     ? tensors[1].second.to(at::kFloat).clone(at::MemoryFormat::Contiguous)
+                     : at::Tensor();
+  return std::make_unique<FeatureState>(std::move(s), std::move(z), position);
 }
 
 at::Tensor FeatureAttention::PrefillChunk(FeatureState& st, const at::Tensor& q,

@@ -17,6 +17,7 @@ class KvState : public AttentionState {
   std::unique_ptr<AttentionState> Clone() const override {
     return std::make_unique<KvState>(k.clone(), v.clone(), length);
   }
+  NamedTensors Tensors() const override { return {{"k", Keys()}, {"v", Values()}}; }
 
   // Makes room for `extra` more tokens, doubling capacity when it runs out.
   void Reserve(int64_t extra) {
@@ -83,6 +84,26 @@ std::unique_ptr<AttentionState> KvAttention::NewState() const {
   return std::make_unique<KvState>(at::empty({o.num_heads, 0, o.head_dim}, at::kFloat),
                                    at::empty({o.num_heads, 0, o.value_dim}, at::kFloat),
                                    0);
+}
+
+TensorShapes KvAttention::StateShapes(int64_t position) const {
+  const auto& o = options();
+  return {{"k", {o.num_heads, position, o.head_dim}}, {"v", {o.num_heads, position, o.value_dim}}};
+}
+
+std::unique_ptr<AttentionState> KvAttention::RestoreState(int64_t position,
+                                                          const NamedTensors& tensors) const {
+  const TensorShapes shapes = StateShapes(position);
+  TORCH_CHECK(tensors.size() == 2, "RestoreState: ", tensors.size(), " tensors for a KV state");
+  for (size_t i = 0; i < 2; ++i) {
+    TORCH_CHECK(tensors[i].first == shapes[i].first &&
+                    tensors[i].second.sizes() == at::IntArrayRef(shapes[i].second),
+                "RestoreState: tensor ", i, " is not ", shapes[i].first);
+  }
+  // Capacity exactly the used length; the next append doubles it as usual.
+  return std::make_unique<KvState>(
+      tensors[0].second.to(at::kFloat).clone(at::MemoryFormat::Contiguous),
+      tensors[1].second.to(at::kFloat).clone(at::MemoryFormat::Contiguous), position);
 }
 
 at::Tensor KvAttention::Prefill(AttentionState& state, const at::Tensor& q,

@@ -16,6 +16,9 @@ class KvAttention : public Attention {
   at::Tensor Parallel(const at::Tensor& q, const at::Tensor& k,
                       const at::Tensor& v) const override;
   std::unique_ptr<AttentionState> NewState() const override;
+  TensorShapes StateShapes(int64_t position) const override;
+  std::unique_ptr<AttentionState> RestoreState(int64_t position,
+                                               const NamedTensors& tensors) const override;
   at::Tensor Prefill(AttentionState& state, const at::Tensor& q, const at::Tensor& k,
                      const at::Tensor& v) const override;
   at::Tensor Step(absl::Span<AttentionState* const> states, const at::Tensor& q,

@@ -111,6 +111,47 @@ const Flag kFlags[] = {
      [](absl::string_view v, ServerOptions* o) {
        return ParseDurationAtLeast(v, absl::ZeroDuration(), &o->shutdown_grace);
      }},
+    {"session_store", "memory|dir:PATH|redis://HOST:PORT[/DB]",
+     "Where sessions are saved: memory (nowhere; a restart loses them), a directory "
+     "(one file per session), or a Redis server shared by replicas.",
+     [](const ServerOptions& o) { return o.session_store; },
+     [](absl::string_view v, ServerOptions* o) {
+       if (v != "memory" && !absl::StartsWith(v, "dir:") && !absl::StartsWith(v, "redis://")) {
+         return absl::InvalidArgumentError("expected memory, dir:PATH or redis://HOST:PORT");
+       }
+       if (v == "dir:") return absl::InvalidArgumentError("dir: needs a path");
+       o->session_store = std::string(v);
+       return absl::OkStatus();
+     }},
+    {"persist", "none|each_turn",
+     "each_turn saves a session after every completed turn (a crash loses at most the "
+     "turn in flight); none saves on spill and drain only. Needs a durable "
+     "--session_store.",
+     [](const ServerOptions& o) {
+       return std::string(o.persist_each_turn ? "each_turn" : "none");
+     },
+     [](absl::string_view v, ServerOptions* o) {
+       if (v != "none" && v != "each_turn") {
+         return absl::InvalidArgumentError("expected none or each_turn");
+       }
+       o->persist_each_turn = v == "each_turn";
+       return absl::OkStatus();
+     }},
+    {"spill_after", "DURATION|never",
+     "Idle time after which a session leaves memory for the durable --session_store "
+     "and frees its budget (e.g. 5m); it is loaded back on its next use.",
+     [](const ServerOptions& o) {
+       return o.spill_after == absl::InfiniteDuration()
+                  ? std::string("never")
+                  : absl::FormatDuration(o.spill_after);
+     },
+     [](absl::string_view v, ServerOptions* o) {
+       if (v == "never") {
+         o->spill_after = absl::InfiniteDuration();
+         return absl::OkStatus();
+       }
+       return ParseDurationAtLeast(v, absl::Milliseconds(1), &o->spill_after);
+     }},
 };
 constexpr size_t kNumFlags = sizeof(kFlags) / sizeof(kFlags[0]);
 
@@ -190,6 +231,18 @@ absl::Status CheckCrossFlagLimits(const ServerOptions& options,
   }
   if (options.default_ttl > options.max_ttl)
     return exceeds("default_ttl", "max_ttl");
+  if (options.session_store == "memory") {
+    if (options.persist_each_turn) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Describe("persist", options, settings), " needs a durable ",
+          Describe("session_store", options, settings), ": dir:PATH or redis://HOST:PORT"));
+    }
+    if (options.spill_after != absl::InfiniteDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Describe("spill_after", options, settings), " needs a durable ",
+          Describe("session_store", options, settings), ": dir:PATH or redis://HOST:PORT"));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -46,6 +46,15 @@ struct ServerOptions {
   // How long running turns may continue after SIGTERM before the server stops
   // (--shutdown_grace).
   absl::Duration shutdown_grace = absl::Seconds(10);
+  // Where sessions are saved (--session_store): "memory" (nowhere: they die with the
+  // process), "dir:PATH", or "redis://HOST:PORT[/DB]".
+  std::string session_store = "memory";
+  // Save each session after every completed turn (--persist=each_turn), not only on
+  // spill and drain (--persist=none). Needs a durable session_store.
+  bool persist_each_turn = false;
+  // Idle time after which a session leaves memory for the durable store
+  // (--spill_after); infinite (the default, "never") keeps it in memory until its TTL.
+  absl::Duration spill_after = absl::InfiniteDuration();
 };
 
 // Looks up an environment variable; returns nullopt when it is unset.

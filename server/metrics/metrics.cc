@@ -45,9 +45,25 @@ const Histogram::BucketBoundaries kRequestDurationBuckets = {
 const Histogram::BucketBoundaries kBatchSizeBuckets = {1,  2,  4,  8,
                                                        16, 32, 64, 128};
 
+// One snapshot Put/Get/Delete: tens of microseconds for a small file in the
+// page cache, up to seconds for a large snapshot on a slow disk or a Redis
+// server that is reconnecting.
+const Histogram::BucketBoundaries kStoreLatencyBuckets = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+    0.025,   0.05,   0.1,     0.25,   0.5,   1,      2.5,   5};
+
 prometheus::Labels ModelLabels(const std::string& model,
                                const std::string& attention) {
   return {{"model", model}, {"attention", attention}};
+}
+
+prometheus::Labels StoreLabels(const std::string& store) {
+  return {{"store", store}};
+}
+
+prometheus::Labels StoreOpLabels(const std::string& store,
+                                 const std::string& op) {
+  return {{"store", store}, {"op", op}};
 }
 
 }  // namespace
@@ -106,6 +122,40 @@ struct Families {
                 .Name("attnserve_session_state_bytes")
                 .Help("Bytes of attention state held by this model's "
                       "sessions.")
+                .Register(r)),
+        snapshots_written(prometheus::BuildCounter()
+                              .Name("attnserve_snapshots_written_total")
+                              .Help("Session snapshots written to the store.")
+                              .Register(r)),
+        snapshots_read(prometheus::BuildCounter()
+                           .Name("attnserve_snapshots_read_total")
+                           .Help("Session snapshots read back from the store "
+                                 "(reads that found nothing excluded).")
+                           .Register(r)),
+        snapshot_bytes_written(
+            prometheus::BuildCounter()
+                .Name("attnserve_snapshot_bytes_written_total")
+                .Help("Bytes of session snapshots written to the store.")
+                .Register(r)),
+        snapshot_bytes_read(
+            prometheus::BuildCounter()
+                .Name("attnserve_snapshot_bytes_read_total")
+                .Help("Bytes of session snapshots read from the store.")
+                .Register(r)),
+        store_latency(prometheus::BuildHistogram()
+                          .Name("attnserve_store_latency_seconds")
+                          .Help("Seconds per session store operation "
+                                "(write, read, delete), failed ones included.")
+                          .Register(r)),
+        store_errors(prometheus::BuildCounter()
+                         .Name("attnserve_store_errors_total")
+                         .Help("Session store operations that failed, by op.")
+                         .Register(r)),
+        sessions_spilled(
+            prometheus::BuildCounter()
+                .Name("attnserve_sessions_spilled_total")
+                .Help("Sessions moved out of memory into the store (idle "
+                      "spill or memory pressure).")
                 .Register(r)) {}
 
   Family<Counter>& requests;
@@ -119,6 +169,13 @@ struct Families {
   Family<Gauge>& waiting_turns;
   Family<Gauge>& active_sessions;
   Family<Gauge>& session_state_bytes;
+  Family<Counter>& snapshots_written;
+  Family<Counter>& snapshots_read;
+  Family<Counter>& snapshot_bytes_written;
+  Family<Counter>& snapshot_bytes_read;
+  Family<Histogram>& store_latency;
+  Family<Counter>& store_errors;
+  Family<Counter>& sessions_spilled;
 };
 
 ModelMetrics::ModelMetrics(Families& f, const std::string& model,
@@ -162,6 +219,51 @@ void ModelMetrics::SetSessionStateBytes(int64_t bytes) {
   session_state_bytes_.Set(static_cast<double>(bytes));
 }
 
+StoreMetrics::StoreMetrics(Families& f, const std::string& store)
+    : snapshots_written_(f.snapshots_written.Add(StoreLabels(store))),
+      snapshots_read_(f.snapshots_read.Add(StoreLabels(store))),
+      bytes_written_(f.snapshot_bytes_written.Add(StoreLabels(store))),
+      bytes_read_(f.snapshot_bytes_read.Add(StoreLabels(store))),
+      write_latency_(f.store_latency.Add(StoreOpLabels(store, "write"),
+                                         kStoreLatencyBuckets)),
+      read_latency_(f.store_latency.Add(StoreOpLabels(store, "read"),
+                                        kStoreLatencyBuckets)),
+      delete_latency_(f.store_latency.Add(StoreOpLabels(store, "delete"),
+                                          kStoreLatencyBuckets)),
+      write_errors_(f.store_errors.Add(StoreOpLabels(store, "write"))),
+      read_errors_(f.store_errors.Add(StoreOpLabels(store, "read"))),
+      delete_errors_(f.store_errors.Add(StoreOpLabels(store, "delete"))),
+      sessions_spilled_(f.sessions_spilled.Add(StoreLabels(store))) {}
+
+void StoreMetrics::ObserveWrite(absl::Duration latency, int64_t bytes,
+                                bool ok) {
+  write_latency_.Observe(absl::ToDoubleSeconds(latency));
+  if (!ok) {
+    write_errors_.Increment();
+    return;
+  }
+  snapshots_written_.Increment();
+  bytes_written_.Increment(static_cast<double>(bytes));
+}
+void StoreMetrics::ObserveRead(absl::Duration latency, int64_t bytes, bool ok,
+                               bool found) {
+  read_latency_.Observe(absl::ToDoubleSeconds(latency));
+  if (!ok) {
+    read_errors_.Increment();
+    return;
+  }
+  if (!found) return;
+  snapshots_read_.Increment();
+  bytes_read_.Increment(static_cast<double>(bytes));
+}
+void StoreMetrics::ObserveDelete(absl::Duration latency, bool ok) {
+  delete_latency_.Observe(absl::ToDoubleSeconds(latency));
+  if (!ok) delete_errors_.Increment();
+}
+void StoreMetrics::AddSpilled(int n) {
+  sessions_spilled_.Increment(static_cast<double>(n));
+}
+
 Metrics::Metrics()
     : registry_(std::make_shared<Registry>()),
       families_(std::make_unique<Families>(*registry_)) {}
@@ -196,6 +298,13 @@ ModelMetrics& Metrics::ForModel(const std::string& model,
       models_[std::make_pair(model, attention)];
   if (slot == nullptr)
     slot.reset(new ModelMetrics(*families_, model, attention));
+  return *slot;
+}
+
+StoreMetrics& Metrics::ForStore(const std::string& store) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<StoreMetrics>& slot = stores_[store];
+  if (slot == nullptr) slot.reset(new StoreMetrics(*families_, store));
   return *slot;
 }
 

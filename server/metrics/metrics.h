@@ -1,7 +1,7 @@
 // Prometheus metrics for attnserve: one registry, every metric family defined
 // in metrics.cc, labelled children created once per (model, attention module)
-// and cached. Torch-free; the service and scheduler record into it, Prometheus
-// scrapes /metrics.
+// or per session store and cached. Torch-free; the service, scheduler and
+// session store record into it, Prometheus scrapes /metrics.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +69,44 @@ class ModelMetrics {
   prometheus::Gauge& session_state_bytes_;
 };
 
+// The children of one durable session store, labelled store="dir:/var/lib/x"
+// or "redis://host:port". Obtain it from Metrics::ForStore; it lives as long as
+// the Metrics that made it. All methods are thread-safe and lock-free.
+class StoreMetrics {
+ public:
+  StoreMetrics(const StoreMetrics&) = delete;
+  StoreMetrics& operator=(const StoreMetrics&) = delete;
+
+  // One snapshot write (Put), read (Get) or delete: its latency (observed
+  // whether or not it succeeded), the bytes it moved and whether it succeeded.
+  // Bytes count only for a successful write or a read that found a snapshot; a
+  // failure counts one error for its op. A read that found nothing (NOT_FOUND)
+  // is ok=true, found=false, bytes=0, and is not counted as a snapshot read.
+  void ObserveWrite(absl::Duration latency, int64_t bytes, bool ok);
+  void ObserveRead(absl::Duration latency, int64_t bytes, bool ok, bool found);
+  void ObserveDelete(absl::Duration latency, bool ok);
+
+  // Sessions that left memory for the store (idle spill or memory pressure); a
+  // negative n is ignored.
+  void AddSpilled(int n);
+
+ private:
+  friend class Metrics;
+  StoreMetrics(Families& families, const std::string& store);
+
+  prometheus::Counter& snapshots_written_;
+  prometheus::Counter& snapshots_read_;
+  prometheus::Counter& bytes_written_;
+  prometheus::Counter& bytes_read_;
+  prometheus::Histogram& write_latency_;
+  prometheus::Histogram& read_latency_;
+  prometheus::Histogram& delete_latency_;
+  prometheus::Counter& write_errors_;
+  prometheus::Counter& read_errors_;
+  prometheus::Counter& delete_errors_;
+  prometheus::Counter& sessions_spilled_;
+};
+
 // The process's metrics. Create one at start-up and share it; all methods are
 // thread-safe.
 class Metrics {
@@ -95,6 +133,12 @@ class Metrics {
   ModelMetrics& ForModel(const std::string& model,
                          const std::string& attention);
 
+  // Children for one session store, named as SnapshotStore::name() names it;
+  // the same reference every time for the same name, valid for the lifetime of
+  // this Metrics. The first call creates every series of the store (at zero);
+  // call it when the store is opened rather than per operation.
+  StoreMetrics& ForStore(const std::string& store);
+
   // Increments requests_total{method, code, model, attention}; code is the gRPC
   // status code name, e.g. "OK", "INVALID_ARGUMENT". model/attention may be
   // empty when the request failed before a model was resolved.
@@ -116,6 +160,8 @@ class Metrics {
   absl::flat_hash_map<std::pair<std::string, std::string>,
                       std::unique_ptr<ModelMetrics>>
       models_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<StoreMetrics>> stores_
+      ABSL_GUARDED_BY(mu_);
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
 };

@@ -189,6 +189,96 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   return model;
 }
 
+attention::TensorShapes Model::StateShapes(int64_t position) const {
+  return layers_.front().attention->StateShapes(position);
+}
+
+absl::StatusOr<std::unique_ptr<DecodeState>> Model::RestoreState(
+    int64_t position, const std::vector<attention::NamedTensors>& layers) const {
+  if (position < 0 || position > config_.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("state position ", position,
+                                                   " is outside [0, max_context ",
+                                                   config_.max_context, "]"));
+  }
+  if (layers.size() != layers_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("state has ", layers.size(),
+                                                   " layers; the model has ", layers_.size()));
+  }
+  auto state = std::make_unique<DecodeState>();
+  absl::Status s = CatchTorch("restoring a state", [&]() -> absl::Status {
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      state->layers_.push_back(layers_[l].attention->RestoreState(position, layers[l]));
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  state->position_ = position;
+  state->owner_ = this;
+  return state;
+}
+
+const Sha256Digest& Model::Fingerprint() const {
+  std::call_once(fingerprint_once_, [this] {
+    std::call_once(weights_digest_->once, [this] {
+      Sha256 weights;
+      for (const auto& [name, t] : NamedParameters()) {
+        at::Tensor c = t.detach().to(at::kFloat).contiguous();
+        weights.Update(name);
+        for (int64_t d : c.sizes()) weights.Update(&d, sizeof d);  // little-endian hosts
+        weights.Update(c.data_ptr(), c.nbytes());
+      }
+      weights_digest_->digest = weights.Finish();
+    });
+    // Run-time knobs that leave the arithmetic alone are not part of the identity.
+    ModelConfig identity = config_;
+    identity.attention.max_state_bytes_per_layer = 0;
+    identity.attention.reference_kernels = false;
+    Sha256 h;
+    h.Update(ModelConfigToText(identity));
+    h.Update(weights_digest_->digest.data(), weights_digest_->digest.size());
+    fingerprint_ = h.Finish();
+  });
+  return fingerprint_;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::ServeAs(const std::string& module, int order,
+                                                      int64_t max_state_bytes_per_layer) const {
+  if (absl::Status s = attention::CheckServableAs(config_.attention, module, order); !s.ok()) {
+    return s;
+  }
+  ModelConfig config = config_;
+  config.attention.module = module;
+  if (order != 0) config.attention.order = order;
+  config.attention.max_state_bytes_per_layer = max_state_bytes_per_layer;
+  if (absl::Status s = ValidateModelConfig(config); !s.ok()) return s;
+  std::unique_ptr<Model> m(new Model(config));
+  absl::Status built = CatchTorch("serving a model as another module", [&]() -> absl::Status {
+    for (const Layer& from : layers_) {
+      auto attn = attention::CreateAttention(config.attention);
+      if (!attn.ok()) return attn.status();
+      Layer l{from.attn_norm, from.wq,     from.wk,   from.wv,     from.wo,
+              from.mlp_norm,  from.w_gate, from.w_up, from.w_down, std::move(attn).value()};
+      // Trained attention parameters (the qk_norm temperature) by name, where both
+      // modules have them.
+      attention::NamedTensors source = from.attention->NamedParameters();
+      for (auto& [name, param] : l.attention->NamedParameters()) {
+        for (auto& [src_name, src] : source) {
+          if (src_name == name && src.sizes() == param.sizes()) param.copy_(src);
+        }
+      }
+      m->layers_.push_back(std::move(l));
+    }
+    return absl::OkStatus();
+  });
+  if (!built.ok()) return built;
+  m->embed_ = embed_;
+  m->norm_ = norm_;
+  m->head_ = head_;
+  m->inv_freq_ = inv_freq_;
+  m->weights_digest_ = weights_digest_;
+  return m;
+}
+
 std::unique_ptr<DecodeState> Model::NewState() const {
   auto state = std::make_unique<DecodeState>();
   for (const Layer& l : layers_) state->layers_.push_back(l.attention->NewState());
@@ -247,7 +337,7 @@ absl::StatusOr<at::Tensor> Model::Prefill(DecodeState& state,
   if (absl::Status s = CheckTokens(tokens); !s.ok()) return s;
   const int64_t t = int64_t(tokens.size());
   if (state.position_ + t > config_.max_context) {
-    return absl::ResourceExhaustedError(
+    return absl::OutOfRangeError(
         absl::StrCat("session at position ", state.position_, " + ", t,
                      " tokens would pass max_context ", config_.max_context));
   }
@@ -284,7 +374,7 @@ absl::StatusOr<at::Tensor> Model::Step(absl::Span<DecodeState* const> states,
     }
     if (!seen.insert(s).second) return absl::InvalidArgumentError("step: a state appears twice");
     if (s->position_ + 1 > config_.max_context) {
-      return absl::ResourceExhaustedError(absl::StrCat(
+      return absl::OutOfRangeError(absl::StrCat(
           "session at position ", s->position_, " has reached max_context ",
           config_.max_context));
     }

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "server/attention/attention.h"
+#include "server/common/sha256.h"
 #include "server/model/config.h"
 
 namespace attnserve::model {
@@ -30,6 +32,10 @@ class DecodeState {
   // Tensor bytes held across all layers.
   int64_t Bytes() const;
   std::unique_ptr<DecodeState> Clone() const;
+
+  // Layer `l`'s state, for snapshots (AttentionState::Tensors).
+  int num_layers() const { return int(layers_.size()); }
+  const attention::AttentionState& layer(int l) const { return *layers_[l]; }
 
  private:
   friend class Model;
@@ -69,6 +75,26 @@ class Model {
   at::Tensor Forward(const at::Tensor& tokens) const;
 
   std::unique_ptr<DecodeState> NewState() const;
+
+  // Names and shapes of one layer's state tensors at `position` (every layer alike).
+  attention::TensorShapes StateShapes(int64_t position) const;
+  // A state at `position` holding copies of `layers[l]` for each layer, whose names and
+  // shapes the caller has checked against StateShapes(position). INVALID_ARGUMENT for a
+  // position past max_context or the wrong number of layers.
+  absl::StatusOr<std::unique_ptr<DecodeState>> RestoreState(
+      int64_t position, const std::vector<attention::NamedTensors>& layers) const;
+
+  // SHA-256 of what makes a state meaningful to this model (proto/attnserve/v1/
+  // SNAPSHOT.md): the config's text (attention module and options included) and the
+  // weights. Computed on first use (the weights are hashed once per set of weights);
+  // thread-safe.
+  const Sha256Digest& Fingerprint() const;
+
+  // The same weights served with attention `module` of `order` (0: keep the order),
+  // where attention::CheckServableAs allows it. The new model shares this model's
+  // weight tensors (no copy, no reload); trained attention parameters are copied.
+  absl::StatusOr<std::unique_ptr<Model>> ServeAs(const std::string& module, int order,
+                                                 int64_t max_state_bytes_per_layer) const;
 
   // Appends `tokens` to one session (chunked prefill) and returns the logits after each
   // appended token: (T, V). Rejects empty input, ids outside the vocabulary and
@@ -115,6 +141,15 @@ class Model {
   at::Tensor norm_;  // (dim)
   at::Tensor head_;  // (V, dim)
   at::Tensor inv_freq_;  // (D / 2) fp64 RoPE frequencies
+
+  // Fingerprint(): the weights' digest is shared with every ServeAs variant.
+  struct WeightsDigest {
+    std::once_flag once;
+    Sha256Digest digest{};
+  };
+  std::shared_ptr<WeightsDigest> weights_digest_ = std::make_shared<WeightsDigest>();
+  mutable std::once_flag fingerprint_once_;
+  mutable Sha256Digest fingerprint_{};
 };
 
 }  // namespace attnserve::model

@@ -8,18 +8,24 @@
 
 namespace attnserve::model {
 
-absl::StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& p) {
+absl::Status ValidateSamplingParams(const SamplingParams& p) {
   if (!(p.temperature >= 0) || !std::isfinite(p.temperature)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("temperature must be a finite number >= 0, got ", p.temperature));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sampling.temperature must be a finite number >= 0 (0 is greedy), got ", p.temperature));
   }
   if (p.top_k < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("top_k must be >= 0 (0 = no limit), got ", p.top_k));
+        absl::StrCat("sampling.top_k must be >= 0 (0 keeps every token), got ", p.top_k));
   }
   if (!(p.top_p > 0 && p.top_p <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", p.top_p));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.top_p must be in (0, 1] (0 means 1), got ", p.top_p));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& p) {
+  if (absl::Status s = ValidateSamplingParams(p); !s.ok()) return s;
   return std::unique_ptr<Sampler>(new Sampler(p));
 }
 

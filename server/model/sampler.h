@@ -23,10 +23,14 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
+// Every sampling check, once: INVALID_ARGUMENT naming the field (sampling.temperature,
+// sampling.top_k, sampling.top_p) for a negative or non-finite temperature, top_k < 0,
+// top_p outside (0, 1].
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
 class Sampler {
  public:
-  // Rejects a negative or non-finite temperature, top_k < 0, top_p outside (0, 1],
-  // naming the field.
+  // Rejects what ValidateSamplingParams rejects.
   static absl::StatusOr<std::unique_ptr<Sampler>> Create(const SamplingParams& params);
 
   // logits: one row of vocab_size values. Returns the chosen id. Not thread-safe: one

@@ -15,13 +15,15 @@
 namespace attnserve::scheduler {
 
 struct Scheduler::Turn {
-  std::shared_ptr<session::Session> session;
+  session::TurnLease lease;
+  std::shared_ptr<session::Session> session;  // the lease's
   TurnRequest request;
   std::shared_ptr<TurnSink> sink;
   std::shared_ptr<TurnControl> control;
   metrics::ModelMetrics* metrics = nullptr;  // null without metrics
   std::unique_ptr<model::Sampler> sampler;
   std::vector<int32_t> to_prefill;  // the session's pending token, then the prompt
+  bool had_pending = false;         // to_prefill starts with the session's pending token
   size_t prefilled = 0;
   std::optional<int32_t> next_input;  // last emitted token, not yet in the state
   int generated = 0;
@@ -48,12 +50,12 @@ Scheduler::~Scheduler() {
   engine_.join();
 }
 
-std::shared_ptr<TurnControl> Scheduler::Submit(std::shared_ptr<session::Session> session,
-                                               TurnRequest request,
+std::shared_ptr<TurnControl> Scheduler::Submit(session::TurnLease lease, TurnRequest request,
                                                std::shared_ptr<TurnSink> sink) {
   auto turn = std::make_unique<Turn>();
   turn->control = std::make_shared<TurnControl>();
-  turn->session = std::move(session);
+  turn->session = lease.shared();
+  turn->lease = std::move(lease);
   turn->request = std::move(request);
   turn->sink = std::move(sink);
   std::shared_ptr<TurnControl> control = turn->control;
@@ -69,8 +71,7 @@ std::shared_ptr<TurnControl> Scheduler::Submit(std::shared_ptr<session::Session>
     result.reason = FinishReason::kError;
     result.error = absl::UnavailableError("the server is shutting down; no new turns");
     result.session_position = turn->session->position();
-    options_.store->EndTurn(*turn->session);
-    if (turn->request.close_session_after) (void)options_.store->Close(turn->session->id());
+    turn->lease.Release();
     turn->sink->OnFinish(std::move(result));
     return control;
   }
@@ -97,6 +98,14 @@ bool Scheduler::WaitIdle(absl::Duration timeout) {
                            [this] { return running_ == 0; });
 }
 
+void Scheduler::StopTurns() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_turns_ = true;
+  }
+  cv_.notify_all();
+}
+
 int Scheduler::active_turns() const {
   std::lock_guard<std::mutex> lock(mu_);
   return running_;
@@ -108,26 +117,32 @@ void Scheduler::EngineLoop() {
   bool progressed = true;
   while (true) {
     std::vector<std::unique_ptr<Turn>> fresh;
-    bool stopping;
+    bool stopping, stop_turns;
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (!progressed) {
         // Nothing could run (idle, or every turn waits on its reader): sleep until new
         // work, a wake-up, or a periodic look at deadlines.
         cv_.wait_for(lock, std::chrono::milliseconds(100),
-                     [this] { return stop_ || wake_ || !queue_.empty(); });
+                     [this] { return stop_ || stop_turns_ || wake_ || !queue_.empty(); });
       }
       wake_ = false;
       stopping = stop_;
+      stop_turns = stop_turns_;
+      stop_turns_ = false;
       while (!queue_.empty()) {
         fresh.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
     }
     for (auto& t : fresh) turns.push_back(std::move(t));
-    if (stopping) {
-      for (auto& t : turns) Finish(*t, FinishReason::kCancelled);
-      turns.clear();
+    if (stopping || stop_turns) {
+      // Every step leaves a session consistent (whole chunks and tokens), so any turn
+      // can stop here; its session keeps what it has consumed.
+      for (auto& t : turns) {
+        Finish(*t, stopping ? FinishReason::kCancelled : FinishReason::kShutdown);
+      }
+      progressed = false;
     } else {
       progressed = Step(turns);
     }
@@ -161,6 +176,7 @@ bool Scheduler::Step(std::vector<std::unique_ptr<Turn>>& turns) {
       t.sampler = std::move(sampler).value();
       std::optional<int32_t>& pending = t.session->pending_token();
       if (pending) t.to_prefill.push_back(*pending);
+      t.had_pending = pending.has_value();
       pending.reset();
       t.to_prefill.insert(t.to_prefill.end(), t.request.prompt.begin(),
                           t.request.prompt.end());
@@ -201,13 +217,6 @@ void Scheduler::Prefill(Turn& t) {
   const size_t n = std::min(t.to_prefill.size() - t.prefilled,
                             size_t(std::max(1, options_.prefill_chunk_tokens)));
   model::DecodeState& state = t.session->state();
-  if (state.position() + int64_t(n) > m.config().max_context) {
-    Finish(t, FinishReason::kError,
-           absl::OutOfRangeError(absl::StrCat(
-               "prompt: the session would pass the model's context of ",
-               m.config().max_context, " tokens")));
-    return;
-  }
   if (absl::Status s = options_.store->Charge(*t.session, m.StateBytes(state.position() + n));
       !s.ok()) {
     Finish(t, FinishReason::kError, s);
@@ -302,22 +311,30 @@ void Scheduler::Finish(Turn& t, FinishReason reason, absl::Status error) {
   if (t.done) return;
   t.done = true;
   // Tokens prefilled or emitted stay in the session; the last emitted one waits as the
-  // pending token of the next turn. An unconsumed prompt tail is dropped.
-  if (t.next_input) t.session->pending_token() = t.next_input;
+  // pending token of the next turn. A turn that ends before consuming the session's
+  // pending token gives it back; an unconsumed prompt tail is dropped.
+  if (t.next_input) {
+    t.session->pending_token() = t.next_input;
+  } else if (t.had_pending && t.prefilled == 0) {
+    t.session->pending_token() = t.to_prefill.front();
+  }
   t.session->PublishProgress();
   TurnResult result;
   result.reason = reason;
   result.error = std::move(error);
-  result.prompt_tokens = int(t.request.prompt.size());
+  const size_t consumed = t.prefilled - ((t.had_pending && t.prefilled > 0) ? 1 : 0);
+  result.prompt_tokens = int(t.sampler ? consumed : 0);
   result.generated_tokens = t.generated;
   result.session_position = t.session->position();
   if (t.generated > 0) result.time_to_first_token = t.first_token - t.request.arrival;
   if (t.metrics) t.metrics->ObserveRequestDuration(absl::Now() - t.request.arrival);
-  // Release the session before telling the client, so a client that starts its next
-  // turn as soon as it sees the final message finds the session free.
-  options_.store->EndTurn(*t.session);
-  if (t.request.close_session_after) (void)options_.store->Close(t.session->id());
-  t.sink->OnFinish(std::move(result));
+  // Release the session (saving it first when the store persists every turn) before
+  // telling the client, so a client that starts its next turn as soon as it sees the
+  // final message finds the session free.
+  options_.store->FinishTurn(std::move(t.lease),
+                             [sink = t.sink, result = std::move(result)]() mutable {
+                               sink->OnFinish(std::move(result));
+                             });
 }
 
 void Scheduler::PublishGauges(const std::vector<std::unique_ptr<Turn>>& turns) {

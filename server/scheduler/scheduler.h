@@ -39,11 +39,12 @@ class Scheduler {
   // Stops the engine: turns still running finish as cancelled.
   ~Scheduler();
 
-  // Queues a turn on `session`, which the caller has claimed with
-  // SessionStore::BeginTurn; the scheduler ends the turn (EndTurn, and Close when
-  // asked) after sink->OnFinish. Thread-safe; never blocks on the engine.
-  std::shared_ptr<TurnControl> Submit(std::shared_ptr<session::Session> session,
-                                      TurnRequest request, std::shared_ptr<TurnSink> sink);
+  // Queues a turn on the session `lease` holds (SessionStore::BeginTurn). The scheduler
+  // ends the turn through SessionStore::FinishTurn (which saves the session when the
+  // store persists each turn and releases the lease) and then calls sink->OnFinish.
+  // Thread-safe; never blocks on the engine.
+  std::shared_ptr<TurnControl> Submit(session::TurnLease lease, TurnRequest request,
+                                      std::shared_ptr<TurnSink> sink);
 
   // Re-examines paused and cancelled turns (a sink drained, a client cancelled).
   void Wake();
@@ -52,6 +53,9 @@ class Scheduler {
   void StopAccepting();
   // Blocks until no turn is queued or running, or `timeout` passes; true if idle.
   bool WaitIdle(absl::Duration timeout);
+  // Stops every queued or running turn at the engine's next step, at a consistent
+  // position, finishing it with FinishReason::kShutdown (drain, after the grace).
+  void StopTurns();
 
   // Turns queued or running (for metrics and shutdown).
   int active_turns() const;
@@ -79,6 +83,7 @@ class Scheduler {
   bool wake_ = false;                        // guarded by mu_
   bool stop_ = false;                        // guarded by mu_
   bool accepting_ = true;                    // guarded by mu_
+  bool stop_turns_ = false;                  // guarded by mu_
   // Engine thread only: models whose turn gauges were set, so they drop back to 0.
   std::set<metrics::ModelMetrics*> gauge_models_;
   std::thread engine_;

@@ -31,8 +31,6 @@ struct TurnRequest {
   // When the request arrived (for time to first token) and when it must be over.
   absl::Time arrival = absl::InfinitePast();
   absl::Time deadline = absl::InfiniteFuture();
-  // Close the session after the turn (a one-turn session made for this request).
-  bool close_session_after = false;
 };
 
 struct TokenEvent {
@@ -41,11 +39,18 @@ struct TokenEvent {
   std::optional<float> logprob;
 };
 
-enum class FinishReason { kStop, kLength, kCancelled, kError };
+enum class FinishReason {
+  kStop,
+  kLength,
+  kCancelled,
+  kError,
+  kShutdown,  // the server stopped the turn at a consistent position while draining
+};
 
 struct TurnResult {
   FinishReason reason = FinishReason::kError;
   absl::Status error;  // set when reason == kError
+  // Prompt tokens appended to the session (all of them unless the turn stopped early).
   int prompt_tokens = 0;
   int generated_tokens = 0;
   int64_t session_position = 0;

@@ -1,11 +1,12 @@
 #include "server/service/attnserve_service.h"
 
 #include "server/service/generate_reactor.h"
+#include "server/service/session_transfer.h"
 #include "server/service/status_map.h"
 
 namespace attnserve::service {
 
-AttnServeService::AttnServeService(const ModelSet* models, session::SessionStore* store,
+AttnServeService::AttnServeService(const session::ModelCatalogue* models, session::SessionStore* store,
                                    scheduler::Scheduler* scheduler,
                                    metrics::Metrics* metrics, RequestLimits limits)
     : models_(models),
@@ -40,31 +41,15 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* AttnServeService::Generate(
 grpc::ServerUnaryReactor* AttnServeService::CreateSession(
     grpc::CallbackServerContext* context, const v1::CreateSessionRequest* request,
     v1::Session* response) {
-  auto model = models_->Find(request->model());
-  if (!model.ok()) return Reply(context, "CreateSession", model.status());
-  const session::ServedModel& m = **model;
-  std::shared_ptr<const session::ServedModel> served = *model;
-  const std::string& module = request->attention_module();
-  const int order = request->attention_order();
-  if (!module.empty() && (module != m.attention() || (order != 0 && order != m.attention_order()))) {
-    served = nullptr;
-    std::string offered = m.attention();
-    for (const auto& v : m.variants) {
-      if (v->attention() == module && (order == 0 || order == v->attention_order())) served = v;
-      offered += ", " + v->attention() + " order " + std::to_string(v->attention_order());
-    }
-    if (served == nullptr) {
-      return Reply(context, "CreateSession",
-                   absl::InvalidArgumentError("attention_module: model '" + m.name +
-                                              "' can be served here as: " + offered),
-                   &m);
-    }
-  }
+  auto served = models_->Resolve(request->model(), request->attention_module(),
+                                 request->attention_order());
+  if (!served.ok()) return Reply(context, "CreateSession", served.status());
+  const session::ServedModel& m = **served;
   if (request->ttl_seconds() < 0) {
     return Reply(context, "CreateSession",
                  absl::InvalidArgumentError("ttl_seconds must be >= 0 (0 = default)"), &m);
   }
-  auto session = store_->Create(served, absl::Seconds(request->ttl_seconds()));
+  auto session = store_->Create(*served, absl::Seconds(request->ttl_seconds()));
   if (!session.ok()) return Reply(context, "CreateSession", session.status(), &m);
   auto info = store_->Get((*session)->id());
   if (info.ok()) *response = ToProto(*info);
@@ -92,6 +77,30 @@ grpc::ServerUnaryReactor* AttnServeService::ListSessions(grpc::CallbackServerCon
                                                          v1::ListSessionsResponse* response) {
   for (const auto& info : store_->List()) *response->add_sessions() = ToProto(info);
   return Reply(context, "ListSessions", absl::OkStatus());
+}
+
+grpc::ServerWriteReactor<v1::SnapshotChunk>* AttnServeService::ExportSession(
+    grpc::CallbackServerContext* context, const v1::ExportSessionRequest* request) {
+  return StartExport(this, store_, context, request);
+}
+
+grpc::ServerReadReactor<v1::ImportSessionRequest>* AttnServeService::ImportSession(
+    grpc::CallbackServerContext* context, v1::Session* response) {
+  return StartImport(this, store_, context, response);
+}
+
+grpc::ServerUnaryReactor* AttnServeService::ForkSession(grpc::CallbackServerContext* context,
+                                                        const v1::ForkSessionRequest* request,
+                                                        v1::Session* response) {
+  if (request->ttl_seconds() < 0) {
+    return Reply(context, "ForkSession",
+                 absl::InvalidArgumentError("ttl_seconds must be >= 0 (0 = the original's)"));
+  }
+  auto fork = store_->Fork(request->session_id(), absl::Seconds(request->ttl_seconds()));
+  if (!fork.ok()) return Reply(context, "ForkSession", fork.status());
+  auto info = store_->Get((*fork)->id());
+  if (info.ok()) *response = ToProto(*info);
+  return Reply(context, "ForkSession", info.status(), &(*fork)->served());
 }
 
 grpc::ServerUnaryReactor* AttnServeService::ListModels(grpc::CallbackServerContext* context,

@@ -7,6 +7,7 @@
 #include "attnserve/v1/attnserve.grpc.pb.h"
 #include "server/metrics/metrics.h"
 #include "server/scheduler/scheduler.h"
+#include "server/service/admission.h"
 #include "server/service/convert.h"
 #include "server/session/session_store.h"
 
@@ -15,7 +16,7 @@ namespace attnserve::service {
 class AttnServeService final : public v1::AttnServe::CallbackService {
  public:
   // All pointers are not owned and must outlive the service; metrics may be null.
-  AttnServeService(const ModelSet* models, session::SessionStore* store,
+  AttnServeService(const session::ModelCatalogue* models, session::SessionStore* store,
                    scheduler::Scheduler* scheduler, metrics::Metrics* metrics,
                    RequestLimits limits);
 
@@ -33,6 +34,13 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
   grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* context,
                                          const v1::ListSessionsRequest* request,
                                          v1::ListSessionsResponse* response) override;
+  grpc::ServerWriteReactor<v1::SnapshotChunk>* ExportSession(
+      grpc::CallbackServerContext* context, const v1::ExportSessionRequest* request) override;
+  grpc::ServerReadReactor<v1::ImportSessionRequest>* ImportSession(
+      grpc::CallbackServerContext* context, v1::Session* response) override;
+  grpc::ServerUnaryReactor* ForkSession(grpc::CallbackServerContext* context,
+                                        const v1::ForkSessionRequest* request,
+                                        v1::Session* response) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
                                        const v1::ListModelsRequest* request,
                                        v1::ListModelsResponse* response) override;
@@ -51,7 +59,7 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
                                   const absl::Status& status,
                                   const session::ServedModel* model = nullptr);
 
-  const ModelSet* models_;
+  const session::ModelCatalogue* models_;
   session::SessionStore* store_;
   scheduler::Scheduler* scheduler_;
   metrics::Metrics* metrics_;

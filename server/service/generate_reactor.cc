@@ -147,7 +147,7 @@ class StreamSink : public scheduler::TurnSink {
 
 class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(AttnServeService* service, const ModelSet* models,
+  GenerateReactor(AttnServeService* service, const session::ModelCatalogue* models,
                   session::SessionStore* store, scheduler::Scheduler* scheduler,
                   const RequestLimits& limits, grpc::CallbackServerContext* context,
                   const v1::GenerateRequest* request)
@@ -170,40 +170,34 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   }
 
  private:
-  absl::Status Start(const ModelSet* models, session::SessionStore* store,
+  absl::Status Start(const session::ModelCatalogue* models, session::SessionStore* store,
                      scheduler::Scheduler* scheduler, const RequestLimits& limits,
                      grpc::CallbackServerContext* context, const v1::GenerateRequest& r) {
     auto parsed = ParseGenerate(r, *models, limits);
     if (!parsed.ok()) return parsed.status();
-    std::shared_ptr<session::Session> session;
+    session::TurnLease lease;
     if (parsed->session_id.empty()) {
       auto created = store->Create(parsed->model, absl::ZeroDuration());
       if (!created.ok()) return created.status();
-      session = *created;
-      if (auto begun = store->BeginTurn(session->id()); !begun.ok()) return begun.status();
-      parsed->turn.close_session_after = true;
+      auto begun = store->BeginTurn((*created)->id());
+      if (!begun.ok()) return begun.status();
+      lease = std::move(begun).value();
+      lease.CloseOnRelease();
     } else {
       auto begun = store->BeginTurn(parsed->session_id);
       if (!begun.ok()) return begun.status();
-      session = *begun;
-      absl::Status fits =
-          !parsed->model_name.empty() && parsed->model_name != session->served().name
-              ? absl::InvalidArgumentError(absl::StrCat(
-                    "model: session '", session->id(), "' runs model '",
-                    session->served().name, "', not '", parsed->model_name, "'"))
-              : CheckPromptFits(parsed->turn, session->served());
-      if (!fits.ok()) {
-        store->EndTurn(*session);
-        return fits;
-      }
+      lease = std::move(begun).value();
     }
+    // The lease is released on return if the turn does not fit.
+    if (absl::Status fits = CheckTurnFits(*parsed, lease.session()); !fits.ok()) return fits;
+    std::shared_ptr<session::Session> session = lease.shared();
     model_ = std::shared_ptr<const session::ServedModel>(
         session, &session->served());  // aliasing: keeps the session alive
     parsed->turn.arrival = absl::Now();
     parsed->turn.deadline = absl::FromChrono(context->deadline());
     sink_ = std::make_shared<StreamSink>(this, service_, scheduler, model_);
     sink_->set_session_id(session->id());
-    sink_->SetControl(scheduler->Submit(session, std::move(parsed->turn), sink_));
+    sink_->SetControl(scheduler->Submit(std::move(lease), std::move(parsed->turn), sink_));
     return absl::OkStatus();
   }
 
@@ -213,7 +207,7 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
 };
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* StartGenerate(
-    AttnServeService* service, const ModelSet* models, session::SessionStore* store,
+    AttnServeService* service, const session::ModelCatalogue* models, session::SessionStore* store,
     scheduler::Scheduler* scheduler, const RequestLimits& limits,
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   return new GenerateReactor(service, models, store, scheduler, limits, context, request);

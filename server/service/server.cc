@@ -5,65 +5,47 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <cstdio>
 #include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.pb.h"
+#include "server/store/snapshot_store.h"
 
 namespace attnserve::service {
 
-absl::StatusOr<std::vector<std::shared_ptr<const session::ServedModel>>> LoadModels(
-    const std::vector<std::string>& dirs) {
-  std::vector<std::shared_ptr<const session::ServedModel>> out;
-  std::set<std::string> names;
-  for (const std::string& dir : dirs) {
-    auto model = model::Model::Load(dir);
-    if (!model.ok()) return model.status();
-    const std::string name = (*model)->config().name;
-    if (!names.insert(name).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model_dirs: two models are named '", name, "' (", dir, ")"));
-    }
-    auto served = std::make_shared<session::ServedModel>(
-        session::ServedModel{name, dir, std::shared_ptr<const model::Model>(std::move(*model)), {}});
-    // Offer every other module and order the weights may be served with
-    // (attention::CheckServableAs decides; e.g. a qk_norm softmax checkpoint as taylor)
-    // whose state fits the per-layer budget. Refusals cost a config read, no weights.
-    const attention::AttentionOptions& a = served->model->config().attention;
-    for (const char* module : {"taylor", "taylor_norm"}) {
-      for (int order : {2, 4, 6}) {
-        if (module == a.module && order == a.order) continue;  // the model itself
-        auto variant = model::Model::Load(dir, {module, order});
-        if (!variant.ok()) continue;  // not servable this way, or over the budget
-        served->variants.push_back(std::make_shared<session::ServedModel>(session::ServedModel{
-            name, dir, std::shared_ptr<const model::Model>(std::move(*variant)), {}}));
-      }
-    }
-    out.push_back(std::move(served));
-  }
-  if (out.empty()) return absl::InvalidArgumentError("model_dirs: no model to serve");
-  return out;
-}
-
 absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
-    const config::ServerOptions& options,
-    std::vector<std::shared_ptr<const session::ServedModel>> models) {
-  if (models.empty()) return absl::InvalidArgumentError("no model to serve");
+    const config::ServerOptions& options, std::unique_ptr<session::ModelCatalogue> catalogue) {
+  if (catalogue == nullptr || catalogue->all().empty()) {
+    return absl::InvalidArgumentError("no model to serve");
+  }
   std::unique_ptr<AttnServer> s(new AttnServer);
   s->options_ = options;
   auto metrics = metrics::Metrics::Create(options.metrics_address);
   if (!metrics.ok()) return metrics.status();
   s->metrics_ = std::move(metrics).value();
-  for (const auto& m : models) s->metrics_->ForModel(m->name, m->attention());
-  s->models_ = std::make_unique<ModelSet>(std::move(models));
+  for (const auto& m : catalogue->all()) s->metrics_->ForModel(m->name, m->attention());
+  s->models_ = std::move(catalogue);
 
   session::SessionStore::Options store;
   store.max_sessions = options.max_sessions;
   store.memory_budget_bytes = options.memory_budget_bytes;
   store.default_ttl = options.default_ttl;
   store.max_ttl = options.max_ttl;
-  s->store_ = std::make_unique<session::SessionStore>(store);
+  store.catalogue = s->models_.get();
+  store.metrics = s->metrics_.get();
+  if (options.session_store != "memory") {
+    auto durable = store::OpenSnapshotStore(options.session_store);
+    if (!durable.ok()) return durable.status();
+    store.durable = std::move(durable).value();
+  }
+  store.persist =
+      options.persist_each_turn ? session::PersistMode::kEachTurn : session::PersistMode::kNone;
+  store.spill_after = options.spill_after;
+  auto session_store = session::SessionStore::Create(std::move(store));
+  if (!session_store.ok()) return session_store.status();
+  s->store_ = std::move(session_store).value();
 
   scheduler::Scheduler::Options sched;
   sched.threads = options.threads;
@@ -109,14 +91,32 @@ void AttnServer::Shutdown(absl::Duration grace) {
   }
   cv_.notify_all();
   if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
+  if (store_) store_->StopAccepting();
   if (scheduler_) {
     scheduler_->StopAccepting();
-    scheduler_->WaitIdle(grace);
+    if (!scheduler_->WaitIdle(grace)) {
+      // Past the grace: stop what still runs where it stands, with a final message.
+      scheduler_->StopTurns();
+      scheduler_->WaitIdle(absl::Seconds(5));
+    }
   }
-  // Calls still open after the grace period are cancelled; their turns stop at the
-  // engine's next step.
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (housekeeping_.joinable()) housekeeping_.join();
+  if (store_ && store_->durable()) {
+    const absl::Time start = absl::Now();
+    const int in_memory = store_->size();
+    auto saved = store_->SaveAll(absl::Seconds(10));
+    if (saved.ok()) {
+      std::fprintf(stderr, "attnserve: drain: saved %d sessions to %s in %.1f ms\n", *saved,
+                   store_->store_name().c_str(), absl::ToDoubleMilliseconds(absl::Now() - start));
+    } else {
+      std::fprintf(stderr, "attnserve: drain: saving %d sessions to %s failed: %s\n",
+                   in_memory, store_->store_name().c_str(),
+                   std::string(saved.status().message()).c_str());
+    }
+  }
+  // Final messages are written by now or in flight; calls still open after this are
+  // cancelled.
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   scheduler_.reset();
 }
 
@@ -125,6 +125,7 @@ void AttnServer::Housekeeping() {
   while (!stopping_) {
     lock.unlock();
     store_->ExpireIdle();
+    store_->SpillIdle();
     // Per-model session gauges, zero for models with no session.
     std::map<const session::ServedModel*, std::pair<int, int64_t>> totals;
     for (const auto& m : models_->all()) totals[m.get()] = {0, 0};

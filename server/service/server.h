@@ -22,17 +22,14 @@
 
 namespace attnserve::service {
 
-// Loads every directory with model::Model::Load. Duplicate model names are an error.
-absl::StatusOr<std::vector<std::shared_ptr<const session::ServedModel>>> LoadModels(
-    const std::vector<std::string>& dirs);
-
 class AttnServer {
  public:
-  // Serves `models` (the first is the default) as `options` says. Health reports
-  // SERVING once this returns. Fails if an address cannot be bound.
+  // Serves the models of `catalogue` (the first is the default) as `options` says.
+  // Health reports SERVING once this returns. Fails if an address cannot be bound or
+  // the session store cannot be opened.
   static absl::StatusOr<std::unique_ptr<AttnServer>> Start(
       const config::ServerOptions& options,
-      std::vector<std::shared_ptr<const session::ServedModel>> models);
+      std::unique_ptr<session::ModelCatalogue> catalogue);
 
   // Shutdown(0) unless already shut down.
   ~AttnServer();
@@ -40,8 +37,10 @@ class AttnServer {
   int port() const { return port_; }
   int metrics_port() const { return metrics_->port(); }
 
-  // Graceful stop: health goes NOT_SERVING, new turns are refused, running turns get
-  // `grace` to finish, then remaining calls are cancelled and the server stops.
+  // Drain: health goes NOT_SERVING; new sessions and turns are refused with
+  // UNAVAILABLE; running turns get `grace` to finish; turns still running then stop at
+  // a consistent position with a final message (FINISH_REASON_SHUTDOWN); every session
+  // is written to the durable store (if any); then the server stops.
   void Shutdown(absl::Duration grace);
 
  private:
@@ -50,7 +49,7 @@ class AttnServer {
 
   config::ServerOptions options_;
   std::unique_ptr<metrics::Metrics> metrics_;
-  std::unique_ptr<ModelSet> models_;
+  std::unique_ptr<session::ModelCatalogue> models_;
   std::unique_ptr<session::SessionStore> store_;
   std::unique_ptr<scheduler::Scheduler> scheduler_;
   std::unique_ptr<AttnServeService> service_;

@@ -1,16 +1,23 @@
 // Sessions and the store that owns them: 128-bit random ids, TTL expiry, a memory
-// budget for all session state, and at most one turn in flight per session.
+// budget for all session state, at most one turn in flight per session, and (with a
+// durable backend from server/store/) snapshots written after turns, on idle spill and
+// at drain, and loaded back on demand.
 //
 // Thread-safety: every SessionStore method may be called from any thread. A Session's
-// state, pending token and sampler belong to whoever holds its turn (BeginTurn ..
-// EndTurn): the scheduler's engine thread in the server.
+// state and pending token belong to whoever holds its TurnLease: the scheduler's engine
+// thread for a turn, or the store itself while it exports, forks or spills the session.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -18,12 +25,16 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/metrics/metrics.h"
 #include "server/session/clock.h"
+#include "server/session/model_catalogue.h"
 #include "server/session/served_model.h"
+#include "server/session/snapshot.h"
+#include "server/store/snapshot_store.h"
 
 namespace attnserve::session {
 
-// A snapshot for Get/List.
+// What Get/List report about a session.
 struct SessionInfo {
   std::string id;
   std::string model;
@@ -46,8 +57,9 @@ class Session {
   const ServedModel& served() const { return *model_; }
   const model::Model& model() const { return *model_->model; }
 
-  // --- Turn holder only (see the file comment). ---
-  // The recurrent state, created on first use (so handlers never allocate tensors).
+  // --- Lease holder only (see the file comment). ---
+  // The recurrent state: restored from the snapshot the session was loaded from, or
+  // fresh, on first use (so handlers never make tensors).
   model::DecodeState& state();
   // The last token sampled in the previous turn, not yet appended to the state: the
   // next turn prefills it before its prompt, so the session text is exactly what the
@@ -55,6 +67,8 @@ class Session {
   std::optional<int32_t>& pending_token() { return pending_token_; }
   // Publishes position and nominal state bytes for Get/List (any thread reads them).
   void PublishProgress();
+  // The session as snapshot bytes (proto/attnserve/v1/SNAPSHOT.md).
+  std::shared_ptr<const std::string> Snapshot();
 
   // Tokens in the state (plus the pending one) as last published.
   int64_t position() const { return position_.load(); }
@@ -68,6 +82,8 @@ class Session {
   const std::string id_;
   const std::shared_ptr<const ServedModel> model_;
   std::unique_ptr<model::DecodeState> state_;
+  // Set when the session came from a snapshot and its state is not materialised yet.
+  std::shared_ptr<const VerifiedSnapshot> restore_;
   std::optional<int32_t> pending_token_;
   std::atomic<int64_t> position_{0};
   std::atomic<bool> closed_{false};
@@ -79,60 +95,175 @@ class Session {
   int64_t charged_bytes_ = 0;
 };
 
+class SessionStore;
+
+// The right to run one turn (or an export, fork or spill) on a session: obtained from
+// SessionStore::BeginTurn, released exactly once, by Release() or the destructor.
+// Movable, not copyable.
+class TurnLease {
+ public:
+  TurnLease() = default;
+  TurnLease(TurnLease&& other) noexcept { *this = std::move(other); }
+  TurnLease& operator=(TurnLease&& other) noexcept;
+  ~TurnLease() { Release(); }
+
+  explicit operator bool() const { return session_ != nullptr; }
+  Session& session() const { return *session_; }
+  Session* operator->() const { return session_.get(); }
+  const std::shared_ptr<Session>& shared() const { return session_; }
+
+  // Close the session when the lease is released (a one-turn session).
+  void CloseOnRelease() { close_on_release_ = true; }
+  bool close_on_release() const { return close_on_release_; }
+
+  // Ends the turn now: publishes progress, frees the session for the next turn,
+  // refreshes its last-used time, and closes it if asked. Idempotent.
+  void Release();
+
+ private:
+  friend class SessionStore;
+  TurnLease(SessionStore* store, std::shared_ptr<Session> session)
+      : store_(store), session_(std::move(session)) {}
+
+  SessionStore* store_ = nullptr;
+  std::shared_ptr<Session> session_;
+  bool close_on_release_ = false;
+};
+
+// When sessions are written to the durable store besides spill and drain.
+enum class PersistMode {
+  kNone,      // only on idle spill, memory pressure and drain
+  kEachTurn,  // also after every completed turn (a crash loses at most the turn in flight)
+};
+
 class SessionStore {
  public:
   struct Options {
-    // Most sessions open at once; more is RESOURCE_EXHAUSTED.
+    // Most sessions in memory at once; more is RESOURCE_EXHAUSTED (with a durable store,
+    // idle sessions are spilled first).
     int max_sessions = 256;
-    // Bytes of session state across all sessions (fixed states at creation, KV caches
-    // as they grow).
+    // Bytes of session state across all sessions in memory (fixed states at creation,
+    // KV caches as they grow).
     int64_t memory_budget_bytes = int64_t{2} << 30;
     // TTL when a request leaves it at zero, and the most a request may ask for.
     absl::Duration default_ttl = absl::Minutes(30);
     absl::Duration max_ttl = absl::Hours(24);
     // Not owned; must outlive the store.
     const Clock* clock = RealClock::Get();
+    // The models snapshots may belong to. Not owned; required for import and loading.
+    const ModelCatalogue* catalogue = nullptr;
+    // Where snapshots go; null keeps sessions in memory only (they die with the process).
+    std::unique_ptr<store::SnapshotStore> durable;
+    PersistMode persist = PersistMode::kNone;
+    // Idle time after which a session leaves memory for the durable store (SpillIdle);
+    // infinite: never. Needs a durable store.
+    absl::Duration spill_after = absl::InfiniteDuration();
+    // Not owned; may be null.
+    metrics::Metrics* metrics = nullptr;
   };
 
-  explicit SessionStore(Options options);
+  // INVALID_ARGUMENT when persist or spill_after is set without a durable store.
+  static absl::StatusOr<std::unique_ptr<SessionStore>> Create(Options options);
+  explicit SessionStore(Options options);  // options already checked
+  ~SessionStore();                         // waits for queued writes
 
   // A new idle session with a fresh 128-bit random id. A fixed-state module is charged
   // its whole state now. ttl <= 0 means the default; over max_ttl is INVALID_ARGUMENT.
   absl::StatusOr<std::shared_ptr<Session>> Create(std::shared_ptr<const ServedModel> model,
                                                   absl::Duration ttl);
 
-  // Claims the session for one turn: NOT_FOUND if unknown (or expired or closed),
-  // FAILED_PRECONDITION if a turn is already in flight.
-  absl::StatusOr<std::shared_ptr<Session>> BeginTurn(const std::string& id);
+  // Claims the session for one turn, loading it from the durable store if it is not in
+  // memory: NOT_FOUND if unknown (or expired or closed), FAILED_PRECONDITION if a turn
+  // is already in flight, UNAVAILABLE naming the store if it cannot be read or while
+  // draining.
+  absl::StatusOr<TurnLease> BeginTurn(const std::string& id);
 
   // Charges the session at `bytes` of state (its nominal size after growing), or
   // RESOURCE_EXHAUSTED naming the budget, leaving the charge unchanged.
   absl::Status Charge(Session& session, int64_t bytes);
 
-  // Releases the turn and refreshes last-used time.
-  void EndTurn(Session& session);
+  // Ends the turn `lease` holds. Under PersistMode::kEachTurn the session's snapshot is
+  // encoded here (the caller holds the lease) and written on the store's writer thread;
+  // then the lease is released and `then` runs (on the writer thread, or here when
+  // nothing is written), so a client told the turn is over finds it saved.
+  void FinishTurn(TurnLease lease, std::function<void()> then);
 
-  // Removes the session and frees its charge; NOT_FOUND if unknown. A turn in flight
-  // sees closed() and stops at its next step.
+  // Removes the session (from memory and the durable store) and frees its charge;
+  // NOT_FOUND if unknown. A turn in flight sees closed() and stops at its next step.
   absl::Status Close(const std::string& id);
 
-  absl::StatusOr<SessionInfo> Get(const std::string& id) const;
+  // Loads the session if it is not in memory (errors as BeginTurn).
+  absl::StatusOr<SessionInfo> Get(const std::string& id);
+  // Sessions in this process's memory (spilled ones are not listed).
   std::vector<SessionInfo> List() const;
 
-  // Closes every idle session whose TTL has passed; returns how many.
+  // The session's snapshot (loads it if needed; FAILED_PRECONDITION while a turn runs).
+  absl::StatusOr<std::shared_ptr<const std::string>> Export(const std::string& id);
+  // Verifies `bytes` completely (SNAPSHOT.md), then creates a session from it, charged
+  // like any other. ttl <= 0: the snapshot's TTL (or the default). Nothing is charged or
+  // created when verification fails.
+  absl::StatusOr<std::shared_ptr<Session>> Import(std::shared_ptr<const std::string> bytes,
+                                                  absl::Duration ttl);
+  // A new session holding a copy of `id`'s state and pending token; the original is
+  // untouched. ttl <= 0: the original's.
+  absl::StatusOr<std::shared_ptr<Session>> Fork(const std::string& id, absl::Duration ttl);
+
+  // Closes every idle session whose TTL has passed (in memory and in the store, and
+  // expired snapshots a dir store holds); returns how many left memory.
   int ExpireIdle();
+  // Writes every session idle for spill_after to the durable store and frees its memory;
+  // returns how many left. No-op without a durable store.
+  int SpillIdle();
+
+  // Draining: Create, Import, Fork and BeginTurn answer UNAVAILABLE from now on.
+  void StopAccepting();
+  // Writes every session in memory to the durable store (drain); waits for sessions
+  // still leased up to `timeout`. Returns how many were written, or the first error.
+  absl::StatusOr<int> SaveAll(absl::Duration timeout);
+
+  // Largest snapshot an import may declare: the biggest state any served model can
+  // hold, plus headers.
+  uint64_t max_snapshot_bytes() const { return max_snapshot_bytes_; }
+  bool durable() const { return options_.durable != nullptr; }
+  // "memory", or the durable store's name.
+  std::string store_name() const;
 
   int size() const;
   int64_t charged_bytes() const;
 
  private:
+  friend class TurnLease;
+
+  void EndTurn(Session& session);
   SessionInfo Info(const Session& s) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void RemoveLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Claims an in-memory session or loads it; see BeginTurn.
+  absl::StatusOr<TurnLease> Claim(const std::string& id);
+  absl::StatusOr<std::shared_ptr<Session>> Load(const std::string& id);
+  // Admits a new session charged `bytes`: checks draining, the session count and the
+  // budget (spilling idle sessions to make room when there is a durable store).
+  absl::Status Admit(const std::shared_ptr<Session>& session, int64_t bytes);
+  // Spills the least recently used idle session; false if there is none to spill.
+  bool SpillOne();
+  absl::Status Write(const std::string& id, const std::string& bytes, absl::Duration ttl);
+  absl::Status DeleteStored(const std::string& id);
+  void WriterLoop();
 
   const Options options_;
+  uint64_t max_snapshot_bytes_ = 0;
+  metrics::StoreMetrics* store_metrics_ = nullptr;
   mutable absl::Mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t charged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+
+  // The writer thread for PersistMode::kEachTurn: writes in submission order.
+  std::mutex writer_mu_;
+  std::condition_variable writer_cv_;
+  std::deque<std::function<void()>> writes_;  // guarded by writer_mu_
+  bool writer_stop_ = false;                  // guarded by writer_mu_
+  int writes_in_flight_ = 0;                  // guarded by writer_mu_
+  std::thread writer_;
 };
 
 }  // namespace attnserve::session

@@ -110,6 +110,17 @@ TEST_F(ClientTest, GenerateFailsOnErrorAndCancelledFinish) {
   EXPECT_THAT(run.err, HasSubstr("attnserve: generation cancelled\n"));
 }
 
+TEST_F(ClientTest, GenerateFailsReadablyWhenTheServerShutsDown) {
+  service_.reason = v1::FINISH_REASON_SHUTDOWN;
+  const Outcome run = Client({"generate", "x"});
+  EXPECT_EQ(run.code, kExitFailure);
+  EXPECT_EQ(run.out, std::string("Hello\xff\0", 7));
+  EXPECT_EQ(run.err,
+            "[finish=shutdown prompt_tokens=1 generated_tokens=4 position=71 "
+            "ttft_ms=1.5]\n"
+            "attnserve: generation stopped: the server is shutting down\n");
+}
+
 TEST_F(ClientTest, GenerateExitsZeroOnStop) {
   service_.reason = v1::FINISH_REASON_STOP;
   const Outcome run = Client({"generate", "x"});

@@ -36,6 +36,16 @@ class FakeAttnServe final : public v1::AttnServe::Service {
       generate_status;  // returned after the tokens; OK sends a Final first
   v1::FinishReason reason = v1::FINISH_REASON_LENGTH;
   std::string final_error;
+  // What ExportSession streams for a known session, in chunks of at most
+  // `export_chunk_bytes`, the first announcing `export_total_bytes` (-1: the
+  // size of `snapshot`). A non-OK `export_status` ends the call after the
+  // first chunk.
+  std::string snapshot;
+  size_t export_chunk_bytes = size_t{1} << 20;
+  int64_t export_total_bytes = -1;
+  grpc::Status export_status;
+  // Returned by ImportSession after reading every message.
+  grpc::Status import_status;
 
   grpc::Status Generate(
       grpc::ServerContext*, const v1::GenerateRequest* request,
@@ -111,6 +121,55 @@ class FakeAttnServe final : public v1::AttnServe::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status ExportSession(
+      grpc::ServerContext*, const v1::ExportSessionRequest* request,
+      grpc::ServerWriter<v1::SnapshotChunk>* writer) override {
+    if (!HasSession(request->session_id())) {
+      return NotFound(request->session_id());
+    }
+    for (size_t offset = 0; offset < snapshot.size();
+         offset += export_chunk_bytes) {
+      v1::SnapshotChunk chunk;
+      chunk.set_data(snapshot.substr(offset, export_chunk_bytes));
+      if (offset == 0) {
+        chunk.set_total_bytes(export_total_bytes >= 0
+                                  ? export_total_bytes
+                                  : static_cast<int64_t>(snapshot.size()));
+      }
+      writer->Write(chunk);
+      Record(&export_chunks_, chunk.data().size());
+      if (!export_status.ok()) return export_status;
+    }
+    return export_status;
+  }
+
+  grpc::Status ImportSession(
+      grpc::ServerContext*,
+      grpc::ServerReader<v1::ImportSessionRequest>* reader,
+      v1::Session* session) override {
+    v1::ImportSessionRequest request;
+    while (reader->Read(&request)) Record(&import_requests_, request);
+    if (!import_status.ok()) return import_status;
+    std::lock_guard<std::mutex> lock(mu_);
+    session->set_id("i" + std::to_string(++imported_));
+    session->set_position(76);
+    sessions_[session->id()] = *session;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ForkSession(grpc::ServerContext*,
+                           const v1::ForkSessionRequest* request,
+                           v1::Session* session) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    fork_requests_.push_back(*request);
+    auto it = sessions_.find(request->session_id());
+    if (it == sessions_.end()) return NotFound(request->session_id());
+    *session = it->second;
+    session->set_id("f" + std::to_string(fork_requests_.size()));
+    sessions_[session->id()] = *session;
+    return grpc::Status::OK;
+  }
+
   grpc::Status ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,
                           v1::ListModelsResponse* response) override {
     *response->add_models() = Model();
@@ -135,11 +194,23 @@ class FakeAttnServe final : public v1::AttnServe::Service {
     return Copy(create_requests_);
   }
   std::vector<std::string> closed() { return Copy(closed_); }
+  // Sizes of the chunks ExportSession wrote.
+  std::vector<size_t> export_chunks() { return Copy(export_chunks_); }
+  std::vector<v1::ImportSessionRequest> import_requests() {
+    return Copy(import_requests_);
+  }
+  std::vector<v1::ForkSessionRequest> fork_requests() {
+    return Copy(fork_requests_);
+  }
 
   // Adds a session as if created earlier.
   void AddSession(const std::string& id) {
     std::lock_guard<std::mutex> lock(mu_);
     sessions_[id].set_id(id);
+  }
+  bool HasSession(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sessions_.count(id) > 0;
   }
 
  private:
@@ -180,6 +251,10 @@ class FakeAttnServe final : public v1::AttnServe::Service {
   std::vector<v1::GenerateRequest> generate_requests_;
   std::vector<v1::CreateSessionRequest> create_requests_;
   std::vector<std::string> closed_;
+  std::vector<size_t> export_chunks_;
+  std::vector<v1::ImportSessionRequest> import_requests_;
+  std::vector<v1::ForkSessionRequest> fork_requests_;
+  int imported_ = 0;
   std::map<std::string, v1::Session> sessions_;
 };
 

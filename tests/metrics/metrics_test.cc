@@ -283,6 +283,229 @@ TEST(Metrics, ConcurrentRecordingLosesNoIncrements) {
                         "code=\"OK\",method=\"Generate\",model=\"m\"} 8000\n"));
 }
 
+// The text of one store series: `name{op="...",store="..."} value` (labels in
+// the order prometheus-cpp writes them, sorted by name), or without op when op
+// is empty.
+std::string StoreSample(const std::string& name, const std::string& store,
+                        const std::string& op, const std::string& value) {
+  const std::string labels =
+      op.empty() ? absl::StrCat("store=\"", store, "\"")
+                 : absl::StrCat("op=\"", op, "\",store=\"", store, "\"");
+  return absl::StrCat("\n", name, "{", labels, "} ", value, "\n");
+}
+
+// Every series of one store's counters and latency counts, as lines of text.
+std::vector<std::string> StoreSeries(const std::string& store,
+                                     const std::string& written,
+                                     const std::string& read,
+                                     const std::string& bytes_written,
+                                     const std::string& bytes_read) {
+  return {
+      StoreSample("attnserve_snapshots_written_total", store, "", written),
+      StoreSample("attnserve_snapshots_read_total", store, "", read),
+      StoreSample("attnserve_snapshot_bytes_written_total", store, "",
+                  bytes_written),
+      StoreSample("attnserve_snapshot_bytes_read_total", store, "", bytes_read),
+  };
+}
+
+TEST(StoreMetrics, ForStoreCreatesEverySeriesAtZero) {
+  auto metrics = MakeMetrics("");
+  ASSERT_NE(metrics, nullptr);
+  metrics->ForStore("dir:/var/lib/x");
+  const std::string text = metrics->Serialize();
+  const std::vector<std::pair<std::string, std::string>> families = {
+      {"attnserve_snapshots_written_total", "counter"},
+      {"attnserve_snapshots_read_total", "counter"},
+      {"attnserve_snapshot_bytes_written_total", "counter"},
+      {"attnserve_snapshot_bytes_read_total", "counter"},
+      {"attnserve_store_latency_seconds", "histogram"},
+      {"attnserve_store_errors_total", "counter"},
+      {"attnserve_sessions_spilled_total", "counter"},
+  };
+  for (const auto& [name, type] : families) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("# HELP ", name, " "))) << name;
+    EXPECT_THAT(text,
+                HasSubstr(absl::StrCat("# TYPE ", name, " ", type, "\n")));
+  }
+  for (const std::string& line :
+       StoreSeries("dir:/var/lib/x", "0", "0", "0", "0"))
+    EXPECT_THAT(text, HasSubstr(line));
+  EXPECT_THAT(text, HasSubstr(StoreSample("attnserve_sessions_spilled_total",
+                                          "dir:/var/lib/x", "", "0")));
+  for (const std::string op : {"write", "read", "delete"}) {
+    EXPECT_THAT(text, HasSubstr(StoreSample("attnserve_store_errors_total",
+                                            "dir:/var/lib/x", op, "0")));
+    EXPECT_THAT(text,
+                HasSubstr(StoreSample("attnserve_store_latency_seconds_count",
+                                      "dir:/var/lib/x", op, "0")));
+    EXPECT_THAT(text, HasSubstr(absl::StrCat(
+                          "\nattnserve_store_latency_seconds_bucket{op=\"", op,
+                          "\",store=\"dir:/var/lib/x\",le=\"5\"} 0\n")));
+  }
+}
+
+TEST(StoreMetrics, ObserveWriteCountsSuccessesAndErrors) {
+  auto metrics = MakeMetrics("");
+  ASSERT_NE(metrics, nullptr);
+  StoreMetrics& s = metrics->ForStore("dir:/x");
+  s.ObserveWrite(absl::Microseconds(700), 1000, /*ok=*/true);
+  s.ObserveWrite(absl::Milliseconds(3), 24, /*ok=*/true);
+  s.ObserveWrite(absl::Seconds(2), 5000, /*ok=*/false);  // bytes not moved
+  const std::string text = metrics->Serialize();
+  for (const std::string& line : StoreSeries("dir:/x", "2", "0", "1024", "0"))
+    EXPECT_THAT(text, HasSubstr(line));
+  EXPECT_THAT(text, HasSubstr(StoreSample("attnserve_store_errors_total",
+                                          "dir:/x", "write", "1")));
+  EXPECT_THAT(text, HasSubstr(StoreSample("attnserve_store_errors_total",
+                                          "dir:/x", "read", "0")));
+  EXPECT_THAT(text, HasSubstr(StoreSample("attnserve_store_errors_total",
+                                          "dir:/x", "delete", "0")));
+  // Failed writes are timed too.
+  EXPECT_THAT(text,
+              HasSubstr(StoreSample("attnserve_store_latency_seconds_count",
+                                    "dir:/x", "write", "3")));
+  EXPECT_THAT(text,
+              HasSubstr(StoreSample("attnserve_store_latency_seconds_count",
+                                    "dir:/x", "read", "0")));
+  EXPECT_THAT(text,
+              HasSubstr(StoreSample("attnserve_store_latency_seconds_count",
+                                    "dir:/x", "delete", "0")));
+  EXPECT_THAT(text,
+              HasSubstr("\nattnserve_store_latency_seconds_bucket"
+                        "{op=\"write\",store=\"dir:/x\",le=\"0.0005\"} 0\n"));
+  EXPECT_THAT(text,
+              HasSubstr("\nattnserve_store_latency_seconds_bucket"
+                        "{op=\"write\",store=\"dir:/x\",le=\"0.001\"} 1\n"));
+  EXPECT_THAT(text,
+              HasSubstr("\nattnserve_store_latency_seconds_bucket"
+                        "{op=\"write\",store=\"dir:/x\",le=\"0.005\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("\nattnserve_store_latency_seconds_bucket"
+                              "{op=\"write\",store=\"dir:/x\",le=\"1\"} 2\n"));
+  EXPECT_THAT(text,
+              HasSubstr("\nattnserve_store_latency_seconds_bucket"
+                        "{op=\"write\",store=\"dir:/x\",le=\"2.5\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr(StoreSample("attnserve_store_latency_seconds_sum",
+                                          "dir:/x", "write", "2.0037")));
+}
+
+TEST(StoreMetrics, ObserveReadCountsOnlyReadsThatFoundASnapshot) {
+  auto metrics = MakeMetrics("");
+  ASSERT_NE(metrics, nullptr);
+  StoreMetrics& s = metrics->ForStore("redis://h:6379");
+  s.ObserveRead(absl::Microseconds(80), 300, /*ok=*/true, /*found=*/true);
+  s.ObserveRead(absl::Microseconds(80), 200, /*ok=*/true, /*found=*/true);
+  s.ObserveRead(absl::Microseconds(80), 0, /*ok=*/true, /*found=*/false);
+  s.ObserveRead(absl::Milliseconds(40), 0, /*ok=*/false, /*found=*/false);
+  const std::string text = metrics->Serialize();
+  for (const std::string& line :
+       StoreSeries("redis://h:6379", "0", "2", "0", "500"))
+    EXPECT_THAT(text, HasSubstr(line));
+  EXPECT_THAT(text, HasSubstr(StoreSample("attnserve_store_errors_total",
+                                          "redis://h:6379", "read", "1")));
+  EXPECT_THAT(text, HasSubstr(StoreSample("attnserve_store_errors_total",
+                                          "redis://h:6379", "write", "0")));
+  // The miss and the failure are reads all the same.
+  EXPECT_THAT(text,
+              HasSubstr(StoreSample("attnserve_store_latency_seconds_count",
+                                    "redis://h:6379", "read", "4")));
+  EXPECT_THAT(text,
+              HasSubstr(StoreSample("attnserve_store_latency_seconds_count",
+                                    "redis://h:6379", "write", "0")));
+  EXPECT_THAT(text,
+              HasSubstr("\nattnserve_store_latency_seconds_bucket{op=\"read\","
+                        "store=\"redis://h:6379\",le=\"0.0001\"} 3\n"));
+  EXPECT_THAT(text,
+              HasSubstr("\nattnserve_store_latency_seconds_bucket{op=\"read\","
+                        "store=\"redis://h:6379\",le=\"0.025\"} 3\n"));
+  EXPECT_THAT(text,
+              HasSubstr("\nattnserve_store_latency_seconds_bucket{op=\"read\","
+                        "store=\"redis://h:6379\",le=\"0.05\"} 4\n"));
+}
+
+TEST(StoreMetrics, ObserveDeleteAndAddSpilled) {
+  auto metrics = MakeMetrics("");
+  ASSERT_NE(metrics, nullptr);
+  StoreMetrics& s = metrics->ForStore("dir:/x");
+  s.ObserveDelete(absl::Microseconds(30), /*ok=*/true);
+  s.ObserveDelete(absl::Microseconds(30), /*ok=*/false);
+  s.ObserveDelete(absl::Microseconds(30), /*ok=*/false);
+  s.AddSpilled(3);
+  s.AddSpilled(4);
+  s.AddSpilled(-2);  // ignored: counters never go down
+  const std::string text = metrics->Serialize();
+  for (const std::string& line : StoreSeries("dir:/x", "0", "0", "0", "0"))
+    EXPECT_THAT(text, HasSubstr(line));
+  EXPECT_THAT(text, HasSubstr(StoreSample("attnserve_store_errors_total",
+                                          "dir:/x", "delete", "2")));
+  EXPECT_THAT(text, HasSubstr(StoreSample("attnserve_store_errors_total",
+                                          "dir:/x", "write", "0")));
+  EXPECT_THAT(text,
+              HasSubstr(StoreSample("attnserve_store_latency_seconds_count",
+                                    "dir:/x", "delete", "3")));
+  EXPECT_THAT(text,
+              HasSubstr(StoreSample("attnserve_store_latency_seconds_count",
+                                    "dir:/x", "read", "0")));
+  EXPECT_THAT(
+      text, HasSubstr("\nattnserve_store_latency_seconds_bucket{op=\"delete\","
+                      "store=\"dir:/x\",le=\"5e-05\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr(StoreSample("attnserve_sessions_spilled_total",
+                                          "dir:/x", "", "7")));
+}
+
+TEST(StoreMetrics, ForStoreReturnsOneChildSetPerStore) {
+  auto metrics = MakeMetrics("");
+  ASSERT_NE(metrics, nullptr);
+  StoreMetrics& a = metrics->ForStore("dir:/a");
+  StoreMetrics& b = metrics->ForStore("redis://h:6379");
+  EXPECT_EQ(&metrics->ForStore("dir:/a"), &a);
+  EXPECT_NE(&b, &a);
+
+  a.ObserveWrite(absl::Milliseconds(1), 10, /*ok=*/true);
+  metrics->ForStore("dir:/a").ObserveWrite(absl::Milliseconds(1), 5, true);
+  b.AddSpilled(1);
+  const std::string text = metrics->Serialize();
+  for (const std::string& line : StoreSeries("dir:/a", "2", "0", "15", "0"))
+    EXPECT_THAT(text, HasSubstr(line));
+  for (const std::string& line :
+       StoreSeries("redis://h:6379", "0", "0", "0", "0"))
+    EXPECT_THAT(text, HasSubstr(line));
+  EXPECT_THAT(text, HasSubstr(StoreSample("attnserve_sessions_spilled_total",
+                                          "dir:/a", "", "0")));
+  EXPECT_THAT(text, HasSubstr(StoreSample("attnserve_sessions_spilled_total",
+                                          "redis://h:6379", "", "1")));
+  EXPECT_THAT(text,
+              HasSubstr(StoreSample("attnserve_store_latency_seconds_count",
+                                    "redis://h:6379", "write", "0")));
+}
+
+TEST(StoreMetrics, ConcurrentRecordingLosesNoObservations) {
+  auto metrics = MakeMetrics("");
+  ASSERT_NE(metrics, nullptr);
+  constexpr int kThreads = 8;
+  constexpr int kIterations = 1000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&metrics] {
+      for (int i = 0; i < kIterations; ++i) {
+        StoreMetrics& s = metrics->ForStore("dir:/x");
+        s.ObserveWrite(absl::Microseconds(100), 2, /*ok=*/true);
+        s.AddSpilled(1);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const std::string text = metrics->Serialize();
+  for (const std::string& line :
+       StoreSeries("dir:/x", "8000", "0", "16000", "0"))
+    EXPECT_THAT(text, HasSubstr(line));
+  EXPECT_THAT(text, HasSubstr(StoreSample("attnserve_sessions_spilled_total",
+                                          "dir:/x", "", "8000")));
+  EXPECT_THAT(text,
+              HasSubstr(StoreSample("attnserve_store_latency_seconds_count",
+                                    "dir:/x", "write", "8000")));
+}
+
 TEST(Metrics, CreateFailsWhenTheAddressIsInUse) {
   Socket holder;
   ASSERT_GE(holder.fd(), 0);

@@ -227,11 +227,11 @@ TEST(Model, RejectsBadInputWithoutTouchingState) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("position 1"), std::string::npos);
   EXPECT_EQ(model->Prefill(*state, Text(51)).status().code(),
-            absl::StatusCode::kResourceExhausted);
+            absl::StatusCode::kOutOfRange);
   EXPECT_EQ(state->position(), 0);
   ASSERT_TRUE(model->Prefill(*state, Text(50)).ok());
   DecodeState* one[] = {state.get()};
-  EXPECT_EQ(model->Step(one, {65}).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(model->Step(one, {65}).status().code(), absl::StatusCode::kOutOfRange);
 
   auto a = model->NewState();
   DecodeState* twice[] = {a.get(), a.get()};

@@ -87,7 +87,7 @@ class SchedulerTest : public testing::Test {
     metrics_ = std::move(metrics::Metrics::Create("")).value();  // recorded, not served
     session::SessionStore::Options o;
     o.max_sessions = 100;
-    store_ = std::make_unique<session::SessionStore>(o);
+    store_ = std::make_unique<session::SessionStore>(std::move(o));
     Scheduler::Options so;
     so.store = store_.get();
     so.metrics = metrics_.get();
@@ -100,9 +100,10 @@ class SchedulerTest : public testing::Test {
       std::shared_ptr<const session::ServedModel> model, TurnRequest request,
       std::shared_ptr<session::Session> session = nullptr) {
     if (!session) session = store_->Create(model, absl::ZeroDuration()).value();
-    EXPECT_TRUE(store_->BeginTurn(session->id()).ok());
+    auto lease = store_->BeginTurn(session->id());
+    EXPECT_TRUE(lease.ok());
     auto sink = std::make_shared<RecordingSink>();
-    scheduler_->Submit(session, std::move(request), sink);
+    scheduler_->Submit(std::move(*lease), std::move(request), sink);
     sink->WaitFinish();
     return {session, sink};
   }
@@ -151,9 +152,10 @@ TEST_F(SchedulerTest, BatchesDecodeAcrossSessions) {
   // The engine is idle; six turns submitted back to back decode together.
   for (int i = 0; i < 6; ++i) {
     auto s = store_->Create(taylor_, absl::ZeroDuration()).value();
-    ASSERT_TRUE(store_->BeginTurn(s->id()).ok());
+    auto lease = store_->BeginTurn(s->id());
+  ASSERT_TRUE(lease.ok());
     sinks.push_back(std::make_shared<RecordingSink>());
-    scheduler_->Submit(s, Greedy("prompt " + std::to_string(i), 20), sinks.back());
+    scheduler_->Submit(std::move(*lease), Greedy("prompt " + std::to_string(i), 20), sinks.back());
   }
   for (int i = 0; i < 6; ++i) {
     sinks[i]->WaitFinish();
@@ -180,10 +182,11 @@ TEST_F(SchedulerTest, BatchesDecodeAcrossSessions) {
 
 TEST_F(SchedulerTest, CancelMidStreamFreesTheTurnAndKeepsTheSessionUsable) {
   auto session = store_->Create(taylor_, absl::ZeroDuration()).value();
-  ASSERT_TRUE(store_->BeginTurn(session->id()).ok());
+  auto lease = store_->BeginTurn(session->id());
+  ASSERT_TRUE(lease.ok());
   auto sink = std::make_shared<RecordingSink>();
   sink->SetCapacity(3);  // the reader stops reading after 3 tokens
-  auto control = scheduler_->Submit(session, Greedy("abc", 100), sink);
+  auto control = scheduler_->Submit(std::move(*lease), Greedy("abc", 100), sink);
   sink->WaitTokens(3);
   EXPECT_FALSE(sink->finished());
   control->Cancel();
@@ -201,12 +204,13 @@ TEST_F(SchedulerTest, CancelMidStreamFreesTheTurnAndKeepsTheSessionUsable) {
 
 TEST_F(SchedulerTest, DeadlineStopsTheTurn) {
   auto session = store_->Create(taylor_, absl::ZeroDuration()).value();
-  ASSERT_TRUE(store_->BeginTurn(session->id()).ok());
+  auto lease = store_->BeginTurn(session->id());
+  ASSERT_TRUE(lease.ok());
   auto sink = std::make_shared<RecordingSink>();
   sink->SetCapacity(3);  // the reader stalls; nobody cancels; the deadline must end it
   TurnRequest r = Greedy("abc", 100);
   r.deadline = absl::Now() + absl::Milliseconds(200);
-  scheduler_->Submit(session, r, sink);
+  scheduler_->Submit(std::move(*lease), r, sink);
   TurnResult result = sink->WaitFinish();
   EXPECT_EQ(result.reason, FinishReason::kCancelled);
   EXPECT_EQ(result.generated_tokens, 3);
@@ -215,10 +219,11 @@ TEST_F(SchedulerTest, DeadlineStopsTheTurn) {
 
 TEST_F(SchedulerTest, SlowReaderPausesOnlyItsOwnSession) {
   auto slow_session = store_->Create(taylor_, absl::ZeroDuration()).value();
-  ASSERT_TRUE(store_->BeginTurn(slow_session->id()).ok());
+  auto lease = store_->BeginTurn(slow_session->id());
+  ASSERT_TRUE(lease.ok());
   auto slow = std::make_shared<RecordingSink>();
   slow->SetCapacity(2);
-  scheduler_->Submit(slow_session, Greedy("slow", 30), slow);
+  scheduler_->Submit(std::move(*lease), Greedy("slow", 30), slow);
   slow->WaitTokens(2);
   auto fast = Run(taylor_, Greedy("fast", 30)).second;  // completes while slow is paused
   EXPECT_EQ(fast->ids().size(), 30u);
@@ -260,7 +265,7 @@ TEST_F(SchedulerTest, KvCacheOverBudgetEndsWithResourceExhausted) {
   auto softmax = TinyModel("softmax");
   session::SessionStore::Options o;
   o.memory_budget_bytes = softmax->model->StateBytes(40);
-  store_ = std::make_unique<session::SessionStore>(o);
+  store_ = std::make_unique<session::SessionStore>(std::move(o));
   Scheduler::Options so;
   so.store = store_.get();
   scheduler_ = std::make_unique<Scheduler>(so);

@@ -46,7 +46,9 @@ class ServiceTest : public testing::Test {
     o.max_prompt_tokens = 100;
     o.max_generated_tokens = 5000;
     o.threads = 1;
-    auto s = AttnServer::Start(o, {taylor_, softmax_});
+    auto s = AttnServer::Start(
+        o, std::make_unique<session::ModelCatalogue>(
+               std::vector<std::shared_ptr<const session::ServedModel>>{taylor_, softmax_}));
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(s).value();
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
@@ -312,13 +314,22 @@ TEST_F(ServiceTest, QkNormSoftmaxCheckpointsCanBeServedAsTaylor) {
   c.attention.qk_temperature = 2;
   const std::string dir = testing::TempDir() + "/attnserve_service_qk";
   ASSERT_TRUE(model::Model::Create(c, 4).value()->Save(dir).ok());
-  auto models = LoadModels({dir});
+  auto models = session::ModelCatalogue::Load({dir});
   ASSERT_TRUE(models.ok()) << models.status();
-  ASSERT_EQ((*models)[0]->variants.size(), 3u);  // taylor 2, 4, 6
+  ASSERT_EQ((*models)->all()[0]->variants.size(), 3u);  // taylor 2, 4, 6
+  // Variants share the base model's weight tensors.
+  const auto base = (*models)->all()[0]->model->NamedParameters();
+  const auto variant = (*models)->all()[0]->variants[0]->model->NamedParameters();
+  ASSERT_EQ(base.size(), variant.size());
+  for (size_t i = 0; i < base.size(); ++i) {
+    if (base[i].first.find(".attn.") != std::string::npos) continue;  // module parameters
+    EXPECT_TRUE(base[i].second.is_same(variant[i].second)) << base[i].first;
+  }
   config::ServerOptions o;
   o.listen_address = "127.0.0.1:0";
   o.metrics_address = "";
-  server_ = std::move(AttnServer::Start(o, *models)).value();
+  const int64_t taylor4_bytes = (*models)->all()[0]->variants[1]->model->StateBytes(0);
+  server_ = std::move(AttnServer::Start(o, *std::move(models))).value();
   stub_ = v1::AttnServe::NewStub(grpc::CreateChannel(
       "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
@@ -332,7 +343,7 @@ TEST_F(ServiceTest, QkNormSoftmaxCheckpointsCanBeServedAsTaylor) {
   Stream s = Generate(Greedy("abc", 5, session.id()));
   EXPECT_TRUE(s.status.ok()) << s.status.error_message();
   EXPECT_EQ(GetSession(session.id()).state_bytes(),
-            (*models)[0]->variants[1]->model->StateBytes(0));
+            taylor4_bytes);
   grpc::ClientContext context2;
   request.set_attention_module("linear");
   grpc::Status bad = stub_->CreateSession(&context2, request, &session);

@@ -54,8 +54,7 @@ TEST_F(SessionStoreTest, EvictsIdleSessionsAfterTtl) {
   EXPECT_EQ(store.Get(short_lived->id()).status().code(), absl::StatusCode::kNotFound);
   // Using a session refreshes its idle timer.
   clock_.Advance(absl::Minutes(9));
-  ASSERT_TRUE(store.BeginTurn(defaulted->id()).ok());
-  store.EndTurn(*defaulted);
+  ASSERT_TRUE(store.BeginTurn(defaulted->id()).ok());  // the lease ends at once
   clock_.Advance(absl::Minutes(9));
   EXPECT_EQ(store.ExpireIdle(), 0);
   clock_.Advance(absl::Minutes(1));
@@ -67,10 +66,11 @@ TEST_F(SessionStoreTest, EvictsIdleSessionsAfterTtl) {
 TEST_F(SessionStoreTest, BusySessionsDoNotExpire) {
   SessionStore store(Opts());
   auto s = store.Create(taylor_, absl::Minutes(1)).value();
-  ASSERT_TRUE(store.BeginTurn(s->id()).ok());
+  auto lease = store.BeginTurn(s->id());
+  ASSERT_TRUE(lease.ok());
   clock_.Advance(absl::Hours(2));
   EXPECT_EQ(store.ExpireIdle(), 0);
-  store.EndTurn(*s);
+  lease->Release();
   clock_.Advance(absl::Minutes(1));
   EXPECT_EQ(store.ExpireIdle(), 1);
 }
@@ -85,11 +85,14 @@ TEST_F(SessionStoreTest, RejectsTtlOverMaximum) {
 TEST_F(SessionStoreTest, OneTurnAtATime) {
   SessionStore store(Opts());
   auto s = store.Create(taylor_, absl::ZeroDuration()).value();
-  ASSERT_TRUE(store.BeginTurn(s->id()).ok());
+  auto lease = store.BeginTurn(s->id());
+  ASSERT_TRUE(lease.ok());
   EXPECT_TRUE(store.Get(s->id())->busy);
   auto second = store.BeginTurn(s->id());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
-  store.EndTurn(*s);
+  lease->Release();
+  lease->Release();  // exactly once: a second release changes nothing
+  EXPECT_FALSE(store.Get(s->id())->busy);
   EXPECT_TRUE(store.BeginTurn(s->id()).ok());
   EXPECT_EQ(store.BeginTurn("0123").status().code(), absl::StatusCode::kNotFound);
 }
@@ -99,7 +102,7 @@ TEST_F(SessionStoreTest, FixedStateIsChargedAtCreationAgainstTheBudget) {
   ASSERT_GT(bytes, 0);
   SessionStore::Options o = Opts();
   o.memory_budget_bytes = 3 * bytes;
-  SessionStore store(o);
+  SessionStore store(std::move(o));
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(store.Create(taylor_, absl::ZeroDuration()).ok());
   EXPECT_EQ(store.charged_bytes(), 3 * bytes);
   auto over = store.Create(taylor_, absl::ZeroDuration());
@@ -113,7 +116,7 @@ TEST_F(SessionStoreTest, FixedStateIsChargedAtCreationAgainstTheBudget) {
 TEST_F(SessionStoreTest, KvCachesAreChargedAsTheyGrow) {
   SessionStore::Options o = Opts();
   o.memory_budget_bytes = softmax_->model->StateBytes(1000);
-  SessionStore store(o);
+  SessionStore store(std::move(o));
   auto a = store.Create(softmax_, absl::ZeroDuration()).value();
   auto b = store.Create(softmax_, absl::ZeroDuration()).value();
   EXPECT_EQ(store.charged_bytes(), 0);
@@ -130,7 +133,7 @@ TEST_F(SessionStoreTest, KvCachesAreChargedAsTheyGrow) {
 TEST_F(SessionStoreTest, MaxSessionsSaysWhichLimit) {
   SessionStore::Options o = Opts();
   o.max_sessions = 2;
-  SessionStore store(o);
+  SessionStore store(std::move(o));
   ASSERT_TRUE(store.Create(taylor_, absl::ZeroDuration()).ok());
   ASSERT_TRUE(store.Create(taylor_, absl::ZeroDuration()).ok());
   auto s = store.Create(taylor_, absl::ZeroDuration());
@@ -141,19 +144,20 @@ TEST_F(SessionStoreTest, MaxSessionsSaysWhichLimit) {
 TEST_F(SessionStoreTest, CloseMarksARunningTurnAndFreesItsCharge) {
   SessionStore store(Opts());
   auto s = store.Create(taylor_, absl::ZeroDuration()).value();
-  ASSERT_TRUE(store.BeginTurn(s->id()).ok());
+  auto lease = store.BeginTurn(s->id());
+  ASSERT_TRUE(lease.ok());
   ASSERT_TRUE(store.Close(s->id()).ok());
   EXPECT_TRUE(s->closed());
   EXPECT_EQ(store.charged_bytes(), 0);
   EXPECT_EQ(store.Close(s->id()).code(), absl::StatusCode::kNotFound);
-  store.EndTurn(*s);  // the engine still ends its turn safely
+  lease->Release();  // the engine still ends its turn safely
   EXPECT_EQ(store.size(), 0);
 }
 
 TEST_F(SessionStoreTest, ConcurrentCreateTurnCloseKeepsCountsConsistent) {
   SessionStore::Options o = Opts();
   o.max_sessions = 1000;
-  SessionStore store(o);
+  SessionStore store(std::move(o));
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
@@ -162,7 +166,7 @@ TEST_F(SessionStoreTest, ConcurrentCreateTurnCloseKeepsCountsConsistent) {
         auto turn = store.BeginTurn(s->id());
         EXPECT_TRUE(turn.ok());
         store.List();
-        store.EndTurn(*s);
+        turn->Release();
         if (i % 2 == 0) {
           EXPECT_TRUE(store.Close(s->id()).ok());
         }

@@ -1,0 +1,135 @@
+#include "server/service/admission.h"
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "server/model/tokenizer.h"
+
+namespace attnserve::service {
+namespace {
+
+absl::Status Invalid(const std::string& message) {
+  return absl::InvalidArgumentError(message);
+}
+
+// Hex text ("0a0d") -> bytes.
+absl::StatusOr<std::string> DecodeHex(const std::string& hex, int index) {
+  const bool ok = hex.size() % 2 == 0 &&
+                  hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+  if (!ok) {
+    return Invalid(absl::StrCat("sampling.stop[", index, "]: '", hex,
+                                "' is not hex (two digits per byte) as stop_encoding "
+                                "STOP_ENCODING_HEX requires"));
+  }
+  return absl::HexStringToBytes(hex);
+}
+
+absl::Status ParseSampling(const v1::SamplingParams& s, const RequestLimits& limits,
+                           scheduler::TurnRequest& turn) {
+  if (s.max_tokens() < 0 || s.max_tokens() > limits.max_generated_tokens) {
+    return Invalid(absl::StrCat("sampling.max_tokens must be in [0, ",
+                                limits.max_generated_tokens, "] (0 means the default of ",
+                                limits.default_max_tokens, "), got ", s.max_tokens()));
+  }
+  turn.sampling.temperature = s.temperature();
+  turn.sampling.top_k = s.top_k();
+  turn.sampling.top_p = s.top_p() == 0 ? 1.0f : s.top_p();
+  turn.sampling.seed = s.seed();
+  if (absl::Status st = model::ValidateSamplingParams(turn.sampling); !st.ok()) return st;
+  turn.ignore_eos = s.ignore_eos();
+  turn.max_tokens = s.max_tokens() == 0 ? limits.default_max_tokens : s.max_tokens();
+  for (int i = 0; i < s.stop_size(); ++i) {
+    switch (s.stop_encoding()) {
+      case v1::STOP_ENCODING_UTF8:
+        turn.stop.push_back(s.stop(i));
+        break;
+      case v1::STOP_ENCODING_HEX: {
+        auto bytes = DecodeHex(s.stop(i), i);
+        if (!bytes.ok()) return bytes.status();
+        turn.stop.push_back(*std::move(bytes));
+        break;
+      }
+      default:
+        return Invalid(absl::StrCat("sampling.stop_encoding: unknown value ",
+                                    int(s.stop_encoding()),
+                                    "; valid: STOP_ENCODING_UTF8 (0), STOP_ENCODING_HEX (1)"));
+    }
+    if (turn.stop.back().empty()) {
+      return Invalid(absl::StrCat("sampling.stop[", i, "] is empty"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
+                                             const session::ModelCatalogue& models,
+                                             const RequestLimits& limits) {
+  ParsedGenerate out;
+  out.session_id = r.session_id();
+  out.model_name = r.model();
+  if (r.session_id().empty()) {
+    auto model = models.Find(r.model());
+    if (!model.ok()) return model.status();
+    out.model = *model;
+  }
+  switch (r.prompt_case()) {
+    case v1::GenerateRequest::kText:
+      out.turn.prompt = model::Encode(r.text());
+      break;
+    case v1::GenerateRequest::kTokens:
+      out.turn.prompt.assign(r.tokens().ids().begin(), r.tokens().ids().end());
+      break;
+    default:
+      break;
+  }
+  if (out.turn.prompt.empty() && r.session_id().empty()) {
+    return Invalid("prompt: empty; a request without session_id needs text or tokens");
+  }
+  if (int(out.turn.prompt.size()) > limits.max_prompt_tokens) {
+    return Invalid(absl::StrCat("prompt: ", out.turn.prompt.size(),
+                                " tokens is over the server's limit of ",
+                                limits.max_prompt_tokens));
+  }
+  if (absl::Status s = ParseSampling(r.sampling(), limits, out.turn); !s.ok()) return s;
+  out.turn.logprobs = r.logprobs();
+  if (out.model) {
+    if (absl::Status s = CheckPromptFits(out.turn, *out.model); !s.ok()) return s;
+  }
+  return out;
+}
+
+absl::Status CheckTurnFits(const ParsedGenerate& request, const session::Session& session) {
+  const session::ServedModel& served = session.served();
+  if (!request.model_name.empty() && request.model_name != served.name) {
+    return Invalid(absl::StrCat("model: session '", session.id(), "' runs model '",
+                                served.name, "', not '", request.model_name, "'"));
+  }
+  if (absl::Status s = CheckPromptFits(request.turn, served); !s.ok()) return s;
+  const int64_t position = session.position();  // the pending token included
+  const int64_t context = served.model->config().max_context;
+  if (position + int64_t(request.turn.prompt.size()) > context) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "prompt: the session is at position ", position, "; ", request.turn.prompt.size(),
+        " more tokens would pass the model's context of ", context));
+  }
+  if (request.turn.prompt.empty() && position == 0) {
+    return Invalid("prompt: empty, and the session has no token to continue from");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPromptFits(const scheduler::TurnRequest& turn,
+                             const session::ServedModel& model) {
+  const int vocab = model.model->config().vocab_size;
+  for (size_t i = 0; i < turn.prompt.size(); ++i) {
+    if (turn.prompt[i] < 0 || turn.prompt[i] >= vocab) {
+      return Invalid(absl::StrCat("tokens.ids[", i, "]: ", turn.prompt[i],
+                                  " is outside the vocabulary [0, ", vocab, ") of model '",
+                                  model.name, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace attnserve::service

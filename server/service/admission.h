@@ -1,0 +1,51 @@
+// Admission: every check on a request, once, with one status code per condition.
+// Sampling (model::ValidateSamplingParams), prompt size and stop strings when the request
+// is parsed; model, vocabulary and context once its session is known. Later layers
+// (scheduler, model) assume these hold.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "attnserve/v1/attnserve.pb.h"
+#include "server/scheduler/turn.h"
+#include "server/session/model_catalogue.h"
+#include "server/session/session_store.h"
+
+namespace attnserve::service {
+
+// Server-side limits on a request.
+struct RequestLimits {
+  int max_prompt_tokens = 8192;
+  int max_generated_tokens = 2048;
+  int default_max_tokens = 256;
+};
+
+// A Generate request, validated: everything but the session lookup.
+struct ParsedGenerate {
+  std::shared_ptr<const session::ServedModel> model;  // null when a session is named
+  std::string model_name;                             // as requested (may be empty)
+  std::string session_id;
+  scheduler::TurnRequest turn;
+};
+
+// INVALID_ARGUMENT naming the field for: an empty prompt without a session, token ids
+// outside the model's vocabulary, a prompt over the limit, a negative temperature,
+// top_p outside (0, 1], negative top_k, max_tokens negative or over the limit, an
+// unknown stop encoding or undecodable stop string. NOT_FOUND for an unknown model.
+absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& request,
+                                             const session::ModelCatalogue& models,
+                                             const RequestLimits& limits);
+
+// The checks that need the session (after it is claimed): the requested model is the
+// session's (INVALID_ARGUMENT), token ids fit its vocabulary (INVALID_ARGUMENT), the
+// prompt fits its context from the session's position (OUT_OF_RANGE), and an empty
+// prompt has a pending token to continue from (INVALID_ARGUMENT).
+absl::Status CheckTurnFits(const ParsedGenerate& request, const session::Session& session);
+
+// Token ids must fit the vocabulary of the model that will run them.
+absl::Status CheckPromptFits(const scheduler::TurnRequest& turn,
+                             const session::ServedModel& model);
+
+}  // namespace attnserve::service

@@ -1,0 +1,147 @@
+#include "server/service/session_transfer.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "server/service/status_map.h"
+
+namespace attnserve::service {
+namespace {
+
+class ExportReactor : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
+ public:
+  ExportReactor(AttnServeService* service, session::SessionStore* store,
+                const v1::ExportSessionRequest& request)
+      : service_(service) {
+    auto bytes = store->Export(request.session_id());
+    if (!bytes.ok()) {
+      Done(ToGrpcStatus(bytes.status()));
+      return;
+    }
+    bytes_ = std::move(bytes).value();
+    WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Done(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      return;
+    }
+    WriteNext();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void WriteNext() {
+    if (offset_ >= bytes_->size() && offset_ > 0) {
+      Done(grpc::Status::OK);
+      return;
+    }
+    const size_t n = std::min(kSnapshotChunkBytes, bytes_->size() - offset_);
+    chunk_.Clear();
+    chunk_.set_data(bytes_->data() + offset_, n);
+    if (offset_ == 0) chunk_.set_total_bytes(int64_t(bytes_->size()));
+    offset_ += n;
+    StartWrite(&chunk_);
+  }
+  void Done(const grpc::Status& status) {
+    service_->Record("ExportSession", status, nullptr);
+    Finish(status);
+  }
+
+  AttnServeService* const service_;
+  std::shared_ptr<const std::string> bytes_;
+  size_t offset_ = 0;
+  v1::SnapshotChunk chunk_;
+};
+
+class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
+ public:
+  ImportReactor(AttnServeService* service, session::SessionStore* store, v1::Session* response)
+      : service_(service), store_(store), response_(response) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client closed its side: the snapshot is complete
+      Import();
+      return;
+    }
+    if (first_) {
+      first_ = false;
+      ttl_ = absl::Seconds(request_.ttl_seconds());
+      if (request_.ttl_seconds() < 0) {
+        Done(absl::InvalidArgumentError("ttl_seconds must be >= 0 (0 = the snapshot's)"));
+        return;
+      }
+    }
+    bytes_ += request_.data();
+    // Refuse an absurd snapshot as soon as its header says so, before buffering it.
+    if (declared_ == 0 && bytes_.size() >= session::kSnapshotFixedHeaderBytes) {
+      auto total = session::SnapshotTotalBytes(bytes_, store_->max_snapshot_bytes());
+      if (!total.ok()) {
+        Done(total.status());
+        return;
+      }
+      declared_ = *total;
+    }
+    const uint64_t limit = declared_ > 0 ? declared_ : session::kSnapshotFixedHeaderBytes;
+    if (bytes_.size() > limit && declared_ > 0) {
+      Done(absl::DataLossError(absl::StrCat("snapshot: more bytes than the ", declared_,
+                                            " it declares")));
+      return;
+    }
+    if (declared_ == 0 && bytes_.size() > store_->max_snapshot_bytes()) {
+      Done(absl::InvalidArgumentError("snapshot: over this server's limit"));
+      return;
+    }
+    StartRead(&request_);
+  }
+  void OnCancel() override {}
+  void OnDone() override { delete this; }
+
+ private:
+  void Import() {
+    auto session =
+        store_->Import(std::make_shared<const std::string>(std::move(bytes_)), ttl_);
+    if (!session.ok()) {
+      Done(session.status());
+      return;
+    }
+    auto info = store_->Get((*session)->id());
+    if (info.ok()) *response_ = ToProto(*info);
+    Done(info.status(), &(*session)->served());
+  }
+  void Done(const absl::Status& status, const session::ServedModel* model = nullptr) {
+    const grpc::Status g = ToGrpcStatus(status);
+    service_->Record("ImportSession", g, model);
+    Finish(g);
+  }
+
+  AttnServeService* const service_;
+  session::SessionStore* const store_;
+  v1::Session* const response_;
+  v1::ImportSessionRequest request_;
+  std::string bytes_;
+  uint64_t declared_ = 0;
+  bool first_ = true;
+  absl::Duration ttl_ = absl::ZeroDuration();
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::SnapshotChunk>* StartExport(
+    AttnServeService* service, session::SessionStore* store,
+    grpc::CallbackServerContext* context, const v1::ExportSessionRequest* request) {
+  return new ExportReactor(service, store, *request);
+}
+
+grpc::ServerReadReactor<v1::ImportSessionRequest>* StartImport(
+    AttnServeService* service, session::SessionStore* store,
+    grpc::CallbackServerContext* context, v1::Session* response) {
+  return new ImportReactor(service, store, response);
+}
+
+}  // namespace attnserve::service

@@ -1,0 +1,297 @@
+#include "server/session/snapshot.h"
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "server/common/crc32c.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the snapshot codec writes host integers and floats as little-endian");
+
+namespace attnserve::session {
+namespace {
+
+constexpr char kMagic[8] = {'A', 'T', 'T', 'N', 'S', 'N', 'A', 'P'};
+constexpr uint8_t kFloat32 = 1;
+constexpr int kMaxDims = 4;
+
+template <typename T>
+void Put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+template <typename T>
+void PutAt(std::string& out, size_t offset, T value) {
+  std::memcpy(out.data() + offset, &value, sizeof value);
+}
+
+// Appends the fp32 values of a (possibly strided) view in row-major order, copying the
+// largest contiguous trailing block at once (a KV cache's used length is one block per
+// head).
+void AppendValues(std::string& out, const float* base, at::IntArrayRef sizes,
+                  at::IntArrayRef strides, size_t dim) {
+  int64_t block = 1;
+  bool contiguous = true;
+  for (size_t d = sizes.size(); d-- > dim;) {
+    if (sizes[d] != 1 && strides[d] != block) contiguous = false;
+    block *= sizes[d];
+  }
+  if (contiguous) {
+    out.append(reinterpret_cast<const char*>(base), size_t(block) * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < sizes[dim]; ++i) {
+    AppendValues(out, base + i * strides[dim], sizes, strides, dim + 1);
+  }
+}
+
+// Bounds-checked little-endian reads over the verified byte range.
+class Reader {
+ public:
+  Reader(std::string_view bytes, size_t offset) : bytes_(bytes), offset_(offset) {}
+  template <typename T>
+  bool Read(T* value) {
+    if (bytes_.size() - offset_ < sizeof(T)) return false;
+    std::memcpy(value, bytes_.data() + offset_, sizeof(T));
+    offset_ += sizeof(T);
+    return true;
+  }
+  bool Skip(uint64_t n, std::string_view* skipped = nullptr) {
+    if (bytes_.size() - offset_ < n) return false;
+    if (skipped) *skipped = bytes_.substr(offset_, n);
+    offset_ += n;
+    return true;
+  }
+  size_t offset() const { return offset_; }
+
+ private:
+  std::string_view bytes_;
+  size_t offset_;
+};
+
+std::string ShapeText(const std::vector<int64_t>& dims) {
+  std::string out = "(";
+  for (size_t i = 0; i < dims.size(); ++i) absl::StrAppend(&out, i ? ", " : "", dims[i]);
+  return out + ")";
+}
+
+absl::Status Invalid(std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("snapshot: ", std::string(what)));
+}
+
+}  // namespace
+
+std::string EncodeSnapshot(const ServedModel& served, const model::DecodeState* state,
+                           const SnapshotInfo& info) {
+  const model::Model& m = *served.model;
+  const std::string& module = m.config().attention.module;
+  std::unique_ptr<model::DecodeState> fresh;
+  if (state == nullptr) state = (fresh = m.NewState()).get();
+  std::string out;
+  out.reserve(kSnapshotFixedHeaderBytes + 1024 + size_t(state->Bytes()));
+  out.append(kMagic, sizeof kMagic);
+  Put<uint32_t>(out, kSnapshotVersion);
+  Put<uint32_t>(out, 0);  // header_bytes, set below
+  Put<uint64_t>(out, 0);  // total_bytes, set below
+  const Sha256Digest& fingerprint = m.Fingerprint();
+  out.append(reinterpret_cast<const char*>(fingerprint.data()), fingerprint.size());
+  Put<int64_t>(out, state->position());
+  Put<int32_t>(out, info.pending_token ? *info.pending_token : -1);
+  Put<uint32_t>(out, uint32_t(state->num_layers()));
+  Put<int64_t>(out, absl::ToInt64Milliseconds(info.ttl));
+  Put<uint16_t>(out, uint16_t(served.name.size()));
+  Put<uint16_t>(out, uint16_t(module.size()));
+  Put<uint32_t>(out, uint32_t(m.config().attention.order));
+  Put<uint32_t>(out, 0);  // sampler_bytes: each turn seeds its own sampler
+  Put<uint32_t>(out, 0);  // reserved
+  out += served.name;
+  out += module;
+  PutAt<uint32_t>(out, 12, uint32_t(out.size()));
+  for (int l = 0; l < state->num_layers(); ++l) {
+    const attention::NamedTensors tensors = state->layer(l).Tensors();
+    Put<uint32_t>(out, uint32_t(tensors.size()));
+    for (const auto& [name, t] : tensors) {
+      Put<uint8_t>(out, uint8_t(name.size()));
+      out += name;
+      Put<uint8_t>(out, kFloat32);
+      Put<uint8_t>(out, uint8_t(t.dim()));
+      Put<uint8_t>(out, 0);
+      for (int64_t d : t.sizes()) Put<int64_t>(out, d);
+      if (t.numel() > 0) AppendValues(out, t.data_ptr<float>(), t.sizes(), t.strides(), 0);
+    }
+  }
+  PutAt<uint64_t>(out, 16, uint64_t(out.size() + 4));
+  Put<uint32_t>(out, Crc32c(0, out.data(), out.size()));
+  return out;
+}
+
+absl::StatusOr<uint64_t> SnapshotTotalBytes(std::string_view prefix, uint64_t max_bytes) {
+  if (prefix.size() < sizeof kMagic || std::memcmp(prefix.data(), kMagic, sizeof kMagic) != 0) {
+    return Invalid("not an attnserve session snapshot (it does not start with ATTNSNAP)");
+  }
+  if (prefix.size() < kSnapshotFixedHeaderBytes) {
+    return absl::DataLossError(absl::StrCat("snapshot: truncated header: ", prefix.size(),
+                                            " bytes; the fixed header alone is ",
+                                            kSnapshotFixedHeaderBytes));
+  }
+  Reader r(prefix, sizeof kMagic);
+  uint32_t version = 0, header_bytes = 0;
+  uint64_t total = 0;
+  r.Read(&version);
+  r.Read(&header_bytes);
+  r.Read(&total);
+  if (version != kSnapshotVersion) {
+    return Invalid(absl::StrCat("format version ", version, " is not supported; this server "
+                                "reads version ", kSnapshotVersion));
+  }
+  if (total > max_bytes) {
+    return Invalid(absl::StrCat("declares ", total, " bytes, over this server's limit of ",
+                                max_bytes, " (the largest state it serves plus headers)"));
+  }
+  if (total < kSnapshotFixedHeaderBytes + 4 || header_bytes < kSnapshotFixedHeaderBytes ||
+      header_bytes > total - 4) {
+    return Invalid(absl::StrCat("declared sizes are inconsistent: header ", header_bytes,
+                                " bytes, total ", total));
+  }
+  return total;
+}
+
+absl::StatusOr<VerifiedSnapshot> VerifySnapshot(std::shared_ptr<const std::string> owned,
+                                                const ModelCatalogue& catalogue,
+                                                uint64_t max_bytes) {
+  const std::string_view bytes = *owned;
+  auto total = SnapshotTotalBytes(bytes, max_bytes);
+  if (!total.ok()) return total.status();
+  if (bytes.size() < *total) {
+    return absl::DataLossError(absl::StrCat("snapshot: truncated: ", bytes.size(), " of the ",
+                                            *total, " bytes it declares"));
+  }
+  if (bytes.size() > *total) {
+    return absl::DataLossError(absl::StrCat("snapshot: ", bytes.size() - *total,
+                                            " bytes after the end it declares (", *total,
+                                            " bytes)"));
+  }
+  uint32_t stored_crc;
+  std::memcpy(&stored_crc, bytes.data() + *total - 4, 4);
+  if (const uint32_t crc = Crc32c(0, bytes.data(), *total - 4); crc != stored_crc) {
+    return absl::DataLossError(absl::StrCat(
+        "snapshot: checksum mismatch (CRC-32C ", absl::Hex(crc, absl::kZeroPad8), ", stored ",
+        absl::Hex(stored_crc, absl::kZeroPad8), "): the bytes were damaged"));
+  }
+  const std::string_view body = bytes.substr(0, *total - 4);
+  Reader r(body, 12);
+  uint32_t header_bytes, num_layers, order, sampler_bytes, reserved;
+  uint64_t total_field;
+  Sha256Digest fingerprint;
+  int64_t position, ttl_ms;
+  int32_t pending;
+  uint16_t name_bytes, module_bytes;
+  r.Read(&header_bytes);
+  r.Read(&total_field);
+  r.Read(&fingerprint);
+  r.Read(&position);
+  r.Read(&pending);
+  r.Read(&num_layers);
+  r.Read(&ttl_ms);
+  r.Read(&name_bytes);
+  r.Read(&module_bytes);
+  r.Read(&order);
+  r.Read(&sampler_bytes);
+  r.Read(&reserved);
+  std::string_view name, module, sampler;
+  if (!r.Skip(name_bytes, &name) || !r.Skip(module_bytes, &module) ||
+      !r.Skip(sampler_bytes, &sampler) || r.offset() != header_bytes) {
+    return Invalid(absl::StrCat("header fields disagree with header_bytes ", header_bytes));
+  }
+  VerifiedSnapshot out;
+  out.model = catalogue.FindByFingerprint(fingerprint);
+  if (out.model == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "snapshot: of model '", std::string(name), "' served as ", std::string(module), " order ", order,
+        " (fingerprint ", DigestHex(fingerprint, 6),
+        "), which this server does not serve with these weights and options"));
+  }
+  const model::Model& m = *out.model->model;
+  if (sampler_bytes != 0) return Invalid("carries sampler state, which version 1 does not");
+  if (position < 0 || position > m.config().max_context) {
+    return Invalid(absl::StrCat("position ", position, " is outside [0, ",
+                                m.config().max_context, "] of model '", out.model->name, "'"));
+  }
+  if (pending < -1 || pending >= m.config().vocab_size) {
+    return Invalid(absl::StrCat("pending token ", pending, " is outside the vocabulary"));
+  }
+  if (int64_t(num_layers) != m.config().num_layers) {
+    return Invalid(absl::StrCat("has ", num_layers, " layers; model '", out.model->name,
+                                "' has ", m.config().num_layers));
+  }
+  if (ttl_ms < 0) return Invalid(absl::StrCat("ttl ", ttl_ms, " ms is negative"));
+  const attention::TensorShapes shapes = m.StateShapes(position);
+  for (uint32_t l = 0; l < num_layers; ++l) {
+    const std::string where = absl::StrCat("layer ", l);
+    uint32_t count;
+    if (!r.Read(&count) || count != shapes.size()) {
+      return Invalid(absl::StrCat(where, ": ", count, " tensors; the model's state has ",
+                                  shapes.size()));
+    }
+    out.payload_offsets.emplace_back();
+    for (const auto& [want_name, want_dims] : shapes) {
+      uint8_t name_len, dtype, ndim, pad;
+      std::string_view got_name;
+      if (!r.Read(&name_len) || !r.Skip(name_len, &got_name) || got_name != want_name) {
+        return Invalid(absl::StrCat(where, ": expected tensor '", want_name, "'"));
+      }
+      if (!r.Read(&dtype) || !r.Read(&ndim) || !r.Read(&pad) || dtype != kFloat32 ||
+          ndim > kMaxDims) {
+        return Invalid(absl::StrCat(where, " tensor '", want_name,
+                                    "': dtype or rank is not float32 of at most 4 dims"));
+      }
+      std::vector<int64_t> dims(ndim);
+      for (auto& d : dims) {
+        if (!r.Read(&d)) return Invalid(absl::StrCat(where, ": dimensions run past the end"));
+      }
+      if (dims != want_dims) {
+        return Invalid(absl::StrCat(where, " tensor '", want_name, "' has shape ",
+                                    ShapeText(dims), "; model '", out.model->name,
+                                    "' at position ", position, " needs ",
+                                    ShapeText(want_dims)));
+      }
+      int64_t numel = 1;
+      for (int64_t d : dims) numel *= d;
+      out.payload_offsets.back().push_back(r.offset());
+      if (!r.Skip(uint64_t(numel) * sizeof(float))) {
+        return Invalid(absl::StrCat(where, " tensor '", want_name, "': values run past the end"));
+      }
+      out.state_bytes += numel * int64_t(sizeof(float));
+    }
+  }
+  if (r.offset() != body.size()) {
+    return Invalid(absl::StrCat(body.size() - r.offset(), " unexplained bytes after the last layer"));
+  }
+  out.info.position = position;
+  if (pending >= 0) out.info.pending_token = pending;
+  out.info.ttl = absl::Milliseconds(ttl_ms);
+  out.bytes = std::move(owned);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<model::DecodeState>> RestoreSnapshotState(
+    const VerifiedSnapshot& snapshot) {
+  const model::Model& m = *snapshot.model->model;
+  const attention::TensorShapes shapes = m.StateShapes(snapshot.info.position);
+  std::vector<attention::NamedTensors> layers;
+  for (const auto& offsets : snapshot.payload_offsets) {
+    attention::NamedTensors tensors;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      // Payloads are not aligned: copy them into fresh tensors rather than wrap them.
+      at::Tensor t = at::empty(shapes[i].second, at::kFloat);
+      std::memcpy(t.data_ptr<float>(), snapshot.bytes->data() + offsets[i], t.nbytes());
+      tensors.emplace_back(shapes[i].first, std::move(t));
+    }
+    layers.push_back(std::move(tensors));
+  }
+  return m.RestoreState(snapshot.info.position, layers);
+}
+
+}  // namespace attnserve::session

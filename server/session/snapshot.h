@@ -1,0 +1,69 @@
+// The session snapshot codec: one session's state as a self-describing, verified byte
+// string (layout and refusal rules: proto/attnserve/v1/SNAPSHOT.md). What ExportSession
+// streams, ImportSession reads and the durable session stores hold.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/model/model.h"
+#include "server/session/model_catalogue.h"
+
+namespace attnserve::session {
+
+inline constexpr uint32_t kSnapshotVersion = 1;
+// Bytes of the fixed header; SnapshotTotalBytes needs this many to answer.
+inline constexpr size_t kSnapshotFixedHeaderBytes = 96;
+
+// What a snapshot records about its session besides the state's tensors.
+struct SnapshotInfo {
+  // Tokens in the state.
+  int64_t position = 0;
+  // The token sampled last and not yet in the state.
+  std::optional<int32_t> pending_token;
+  // The session's idle time-to-live.
+  absl::Duration ttl = absl::ZeroDuration();
+};
+
+// Encodes a session on `model` whose state is `state` (null: a session that has not run
+// yet, at position 0). Reads the state's tensors: the caller holds the session's turn.
+std::string EncodeSnapshot(const ServedModel& model, const model::DecodeState* state,
+                           const SnapshotInfo& info);
+
+// A snapshot checked completely (size, checksum, model, every section and shape), not
+// yet turned into tensors.
+struct VerifiedSnapshot {
+  std::shared_ptr<const std::string> bytes;
+  std::shared_ptr<const ServedModel> model;
+  // info.position counts the tokens in the state only (not the pending token).
+  SnapshotInfo info;
+  // Bytes of tensor payload (the state's size).
+  int64_t state_bytes = 0;
+  // Offset in `bytes` of each tensor's values, per layer, in StateShapes order.
+  std::vector<std::vector<size_t>> payload_offsets;
+};
+
+// The size a snapshot declares in its first kSnapshotFixedHeaderBytes bytes, so a reader
+// can refuse an absurd one before buffering it. INVALID_ARGUMENT when `prefix` is not a
+// snapshot, another format version, or declares more than `max_bytes`.
+absl::StatusOr<uint64_t> SnapshotTotalBytes(std::string_view prefix, uint64_t max_bytes);
+
+// Verifies `bytes` against the models of `catalogue`, in the order SNAPSHOT.md lists:
+// INVALID_ARGUMENT (not a snapshot, version, limit, sections), DATA_LOSS (truncated,
+// trailing bytes, checksum), FAILED_PRECONDITION (no served model has its fingerprint).
+// Makes no tensors: any thread may call it.
+absl::StatusOr<VerifiedSnapshot> VerifySnapshot(std::shared_ptr<const std::string> bytes,
+                                                const ModelCatalogue& catalogue,
+                                                uint64_t max_bytes);
+
+// The state a verified snapshot holds, as tensors of its model.
+absl::StatusOr<std::unique_ptr<model::DecodeState>> RestoreSnapshotState(
+    const VerifiedSnapshot& snapshot);
+
+}  // namespace attnserve::session

@@ -1,0 +1,187 @@
+#include "tests/store/store_testing.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace attnserve::store::testing {
+
+TempDir::TempDir() {
+  const char* base = getenv("TEST_TMPDIR");
+  std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/store_test.XXXXXX");
+  if (mkdtemp(pattern.data()) == nullptr) {
+    fprintf(stderr, "mkdtemp %s: %s\n", pattern.c_str(), strerror(errno));
+    abort();
+  }
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+absl::Time ManualClock::Now() const {
+  absl::MutexLock lock(&mu_);
+  return now_;
+}
+
+void ManualClock::Advance(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  now_ += d;
+}
+
+int FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    fprintf(stderr, "cannot find a free loopback port: %s\n", strerror(errno));
+    abort();
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start() {
+  if (access(kBinary, X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(kBinary, " is missing (", strerror(errno),
+                     "): the store tests run a real Redis; deploy/install.sh installs it "
+                     "(Debian package redis-server)"));
+  }
+  std::unique_ptr<RedisServer> server(new RedisServer);
+  absl::Status status;
+  // Another process may take the free port before redis-server binds it: try a few.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    server->port_ = FreeLoopbackPort();
+    status = server->Restart();
+    if (status.ok()) return server;
+  }
+  return status;
+}
+
+RedisServer::~RedisServer() {
+  Resume();
+  Stop();
+}
+
+std::string RedisServer::spec() const { return absl::StrCat("redis://127.0.0.1:", port_); }
+
+absl::Status RedisServer::Restart() {
+  if (absl::Status s = Launch(); !s.ok()) return s;
+  absl::Status ready = WaitUntilReady();
+  if (!ready.ok()) Stop();
+  return ready;
+}
+
+absl::Status RedisServer::Launch() {
+  const std::string port = absl::StrCat(port_);
+  const std::string log = absl::StrCat(dir_.path(), "/redis.log");
+  std::vector<std::string> args = {
+      kBinary,        "--port", port,    "--bind",    "127.0.0.1",   "--save", "",
+      "--appendonly", "no",     "--dir", dir_.path(), "--daemonize", "no"};
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  // Opened before fork: between fork and exec the child may only make syscalls.
+  const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (log_fd < 0) return absl::InternalError(absl::StrCat(log, ": ", strerror(errno)));
+  const pid_t parent = getpid();
+  pid_ = fork();
+  if (pid_ == 0) {
+    // Dies with the test even if the test crashes before Stop().
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    execv(kBinary, argv.data());
+    _exit(127);
+  }
+  const int fork_errno = errno;
+  close(log_fd);
+  if (pid_ < 0) {
+    return absl::InternalError(absl::StrCat("fork: ", strerror(fork_errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RedisServer::WaitUntilReady() {
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (absl::Now() < deadline) {
+    int wstatus;
+    if (waitpid(pid_, &wstatus, WNOHANG) == pid_) {
+      pid_ = -1;
+      std::ifstream log(absl::StrCat(dir_.path(), "/redis.log"));
+      std::stringstream text;
+      text << log.rdbuf();
+      return absl::UnavailableError(absl::StrCat(
+          "redis-server on port ", port_, " exited at start-up; its log:\n", text.str()));
+    }
+    RedisContextPtr context = ConnectRaw(port_);
+    if (context != nullptr) {
+      RedisReplyPtr pong = RawCommand(context.get(), "PING");
+      if (pong != nullptr && pong->type == REDIS_REPLY_STATUS) return absl::OkStatus();
+    }
+    // Polling a server that is starting: connect refused returns at once.
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("redis-server on port ", port_, " did not answer PING within 5 s"));
+}
+
+void RedisServer::Stop() {
+  if (pid_ < 0) return;
+  kill(pid_, SIGKILL);
+  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+}
+
+void RedisServer::Pause() {
+  if (pid_ >= 0) kill(pid_, SIGSTOP);
+}
+
+void RedisServer::Resume() {
+  if (pid_ >= 0) kill(pid_, SIGCONT);
+}
+
+RedisContextPtr ConnectRaw(int port) {
+  redisContext* context = redisConnectWithTimeout("127.0.0.1", port, {1, 0});
+  if (context != nullptr && context->err != 0) {
+    redisFree(context);
+    context = nullptr;
+  }
+  if (context != nullptr) redisSetTimeout(context, {5, 0});
+  return RedisContextPtr(context, redisFree);
+}
+
+RedisReplyPtr RawCommand(redisContext* context, const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  void* reply = context != nullptr ? redisvCommand(context, format, args) : nullptr;
+  va_end(args);
+  return RedisReplyPtr(static_cast<redisReply*>(reply), freeReplyObject);
+}
+
+}  // namespace attnserve::store::testing

@@ -1,0 +1,98 @@
+// Real parts for the store tests: a temporary directory, a manual clock, and a private
+// redis-server (Debian's /usr/bin/redis-server) on a free loopback port.
+#pragma once
+
+#include <hiredis/hiredis.h>
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "server/store/snapshot_store.h"
+
+namespace attnserve::store::testing {
+
+// A fresh directory under $TEST_TMPDIR (or /tmp), removed with everything in it on
+// destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A clock that moves only when told to, starting at the real time now (so file ctimes,
+// which the kernel stamps, compare sensibly with it). Thread-safe.
+class ManualClock {
+ public:
+  absl::Time Now() const;
+  void Advance(absl::Duration d);
+  // A NowFn reading this clock; it must not outlive the clock.
+  NowFn AsNowFn() const {
+    return [this] { return Now(); };
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::Now();
+};
+
+// A loopback TCP port that nothing listened on a moment ago.
+int FreeLoopbackPort();
+
+// A redis-server child process without persistence, its files in a directory of its own.
+// Stop/Start/Pause/Resume let tests take it down, bring it back on the same port, or make
+// it hang.
+class RedisServer {
+ public:
+  static constexpr char kBinary[] = "/usr/bin/redis-server";
+
+  // Starts a server on a free loopback port and returns once it answers PING.
+  // FAILED_PRECONDITION if kBinary is missing; UNAVAILABLE if it does not come up
+  // within 5 s (with its log).
+  static absl::StatusOr<std::unique_ptr<RedisServer>> Start();
+  ~RedisServer();  // kills the server
+
+  int port() const { return port_; }
+  // "redis://127.0.0.1:PORT", for OpenSnapshotStore.
+  std::string spec() const;
+
+  // Kills the server (SIGKILL) and reaps it; a no-op if it is not running.
+  void Stop();
+  // Starts it again on the same port, returning once it answers PING.
+  absl::Status Restart();
+  // SIGSTOP / SIGCONT: the server keeps its connections but stops answering.
+  void Pause();
+  void Resume();
+
+ private:
+  RedisServer() = default;
+  absl::Status Launch();
+  absl::Status WaitUntilReady();
+
+  TempDir dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+using RedisContextPtr = std::unique_ptr<redisContext, void (*)(redisContext*)>;
+using RedisReplyPtr = std::unique_ptr<redisReply, void (*)(void*)>;
+
+// A raw hiredis connection to 127.0.0.1:`port`, for looking behind a store's back. Null
+// context on failure (the test then fails on use).
+RedisContextPtr ConnectRaw(int port);
+// Runs a printf-style command (hiredis formatting) on `context`; a null reply on I/O
+// errors.
+RedisReplyPtr RawCommand(redisContext* context, const char* format, ...);
+
+}  // namespace attnserve::store::testing
