@@ -288,5 +288,48 @@ TEST_F(SchedulerTest, RefusesTurnsAfterStopAccepting) {
   EXPECT_TRUE(scheduler_->WaitIdle(absl::Seconds(1)));
 }
 
+TEST_F(SchedulerTest, ARefusedTurnKeepsThePendingToken) {
+  auto softmax = TinyModel("softmax");
+  session::SessionStore::Options o;
+  o.memory_budget_bytes = softmax->model->StateBytes(40);
+  store_ = std::make_unique<session::SessionStore>(std::move(o));
+  Scheduler::Options so;
+  so.store = store_.get();
+  scheduler_ = std::make_unique<Scheduler>(so);
+  auto [session, first] = Run(softmax, Greedy("0123456789", 5));
+  EXPECT_EQ(first->WaitFinish().session_position, 15);  // 10 + 4 decoded + 1 pending
+  // A prompt the budget cannot hold: refused before anything is appended.
+  TurnResult refused = Run(softmax, Greedy(std::string(40, 'x'), 5), session).second->WaitFinish();
+  EXPECT_EQ(refused.error.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.prompt_tokens, 0);
+  EXPECT_EQ(refused.session_position, 15);
+  EXPECT_TRUE(session->pending_token().has_value());
+  // An empty turn still continues from the pending token.
+  TurnResult next = Run(softmax, Greedy("", 3), session).second->WaitFinish();
+  EXPECT_EQ(next.reason, FinishReason::kLength);
+  EXPECT_EQ(next.session_position, 18);
+}
+
+TEST_F(SchedulerTest, StopTurnsEndsRunningTurnsWithShutdownAtAConsistentPosition) {
+  auto session = store_->Create(taylor_, absl::ZeroDuration()).value();
+  auto lease = store_->BeginTurn(session->id());
+  ASSERT_TRUE(lease.ok());
+  auto sink = std::make_shared<RecordingSink>();
+  sink->SetCapacity(5);  // a reader that stalls keeps the turn running
+  scheduler_->Submit(std::move(*lease), Greedy("abc", 1000), sink);
+  sink->WaitTokens(5);
+  scheduler_->StopTurns();
+  TurnResult r = sink->WaitFinish();
+  EXPECT_EQ(r.reason, FinishReason::kShutdown);
+  EXPECT_EQ(r.generated_tokens, 5);
+  EXPECT_EQ(r.prompt_tokens, 3);
+  EXPECT_EQ(r.session_position, 3 + 5);
+  EXPECT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
+  // The session continues exactly like a fresh decode of the same text.
+  auto next = Run(taylor_, Greedy("", 4), session).second;
+  auto fresh = Run(taylor_, Greedy("abc" + sink->text(), 4)).second;
+  EXPECT_EQ(next->ids(), fresh->ids());
+}
+
 }  // namespace
 }  // namespace attnserve::scheduler

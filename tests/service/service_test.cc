@@ -210,6 +210,8 @@ TEST_F(ServiceTest, BadInputGetsItsStatusCodeNamingTheField) {
   add("empty prompt", C::INVALID_ARGUMENT, "prompt", [](auto& r) { r.clear_text(); });
   add("negative temperature", C::INVALID_ARGUMENT, "sampling.temperature",
       [](auto& r) { r.mutable_sampling()->set_temperature(-1); });
+  add("infinite temperature", C::INVALID_ARGUMENT, "sampling.temperature",
+      [](auto& r) { r.mutable_sampling()->set_temperature(INFINITY); });
   add("top_p over 1", C::INVALID_ARGUMENT, "sampling.top_p",
       [](auto& r) { r.mutable_sampling()->set_top_p(1.5f); });
   add("negative top_p", C::INVALID_ARGUMENT, "sampling.top_p",
@@ -257,6 +259,89 @@ TEST_F(ServiceTest, BadInputGetsItsStatusCodeNamingTheField) {
   v1::ListSessionsResponse list;
   ASSERT_TRUE(stub_->ListSessions(&context3, {}, &list).ok());
   EXPECT_EQ(list.sessions_size(), 0);
+}
+
+TEST_F(ServiceTest, ThePromptMustFitTheContextFromTheSessionsPosition) {
+  config::ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.metrics_address = "";
+  server_ = std::move(AttnServer::Start(o, std::make_unique<session::ModelCatalogue>(
+                                               std::vector<std::shared_ptr<const session::ServedModel>>{
+                                                   test_util::TinyServedModel("taylor", 16)})))
+                .value();
+  stub_ = v1::AttnServe::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  const std::string id = CreateSession("");
+  Stream first = Generate(Greedy("0123456789", 3, id));  // position 10 + 2 + pending = 13
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  Stream over = Generate(Greedy("abcd", 3, id));
+  EXPECT_EQ(over.status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_NE(over.status.error_message().find("prompt"), std::string::npos);
+  EXPECT_TRUE(over.tokens.empty());
+  EXPECT_EQ(GetSession(id).position(), 13);  // nothing appended, pending token kept
+  Stream fits = Generate(Greedy("abc", 3, id));
+  EXPECT_TRUE(fits.status.ok()) << fits.status.error_message();
+}
+
+TEST_F(ServiceTest, ExportImportAndForkContinueExactly) {
+  const std::string id = CreateSession("tiny-softmax");
+  ASSERT_TRUE(Generate(Greedy("In the beginning", 6, id)).status.ok());
+  // Export: chunks, the first with the total.
+  std::string snapshot;
+  {
+    grpc::ClientContext context;
+    v1::ExportSessionRequest request;
+    request.set_session_id(id);
+    auto reader = stub_->ExportSession(&context, request);
+    v1::SnapshotChunk chunk;
+    int64_t total = -1;
+    while (reader->Read(&chunk)) {
+      if (total < 0) total = chunk.total_bytes();
+      snapshot += chunk.data();
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(int64_t(snapshot.size()), total);
+  }
+  auto import = [&](const std::string& bytes, v1::Session* session) {
+    grpc::ClientContext context;
+    auto writer = stub_->ImportSession(&context, session);
+    for (size_t at = 0; at < bytes.size(); at += 100) {  // many small chunks
+      v1::ImportSessionRequest r;
+      r.set_data(bytes.substr(at, 100));
+      EXPECT_TRUE(writer->Write(r));
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  v1::Session imported;
+  ASSERT_TRUE(import(snapshot, &imported).ok());
+  EXPECT_EQ(imported.position(), GetSession(id).position());
+  EXPECT_EQ(imported.model(), "tiny-softmax");
+  // Damaged bytes: refused, nothing created.
+  std::string damaged = snapshot;
+  damaged[damaged.size() / 2] ^= 1;
+  v1::Session none;
+  grpc::Status bad = import(damaged, &none);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::DATA_LOSS) << bad.error_message();
+  EXPECT_EQ(import(snapshot.substr(0, 200), &none).error_code(), grpc::StatusCode::DATA_LOSS);
+  // Fork, then the original, the import and the fork all continue identically.
+  v1::Session fork;
+  {
+    grpc::ClientContext context;
+    v1::ForkSessionRequest request;
+    request.set_session_id(id);
+    ASSERT_TRUE(stub_->ForkSession(&context, request, &fork).ok());
+  }
+  Stream a = Generate(Greedy(" and", 8, id));
+  Stream b = Generate(Greedy(" and", 8, imported.id()));
+  Stream c = Generate(Greedy(" and", 8, fork.id()));
+  ASSERT_TRUE(a.status.ok() && b.status.ok() && c.status.ok());
+  EXPECT_EQ(a.ids(), b.ids());
+  EXPECT_EQ(a.ids(), c.ids());
+  grpc::ClientContext context;
+  v1::ListSessionsResponse list;
+  ASSERT_TRUE(stub_->ListSessions(&context, {}, &list).ok());
+  EXPECT_EQ(list.sessions_size(), 3);
 }
 
 TEST_F(ServiceTest, SessionLimitsSayWhichLimit) {

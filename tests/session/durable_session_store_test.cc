@@ -1,0 +1,231 @@
+// SessionStore with a real durable backend (a dir: store in a temporary directory):
+// import, fork, export, persist after a turn, spill (idle and under memory pressure),
+// load on demand, drain, expiry, and a store that fails.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/synchronization/notification.h"
+
+#include "server/session/session_store.h"
+#include "tests/testing/tiny_model.h"
+
+namespace attnserve::session {
+namespace {
+
+namespace fs = std::filesystem;
+
+class DurableSessionStoreTest : public testing::Test {
+ protected:
+  DurableSessionStoreTest()
+      : dir_(fs::path(testing::TempDir()) /
+             ("attnserve_durable_" + std::to_string(::getpid()) + "_" +
+              testing::UnitTest::GetInstance()->current_test_info()->name())) {
+    fs::remove_all(dir_);
+    catalogue_ = std::make_unique<ModelCatalogue>(
+        std::vector<std::shared_ptr<const ServedModel>>{taylor_, softmax_});
+  }
+  ~DurableSessionStoreTest() override { fs::remove_all(dir_); }
+
+  std::unique_ptr<SessionStore> MakeStore(PersistMode persist = PersistMode::kNone,
+                                          int64_t budget = int64_t{1} << 30,
+                                          absl::Duration spill_after = absl::InfiniteDuration()) {
+    SessionStore::Options o;
+    o.clock = &clock_;
+    o.catalogue = catalogue_.get();
+    o.durable = store::OpenSnapshotStore("dir:" + dir_.string()).value();
+    o.persist = persist;
+    o.memory_budget_bytes = budget;
+    o.spill_after = spill_after;
+    return SessionStore::Create(std::move(o)).value();
+  }
+  // Runs a "turn" by hand: prefill `n` tokens and leave `pending` waiting.
+  static void Advance(TurnLease& lease, int n, int32_t pending) {
+    std::vector<int32_t> tokens(n, 66);
+    ASSERT_TRUE(lease->model().Prefill(lease->state(), tokens).ok());
+    lease->pending_token() = pending;
+  }
+  bool Stored(const std::string& id) const { return fs::exists(dir_ / (id + ".snap")); }
+
+  fs::path dir_;
+  ManualClock clock_;
+  std::shared_ptr<const ServedModel> taylor_ = test_util::TinyServedModel("taylor");
+  std::shared_ptr<const ServedModel> softmax_ = test_util::TinyServedModel("softmax");
+  std::unique_ptr<ModelCatalogue> catalogue_;
+};
+
+TEST_F(DurableSessionStoreTest, ForkCopiesTheSessionAndLeavesTheOriginalAlone) {
+  auto store = MakeStore();
+  auto s = store->Create(taylor_, absl::ZeroDuration()).value();
+  {
+    auto lease = store->BeginTurn(s->id()).value();
+    Advance(lease, 9, 70);
+  }
+  auto fork = store->Fork(s->id(), absl::ZeroDuration());
+  ASSERT_TRUE(fork.ok()) << fork.status();
+  EXPECT_NE((*fork)->id(), s->id());
+  EXPECT_EQ(store->Get((*fork)->id())->position, 10);
+  EXPECT_EQ(store->Get(s->id())->position, 10);
+  EXPECT_EQ(store->charged_bytes(), 2 * taylor_->model->StateBytes(0));
+  // The fork's bytes are the original's, apart from nothing: same state, same pending.
+  EXPECT_EQ(*store->Export((*fork)->id()).value(), *store->Export(s->id()).value());
+  // Busy sessions cannot be forked or exported.
+  auto lease = store->BeginTurn(s->id()).value();
+  EXPECT_EQ(store->Fork(s->id(), absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->Export(s->id()).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(DurableSessionStoreTest, AFailedImportChargesAndCreatesNothing) {
+  auto store = MakeStore();
+  auto s = store->Create(softmax_, absl::ZeroDuration()).value();
+  {
+    auto lease = store->BeginTurn(s->id()).value();
+    Advance(lease, 5, 70);
+  }
+  const std::string good = *store->Export(s->id()).value();
+  const int64_t charged = store->charged_bytes();
+  for (size_t cut : {size_t(0), size_t(50), good.size() / 2, good.size() - 1}) {
+    auto bad = store->Import(std::make_shared<const std::string>(good.substr(0, cut)),
+                             absl::ZeroDuration());
+    EXPECT_FALSE(bad.ok()) << cut;
+    EXPECT_EQ(store->size(), 1);
+    EXPECT_EQ(store->charged_bytes(), charged);
+  }
+  auto ok = store->Import(std::make_shared<const std::string>(good), absl::Minutes(3));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(store->Get((*ok)->id())->position, 6);
+  EXPECT_EQ(store->Get((*ok)->id())->ttl, absl::Minutes(3));
+}
+
+TEST_F(DurableSessionStoreTest, EachTurnPersistenceSavesBeforeTheClientHearsOfIt) {
+  auto store = MakeStore(PersistMode::kEachTurn);
+  auto s = store->Create(taylor_, absl::ZeroDuration()).value();
+  auto lease = store->BeginTurn(s->id()).value();
+  Advance(lease, 4, 71);
+  absl::Notification told;
+  bool stored_when_told = false, busy_when_told = true;
+  store->FinishTurn(std::move(lease), [&] {
+    stored_when_told = Stored(s->id());
+    busy_when_told = store->Get(s->id())->busy;
+    told.Notify();
+  });
+  ASSERT_TRUE(told.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(stored_when_told);
+  EXPECT_FALSE(busy_when_told);
+  // A new process on the same directory finds the session at its position.
+  auto restarted = MakeStore();
+  EXPECT_EQ(restarted->Get(s->id())->position, 5);
+}
+
+TEST_F(DurableSessionStoreTest, MemoryPressureSpillsTheLeastRecentlyUsedAndLoadsItBack) {
+  const int64_t one = taylor_->model->StateBytes(0);
+  auto store = MakeStore(PersistMode::kNone, 2 * one);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    auto s = store->Create(taylor_, absl::ZeroDuration());
+    ASSERT_TRUE(s.ok()) << s.status();
+    auto lease = store->BeginTurn((*s)->id()).value();
+    Advance(lease, i + 1, 80 + i);
+    ids.push_back((*s)->id());
+    clock_.Advance(absl::Seconds(1));
+  }
+  EXPECT_EQ(store->size(), 2);
+  EXPECT_EQ(store->charged_bytes(), 2 * one);
+  EXPECT_TRUE(Stored(ids[0]) && Stored(ids[1]) && Stored(ids[2]));
+  for (int i = 0; i < 5; ++i) {  // each comes back with its position and pending token
+    auto lease = store->BeginTurn(ids[i]);
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    EXPECT_EQ((*lease)->position(), i + 2);
+    EXPECT_EQ((*lease)->pending_token(), 80 + i);
+    EXPECT_EQ((*lease)->state().position(), i + 1);
+    clock_.Advance(absl::Seconds(1));
+  }
+  EXPECT_LE(store->charged_bytes(), 2 * one);
+}
+
+TEST_F(DurableSessionStoreTest, IdleSessionsSpillAfterTheirTime) {
+  auto store = MakeStore(PersistMode::kNone, int64_t{1} << 30, absl::Minutes(1));
+  auto s = store->Create(softmax_, absl::ZeroDuration()).value();
+  {
+    auto lease = store->BeginTurn(s->id()).value();
+    Advance(lease, 30, 70);
+    ASSERT_TRUE(store->Charge(lease.session(), softmax_->model->StateBytes(30)).ok());
+  }
+  clock_.Advance(absl::Seconds(59));
+  EXPECT_EQ(store->SpillIdle(), 0);
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(store->SpillIdle(), 1);
+  EXPECT_EQ(store->size(), 0);
+  EXPECT_EQ(store->charged_bytes(), 0);
+  EXPECT_TRUE(store->List().empty());
+  auto info = store->Get(s->id());  // loaded on demand
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->position, 31);
+  EXPECT_EQ(store->charged_bytes(), softmax_->model->StateBytes(30));
+}
+
+TEST_F(DurableSessionStoreTest, DrainSavesEverySessionAndRefusesNewWork) {
+  std::vector<std::string> ids;
+  {
+    auto store = MakeStore();
+    for (int i = 0; i < 4; ++i) {
+      auto s = store->Create(i % 2 ? softmax_ : taylor_, absl::ZeroDuration()).value();
+      auto lease = store->BeginTurn(s->id()).value();
+      Advance(lease, 3 + i, 90);
+      ids.push_back(s->id());
+    }
+    store->StopAccepting();
+    EXPECT_EQ(store->Create(taylor_, absl::ZeroDuration()).status().code(),
+              absl::StatusCode::kUnavailable);
+    EXPECT_EQ(store->BeginTurn(ids[0]).status().code(), absl::StatusCode::kUnavailable);
+    auto saved = store->SaveAll(absl::Seconds(5));
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    EXPECT_EQ(*saved, 4);
+  }
+  auto next = MakeStore();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(next->Get(ids[i])->position, 3 + i + 1);
+}
+
+TEST_F(DurableSessionStoreTest, ExpiryAndCloseRemoveTheStoredCopy) {
+  auto store = MakeStore();
+  auto a = store->Create(taylor_, absl::Minutes(1)).value();
+  auto b = store->Create(taylor_, absl::Minutes(10)).value();
+  ASSERT_TRUE(store->SaveAll(absl::Seconds(5)).ok());
+  ASSERT_TRUE(Stored(a->id()) && Stored(b->id()));
+  clock_.Advance(absl::Minutes(1));
+  EXPECT_EQ(store->ExpireIdle(), 1);
+  EXPECT_FALSE(Stored(a->id()));
+  EXPECT_EQ(store->Get(a->id()).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(store->Close(b->id()).ok());
+  EXPECT_FALSE(Stored(b->id()));
+  EXPECT_EQ(store->Close(b->id()).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(DurableSessionStoreTest, AFailingStoreIsUnavailableAndSessionsInMemoryKeepWorking) {
+  const int64_t one = taylor_->model->StateBytes(0);
+  auto store = MakeStore(PersistMode::kNone, 2 * one);
+  auto spilled = store->Create(taylor_, absl::ZeroDuration()).value();
+  clock_.Advance(absl::Seconds(1));
+  auto kept = store->Create(taylor_, absl::ZeroDuration()).value();
+  clock_.Advance(absl::Seconds(1));
+  auto third = store->Create(taylor_, absl::ZeroDuration()).value();  // spills `spilled`
+  ASSERT_TRUE(Stored(spilled->id()));
+  // The directory disappears: a regular file takes its place.
+  const fs::path moved = dir_.string() + ".away";
+  fs::rename(dir_, moved);
+  std::ofstream(dir_.string()) << "not a directory";
+  auto load = store->BeginTurn(spilled->id());
+  EXPECT_EQ(load.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(load.status().message().find("dir:"), std::string::npos) << load.status();
+  EXPECT_TRUE(store->BeginTurn(kept->id()).ok());
+  // The store comes back: so does the session, without a new SessionStore.
+  fs::remove(dir_);
+  fs::rename(moved, dir_);
+  auto back = store->BeginTurn(spilled->id());
+  EXPECT_TRUE(back.ok()) << back.status();
+}
+
+}  // namespace
+}  // namespace attnserve::session

@@ -1,0 +1,217 @@
+#include "server/session/snapshot.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "server/common/crc32c.h"
+#include "tests/testing/tiny_model.h"
+
+namespace attnserve::session {
+namespace {
+
+constexpr uint64_t kMaxBytes = uint64_t{1} << 30;
+const char* const kModules[] = {"softmax", "softmax_norm", "taylor", "taylor_norm", "linear"};
+
+class SnapshotTest : public testing::Test {
+ protected:
+  SnapshotTest() {
+    std::vector<std::shared_ptr<const ServedModel>> models;
+    for (const char* m : kModules) models.push_back(test_util::TinyServedModel(m, 4096));
+    catalogue_ = std::make_unique<ModelCatalogue>(models);
+  }
+  std::shared_ptr<const ServedModel> Model(const std::string& module) const {
+    return catalogue_->Find("tiny-" + module).value();
+  }
+  // A state of `model` after prefilling `n` tokens.
+  static std::unique_ptr<model::DecodeState> StateAfter(const ServedModel& m, int n) {
+    auto state = m.model->NewState();
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < n; ++i) tokens.push_back(32 + (i * 7) % 90);
+    EXPECT_TRUE(m.model->Prefill(*state, tokens).ok());
+    return state;
+  }
+  static std::shared_ptr<const std::string> Encode(const ServedModel& m,
+                                                   const model::DecodeState& state,
+                                                   std::optional<int32_t> pending = 65) {
+    SnapshotInfo info;
+    info.pending_token = pending;
+    info.ttl = absl::Minutes(7);
+    return std::make_shared<const std::string>(EncodeSnapshot(m, &state, info));
+  }
+  absl::StatusOr<VerifiedSnapshot> Verify(std::string bytes, uint64_t max = kMaxBytes) {
+    return VerifySnapshot(std::make_shared<const std::string>(std::move(bytes)), *catalogue_,
+                          max);
+  }
+  // Rewrites the trailing CRC so a deliberately edited snapshot passes the checksum.
+  static void Reseal(std::string& bytes) {
+    const uint32_t crc = Crc32c(0, bytes.data(), bytes.size() - 4);
+    std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
+  }
+
+  std::unique_ptr<ModelCatalogue> catalogue_;
+};
+
+TEST_F(SnapshotTest, RestoredStateContinuesBitIdenticallyForEveryModule) {
+  for (const char* module : kModules) {
+    SCOPED_TRACE(module);
+    auto m = Model(module);
+    auto original = StateAfter(*m, 37);
+    auto verified = Verify(*Encode(*m, *original));
+    ASSERT_TRUE(verified.ok()) << verified.status();
+    EXPECT_EQ(verified->model, m);
+    EXPECT_EQ(verified->info.position, 37);
+    EXPECT_EQ(verified->info.pending_token, 65);
+    EXPECT_EQ(verified->info.ttl, absl::Minutes(7));
+    auto restored = RestoreSnapshotState(*verified);
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    ASSERT_EQ((*restored)->position(), 37);
+    // Both continue with the same prefill and steps: every logit bit-identical.
+    for (int step = 0; step < 5; ++step) {
+      std::vector<model::DecodeState*> a = {original.get()}, b = {restored->get()};
+      at::Tensor la = m.get()->model->Step(a, {int32_t(70 + step)}).value();
+      at::Tensor lb = m.get()->model->Step(b, {int32_t(70 + step)}).value();
+      ASSERT_TRUE(at::equal(la, lb)) << "step " << step;
+    }
+    at::Tensor pa = m->model->Prefill(*original, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}).value();
+    at::Tensor pb = m->model->Prefill(**restored, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}).value();
+    EXPECT_TRUE(at::equal(pa, pb));
+  }
+}
+
+TEST_F(SnapshotTest, OverheadIsUnderOneKibAndKvCachesWriteOnlyTheirUsedLength) {
+  for (const char* module : kModules) {
+    SCOPED_TRACE(module);
+    auto m = Model(module);
+    auto state = StateAfter(*m, 21);  // KV capacity grows past 21 (doubling)
+    auto bytes = Encode(*m, *state);
+    auto verified = Verify(*bytes);
+    ASSERT_TRUE(verified.ok()) << verified.status();
+    EXPECT_EQ(verified->state_bytes, m->model->StateBytes(21));
+    EXPECT_LE(int64_t(bytes->size()) - verified->state_bytes, 1024);
+  }
+}
+
+TEST_F(SnapshotTest, SameSessionGivesTheSameBytes) {
+  auto m = Model("taylor");
+  auto a = StateAfter(*m, 12), b = StateAfter(*m, 12);
+  EXPECT_EQ(*Encode(*m, *a), *Encode(*m, *b));
+  EXPECT_EQ(*Encode(*m, *a), *Encode(*m, *a->Clone()));
+}
+
+TEST_F(SnapshotTest, RefusesEveryTruncation) {
+  auto m = Model("softmax");
+  const std::string whole = *Encode(*m, *StateAfter(*m, 3));
+  for (size_t n = 0; n < whole.size(); ++n) {
+    auto v = Verify(whole.substr(0, n));
+    ASSERT_FALSE(v.ok()) << "accepted a snapshot truncated to " << n << " bytes";
+    if (n < 8) {
+      EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << n;
+    } else {
+      EXPECT_EQ(v.status().code(), absl::StatusCode::kDataLoss) << n;
+      EXPECT_NE(v.status().message().find("truncated"), std::string::npos) << v.status();
+    }
+  }
+  auto trailing = Verify(whole + "x");
+  EXPECT_EQ(trailing.status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(SnapshotTest, RefusesEverySingleFlippedByte) {
+  auto m = Model("softmax");
+  const std::string whole = *Encode(*m, *StateAfter(*m, 2));
+  for (size_t i = 0; i < whole.size(); ++i) {
+    std::string bad = whole;
+    bad[i] ^= 0x10;
+    auto v = Verify(bad);
+    ASSERT_FALSE(v.ok()) << "accepted a flip at byte " << i;
+    const absl::StatusCode code = v.status().code();
+    EXPECT_TRUE(code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kInvalidArgument)
+        << i << ": " << v.status();
+    if (i >= 24) {  // past magic, version, header and total sizes: the checksum says it
+      EXPECT_NE(v.status().message().find("checksum"), std::string::npos) << v.status();
+    }
+  }
+}
+
+TEST_F(SnapshotTest, RefusesAnotherModelsSnapshot) {
+  auto other = test_util::TinyServedModel("taylor", 2048);  // same name, other options
+  auto v = Verify(*Encode(*other, *StateAfter(*other, 4)));
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(v.status().message().find("tiny-taylor"), std::string::npos) << v.status();
+}
+
+TEST_F(SnapshotTest, RefusesAFutureFormatVersion) {
+  auto m = Model("linear");
+  std::string bytes = *Encode(*m, *StateAfter(*m, 4));
+  const uint32_t version = 2;
+  std::memcpy(bytes.data() + 8, &version, 4);
+  Reseal(bytes);
+  auto v = Verify(bytes);
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(v.status().message().find("format version 2"), std::string::npos) << v.status();
+}
+
+TEST_F(SnapshotTest, RefusesAbsurdDeclaredSizesBeforeReadingThem) {
+  auto m = Model("taylor");
+  std::string bytes = *Encode(*m, *StateAfter(*m, 4));
+  std::string huge = bytes;
+  const uint64_t total = uint64_t{1} << 62;
+  std::memcpy(huge.data() + 16, &total, 8);
+  auto declared = SnapshotTotalBytes(huge, kMaxBytes);
+  EXPECT_EQ(declared.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(declared.status().message().find("limit"), std::string::npos);
+  // A forged tensor shape with a valid checksum: the model decides, not the file.
+  auto verified = Verify(bytes);
+  ASSERT_TRUE(verified.ok());
+  const size_t dims = verified->payload_offsets[0][0] - 3 * 8;  // "s" is (H, m, Dv)
+  const int64_t forged = int64_t{1} << 40;
+  std::memcpy(bytes.data() + dims, &forged, 8);
+  Reseal(bytes);
+  auto v = Verify(bytes);
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(v.status().message().find("has shape"), std::string::npos) << v.status();
+}
+
+TEST_F(SnapshotTest, RefusesAPositionPastTheContextAndTheWrongLayerCount) {
+  auto m = Model("taylor");
+  std::string bytes = *Encode(*m, *StateAfter(*m, 4));
+  std::string far = bytes;
+  const int64_t position = 1 << 20;
+  std::memcpy(far.data() + 56, &position, 8);
+  Reseal(far);
+  EXPECT_EQ(Verify(far).status().code(), absl::StatusCode::kInvalidArgument);
+  const uint32_t layers = 3;
+  std::memcpy(bytes.data() + 68, &layers, 4);
+  Reseal(bytes);
+  auto v = Verify(bytes);
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(v.status().message().find("layers"), std::string::npos) << v.status();
+}
+
+TEST_F(SnapshotTest, FingerprintNamesWeightsAndModule) {
+  auto a = test_util::TinyServedModel("taylor");
+  auto b = test_util::TinyServedModel("taylor");  // same config and seed
+  EXPECT_EQ(a->model->Fingerprint(), b->model->Fingerprint());
+  auto c = test_util::TinyServedModel("linear");
+  EXPECT_NE(a->model->Fingerprint(), c->model->Fingerprint());
+  auto d = test_util::TinyServedModel("taylor");
+  d->model->NamedParameters()[1].second.add_(1e-3);  // other weights, same config
+  EXPECT_NE(d->model->Fingerprint(), b->model->Fingerprint());
+}
+
+TEST_F(SnapshotTest, ServeAsVariantsShareWeightsButNotFingerprints) {
+  model::ModelConfig c = Model("softmax")->model->config();
+  c.attention.qk_norm = true;
+  auto base = model::Model::Create(c, 5).value();
+  auto variant = base->ServeAs("taylor", 4, c.attention.max_state_bytes_per_layer);
+  ASSERT_TRUE(variant.ok()) << variant.status();
+  EXPECT_NE((*variant)->Fingerprint(), base->Fingerprint());
+  EXPECT_TRUE((*variant)->NamedParameters()[0].second.is_same(base->NamedParameters()[0].second));
+  EXPECT_EQ((*variant)->config().attention.module, "taylor");
+  EXPECT_EQ((*variant)->config().attention.order, 4);
+  EXPECT_FALSE(base->ServeAs("linear", 0, c.attention.max_state_bytes_per_layer).ok());
+}
+
+}  // namespace
+}  // namespace attnserve::session
