@@ -8,12 +8,40 @@ namespace attnserve::service {
 
 AttnServeService::AttnServeService(const session::ModelCatalogue* models, session::SessionStore* store,
                                    scheduler::Scheduler* scheduler,
-                                   metrics::Metrics* metrics, RequestLimits limits)
+                                   metrics::Metrics* metrics, RequestLimits limits,
+                                   BlockingPool* pool)
     : models_(models),
       store_(store),
       scheduler_(scheduler),
       metrics_(metrics),
-      limits_(limits) {}
+      limits_(limits),
+      pool_(pool) {}
+
+bool AttnServeService::RunBlocking(std::function<void()> work) {
+  if (!store_->durable()) {
+    work();
+    return true;
+  }
+  return pool_->Run(std::move(work));
+}
+
+grpc::ServerUnaryReactor* AttnServeService::Defer(grpc::CallbackServerContext* context,
+                                                  const char* method, UnaryWork work) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto run = [this, reactor, method, work = std::move(work)] {
+    const session::ServedModel* model = nullptr;
+    const grpc::Status g = ToGrpcStatus(work(&model));
+    Record(method, g, model);
+    reactor->Finish(g);
+  };
+  if (!RunBlocking(std::move(run))) {
+    const grpc::Status g(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                         "server busy: too many requests are waiting for the session store");
+    Record(method, g, nullptr);
+    reactor->Finish(g);
+  }
+  return reactor;
+}
 
 void AttnServeService::Record(const char* method, const grpc::Status& status,
                               const session::ServedModel* model) const {
@@ -41,35 +69,41 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* AttnServeService::Generate(
 grpc::ServerUnaryReactor* AttnServeService::CreateSession(
     grpc::CallbackServerContext* context, const v1::CreateSessionRequest* request,
     v1::Session* response) {
-  auto served = models_->Resolve(request->model(), request->attention_module(),
-                                 request->attention_order());
-  if (!served.ok()) return Reply(context, "CreateSession", served.status());
-  const session::ServedModel& m = **served;
-  if (request->ttl_seconds() < 0) {
-    return Reply(context, "CreateSession",
-                 absl::InvalidArgumentError("ttl_seconds must be >= 0 (0 = default)"), &m);
-  }
-  auto session = store_->Create(*served, absl::Seconds(request->ttl_seconds()));
-  if (!session.ok()) return Reply(context, "CreateSession", session.status(), &m);
-  auto info = store_->Get((*session)->id());
-  if (info.ok()) *response = ToProto(*info);
-  return Reply(context, "CreateSession", info.status(), &m);
+  return Defer(context, "CreateSession", [=](const session::ServedModel** model) {
+    auto served = models_->Resolve(request->model(), request->attention_module(),
+                                   request->attention_order());
+    if (!served.ok()) return served.status();
+    *model = served->get();
+    if (request->ttl_seconds() < 0) {
+      return absl::InvalidArgumentError("ttl_seconds must be >= 0 (0 = default)");
+    }
+    // With a durable store, admission may spill idle sessions to make room.
+    auto session = store_->Create(*served, absl::Seconds(request->ttl_seconds()));
+    if (!session.ok()) return session.status();
+    auto info = store_->Get((*session)->id());
+    if (info.ok()) *response = ToProto(*info);
+    return info.status();
+  });
 }
 
 grpc::ServerUnaryReactor* AttnServeService::GetSession(grpc::CallbackServerContext* context,
                                                        const v1::GetSessionRequest* request,
                                                        v1::Session* response) {
-  auto info = store_->Get(request->session_id());
-  if (info.ok()) *response = ToProto(*info);
-  return Reply(context, "GetSession", info.status());
+  return Defer(context, "GetSession", [=](const session::ServedModel**) {
+    auto info = store_->Get(request->session_id());  // loads a spilled session
+    if (info.ok()) *response = ToProto(*info);
+    return info.status();
+  });
 }
 
 grpc::ServerUnaryReactor* AttnServeService::CloseSession(
     grpc::CallbackServerContext* context, const v1::CloseSessionRequest* request,
     v1::CloseSessionResponse*) {
-  absl::Status s = store_->Close(request->session_id());
-  if (s.ok()) scheduler_->Wake();  // a running turn on it stops at the next step
-  return Reply(context, "CloseSession", s);
+  return Defer(context, "CloseSession", [=](const session::ServedModel**) {
+    absl::Status s = store_->Close(request->session_id());
+    if (s.ok()) scheduler_->Wake();  // a running turn on it stops at the next step
+    return s;
+  });
 }
 
 grpc::ServerUnaryReactor* AttnServeService::ListSessions(grpc::CallbackServerContext* context,
@@ -92,15 +126,17 @@ grpc::ServerReadReactor<v1::ImportSessionRequest>* AttnServeService::ImportSessi
 grpc::ServerUnaryReactor* AttnServeService::ForkSession(grpc::CallbackServerContext* context,
                                                         const v1::ForkSessionRequest* request,
                                                         v1::Session* response) {
-  if (request->ttl_seconds() < 0) {
-    return Reply(context, "ForkSession",
-                 absl::InvalidArgumentError("ttl_seconds must be >= 0 (0 = the original's)"));
-  }
-  auto fork = store_->Fork(request->session_id(), absl::Seconds(request->ttl_seconds()));
-  if (!fork.ok()) return Reply(context, "ForkSession", fork.status());
-  auto info = store_->Get((*fork)->id());
-  if (info.ok()) *response = ToProto(*info);
-  return Reply(context, "ForkSession", info.status(), &(*fork)->served());
+  return Defer(context, "ForkSession", [=](const session::ServedModel** model) {
+    if (request->ttl_seconds() < 0) {
+      return absl::InvalidArgumentError("ttl_seconds must be >= 0 (0 = the original's)");
+    }
+    auto fork = store_->Fork(request->session_id(), absl::Seconds(request->ttl_seconds()));
+    if (!fork.ok()) return fork.status();
+    *model = &(*fork)->served();
+    auto info = store_->Get((*fork)->id());
+    if (info.ok()) *response = ToProto(*info);
+    return info.status();
+  });
 }
 
 grpc::ServerUnaryReactor* AttnServeService::ListModels(grpc::CallbackServerContext* context,

@@ -2,12 +2,14 @@
 // store and the scheduler. They never block and never touch tensors.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "attnserve/v1/attnserve.grpc.pb.h"
 #include "server/metrics/metrics.h"
 #include "server/scheduler/scheduler.h"
 #include "server/service/admission.h"
+#include "server/service/blocking_pool.h"
 #include "server/service/convert.h"
 #include "server/session/session_store.h"
 
@@ -16,9 +18,11 @@ namespace attnserve::service {
 class AttnServeService final : public v1::AttnServe::CallbackService {
  public:
   // All pointers are not owned and must outlive the service; metrics may be null.
+  // `pool` runs the handler work that may wait on a durable session store; it must
+  // outlive every call (destroy it after the gRPC server has shut down).
   AttnServeService(const session::ModelCatalogue* models, session::SessionStore* store,
                    scheduler::Scheduler* scheduler, metrics::Metrics* metrics,
-                   RequestLimits limits);
+                   RequestLimits limits, BlockingPool* pool);
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -52,8 +56,19 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
   void Record(const char* method, const grpc::Status& status,
               const session::ServedModel* model) const;
 
+  // Runs `work` where it may block on the session store: on the blocking pool when the
+  // store is durable, inline otherwise. False (work not run) when the pool is full.
+  bool RunBlocking(std::function<void()> work);
+
  private:
   friend class GenerateReactor;
+  // The work of a unary call that may touch the store: returns the call's status and
+  // sets `model` (for metrics) when it resolved one.
+  using UnaryWork = std::function<absl::Status(const session::ServedModel** model)>;
+  // Starts the call's reactor and finishes it with what `work` returns, run through
+  // RunBlocking (RESOURCE_EXHAUSTED if the pool is full).
+  grpc::ServerUnaryReactor* Defer(grpc::CallbackServerContext* context, const char* method,
+                                  UnaryWork work);
   // Finishes a unary call with `status`, counting it.
   grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const char* method,
                                   const absl::Status& status,
@@ -64,6 +79,7 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
   scheduler::Scheduler* scheduler_;
   metrics::Metrics* metrics_;
   const RequestLimits limits_;
+  BlockingPool* const pool_;
 };
 
 }  // namespace attnserve::service

@@ -152,20 +152,35 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
                   const RequestLimits& limits, grpc::CallbackServerContext* context,
                   const v1::GenerateRequest* request)
       : service_(service) {
-    absl::Status s = Start(models, store, scheduler, limits, context, *request);
-    if (!s.ok()) {
-      const grpc::Status status = ToGrpcStatus(s);
-      service_->Record("Generate", status, model_.get());
+    // Claiming the session may load it from a durable store: off gRPC's threads.
+    auto start = [=] {
+      absl::Status s = Start(models, store, scheduler, limits, context, *request);
+      if (!s.ok()) {
+        const grpc::Status status = ToGrpcStatus(s);
+        service_->Record("Generate", status, model_.get());
+        Finish(status);
+      }
+    };
+    if (!service_->RunBlocking(std::move(start))) {
+      const grpc::Status status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                "server busy: too many requests are waiting for the session store");
+      service_->Record("Generate", status, nullptr);
       Finish(status);
     }
   }
 
-  void OnWriteDone(bool ok) override { sink_->WriteDone(ok); }
+  void OnWriteDone(bool ok) override { Sink()->WriteDone(ok); }
   void OnCancel() override {
-    if (sink_) sink_->Cancel();
+    std::shared_ptr<StreamSink> sink;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled_ = true;
+      sink = sink_;
+    }
+    if (sink) sink->Cancel();
   }
   void OnDone() override {
-    if (sink_) sink_->Detach();
+    if (auto sink = Sink()) sink->Detach();
     delete this;
   }
 
@@ -195,15 +210,29 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
         session, &session->served());  // aliasing: keeps the session alive
     parsed->turn.arrival = absl::Now();
     parsed->turn.deadline = absl::FromChrono(context->deadline());
-    sink_ = std::make_shared<StreamSink>(this, service_, scheduler, model_);
-    sink_->set_session_id(session->id());
-    sink_->SetControl(scheduler->Submit(std::move(lease), std::move(parsed->turn), sink_));
+    auto sink = std::make_shared<StreamSink>(this, service_, scheduler, model_);
+    sink->set_session_id(session->id());
+    bool cancelled;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sink_ = sink;
+      cancelled = cancelled_;
+    }
+    sink->SetControl(scheduler->Submit(std::move(lease), std::move(parsed->turn), sink));
+    if (cancelled) sink->Cancel();  // OnCancel ran before the sink existed
     return absl::OkStatus();
+  }
+
+  std::shared_ptr<StreamSink> Sink() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sink_;
   }
 
   AttnServeService* const service_;
   std::shared_ptr<const session::ServedModel> model_;
-  std::shared_ptr<StreamSink> sink_;
+  std::mutex mu_;
+  std::shared_ptr<StreamSink> sink_;  // guarded by mu_; set once by Start
+  bool cancelled_ = false;            // guarded by mu_
 };
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* StartGenerate(

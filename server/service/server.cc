@@ -57,9 +57,12 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   limits.max_prompt_tokens = options.max_prompt_tokens;
   limits.max_generated_tokens = options.max_generated_tokens;
   limits.default_max_tokens = options.default_max_tokens;
+  // Four threads: store operations are short (loopback Redis, local files); the queue
+  // bound turns a stuck store into RESOURCE_EXHAUSTED rather than unbounded memory.
+  s->pool_ = std::make_unique<BlockingPool>(4, 1024);
   s->service_ = std::make_unique<AttnServeService>(s->models_.get(), s->store_.get(),
                                                    s->scheduler_.get(), s->metrics_.get(),
-                                                   limits);
+                                                   limits, s->pool_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   // gRPC's built-in health service carries no protobuf descriptors; touching ours puts
@@ -117,6 +120,7 @@ void AttnServer::Shutdown(absl::Duration grace) {
   // Final messages are written by now or in flight; calls still open after this are
   // cancelled.
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  pool_.reset();  // runs what is still queued while the service exists
   scheduler_.reset();
 }
 

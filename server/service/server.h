@@ -52,6 +52,7 @@ class AttnServer {
   std::unique_ptr<session::ModelCatalogue> models_;
   std::unique_ptr<session::SessionStore> store_;
   std::unique_ptr<scheduler::Scheduler> scheduler_;
+  std::unique_ptr<BlockingPool> pool_;  // outlives every call: reset after server_ stops
   std::unique_ptr<AttnServeService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -15,13 +15,20 @@ class ExportReactor : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
   ExportReactor(AttnServeService* service, session::SessionStore* store,
                 const v1::ExportSessionRequest& request)
       : service_(service) {
-    auto bytes = store->Export(request.session_id());
-    if (!bytes.ok()) {
-      Done(ToGrpcStatus(bytes.status()));
-      return;
+    // Exporting may load the session from a durable store: off gRPC's threads.
+    auto start = [this, store, id = request.session_id()] {
+      auto bytes = store->Export(id);
+      if (!bytes.ok()) {
+        Done(ToGrpcStatus(bytes.status()));
+        return;
+      }
+      bytes_ = std::move(bytes).value();
+      WriteNext();
+    };
+    if (!service_->RunBlocking(std::move(start))) {
+      Done(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "server busy: too many requests are waiting for the session store"));
     }
-    bytes_ = std::move(bytes).value();
-    WriteNext();
   }
 
   void OnWriteDone(bool ok) override {
@@ -66,7 +73,11 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client closed its side: the snapshot is complete
-      Import();
+      // Admission may spill idle sessions to a durable store: off gRPC's threads.
+      if (!service_->RunBlocking([this] { Import(); })) {
+        Done(absl::ResourceExhaustedError(
+            "server busy: too many requests are waiting for the session store"));
+      }
       return;
     }
     if (first_) {

@@ -150,9 +150,7 @@ SessionStore::SessionStore(Options options) : options_(std::move(options)) {
   if (options_.durable && options_.metrics) {
     store_metrics_ = &options_.metrics->ForStore(options_.durable->name());
   }
-  if (options_.persist == PersistMode::kEachTurn) {
-    writer_ = std::thread([this] { WriterLoop(); });
-  }
+  if (options_.durable) writer_ = std::thread([this] { WriterLoop(); });
 }
 
 SessionStore::~SessionStore() {
@@ -322,7 +320,14 @@ absl::Status SessionStore::DeleteStored(const std::string& id) {
 
 void SessionStore::FinishTurn(TurnLease lease, std::function<void()> then) {
   Session& s = lease.session();
-  if (options_.persist != PersistMode::kEachTurn || lease.close_on_release() || s.closed()) {
+  bool draining;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    draining = !accepting_;
+  }
+  const bool save = options_.durable != nullptr &&
+                    (options_.persist == PersistMode::kEachTurn || draining);
+  if (!save || lease.close_on_release() || s.closed()) {
     lease.Release();
     then();
     return;

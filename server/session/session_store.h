@@ -182,10 +182,11 @@ class SessionStore {
   // RESOURCE_EXHAUSTED naming the budget, leaving the charge unchanged.
   absl::Status Charge(Session& session, int64_t bytes);
 
-  // Ends the turn `lease` holds. Under PersistMode::kEachTurn the session's snapshot is
-  // encoded here (the caller holds the lease) and written on the store's writer thread;
-  // then the lease is released and `then` runs (on the writer thread, or here when
-  // nothing is written), so a client told the turn is over finds it saved.
+  // Ends the turn `lease` holds. With a durable store, under PersistMode::kEachTurn or
+  // while draining (StopAccepting), the session's snapshot is encoded here (the caller
+  // holds the lease) and written on the store's writer thread; then the lease is
+  // released and `then` runs (on the writer thread, or here when nothing is written), so
+  // a client told the turn is over finds it saved.
   void FinishTurn(TurnLease lease, std::function<void()> then);
 
   // Removes the session (from memory and the durable store) and frees its charge;

@@ -4,6 +4,7 @@
 #include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "attnserve/v1/attnserve.grpc.pb.h"
@@ -342,6 +343,28 @@ TEST_F(ServiceTest, ExportImportAndForkContinueExactly) {
   v1::ListSessionsResponse list;
   ASSERT_TRUE(stub_->ListSessions(&context, {}, &list).ok());
   EXPECT_EQ(list.sessions_size(), 3);
+}
+
+TEST_F(ServiceTest, SessionsOnADurableStoreSurviveARestart) {
+  const std::string dir = testing::TempDir() + "/attnserve_service_store_" +
+                          std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const std::string reference = CreateSession("tiny-taylor");  // memory-only server
+  ASSERT_TRUE(Generate(Greedy("Once", 5, reference)).status.ok());
+  Stream expected = Generate(Greedy(" more", 6, reference));
+  config::ServerOptions o;
+  o.session_store = "dir:" + dir;
+  StartServer(o);
+  const std::string id = CreateSession("tiny-taylor");
+  ASSERT_TRUE(Generate(Greedy("Once", 5, id)).status.ok());
+  server_->Shutdown(absl::ZeroDuration());  // drain: every session is written
+  StartServer(o);
+  EXPECT_EQ(GetSession(id).position(), 4 + 5);  // loaded on demand
+  Stream resumed = Generate(Greedy(" more", 6, id));
+  ASSERT_TRUE(resumed.status.ok()) << resumed.status.error_message();
+  EXPECT_EQ(resumed.ids(), expected.ids());
+  server_.reset();
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ServiceTest, SessionLimitsSayWhichLimit) {
