@@ -132,4 +132,16 @@ absl::Status CheckPromptFits(const scheduler::TurnRequest& turn,
   return absl::OkStatus();
 }
 
+absl::Status CheckSessionMetadata(
+    const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+    const std::string& session_id) {
+  auto it = metadata.find("x-session-id");
+  if (it == metadata.end()) return absl::OkStatus();
+  const std::string header(it->second.data(), it->second.size());
+  if (session_id.empty() || header == session_id) return absl::OkStatus();
+  auto cut = [](const std::string& v) { return v.size() > 40 ? v.substr(0, 40) + "..." : v; };
+  return Invalid(absl::StrCat("x-session-id: metadata names session '", cut(header),
+                              "' but the request names '", cut(session_id), "'"));
+}
+
 }  // namespace attnserve::service

@@ -4,8 +4,11 @@
 // (scheduler, model) assume these hold.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
+
+#include <grpcpp/support/string_ref.h>
 
 #include "absl/status/statusor.h"
 #include "attnserve/v1/attnserve.pb.h"
@@ -43,6 +46,12 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& request,
 // prompt fits its context from the session's position (OUT_OF_RANGE), and an empty
 // prompt has a pending token to continue from (INVALID_ARGUMENT).
 absl::Status CheckTurnFits(const ParsedGenerate& request, const session::Session& session);
+
+// The session id a request carries in metadata (`x-session-id`, which proxies route by)
+// must agree with the one in its message; either may be absent. INVALID_ARGUMENT
+// naming both otherwise.
+absl::Status CheckSessionMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                                  const std::string& session_id);
 
 // Token ids must fit the vocabulary of the model that will run them.
 absl::Status CheckPromptFits(const scheduler::TurnRequest& turn,

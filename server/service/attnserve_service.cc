@@ -90,6 +90,10 @@ grpc::ServerUnaryReactor* AttnServeService::GetSession(grpc::CallbackServerConte
                                                        const v1::GetSessionRequest* request,
                                                        v1::Session* response) {
   return Defer(context, "GetSession", [=](const session::ServedModel**) {
+    if (absl::Status s = CheckSessionMetadata(context->client_metadata(), request->session_id());
+        !s.ok()) {
+      return s;
+    }
     auto info = store_->Get(request->session_id());  // loads a spilled session
     if (info.ok()) *response = ToProto(*info);
     return info.status();
@@ -100,7 +104,8 @@ grpc::ServerUnaryReactor* AttnServeService::CloseSession(
     grpc::CallbackServerContext* context, const v1::CloseSessionRequest* request,
     v1::CloseSessionResponse*) {
   return Defer(context, "CloseSession", [=](const session::ServedModel**) {
-    absl::Status s = store_->Close(request->session_id());
+    absl::Status s = CheckSessionMetadata(context->client_metadata(), request->session_id());
+    if (s.ok()) s = store_->Close(request->session_id());
     if (s.ok()) scheduler_->Wake();  // a running turn on it stops at the next step
     return s;
   });
@@ -129,6 +134,10 @@ grpc::ServerUnaryReactor* AttnServeService::ForkSession(grpc::CallbackServerCont
   return Defer(context, "ForkSession", [=](const session::ServedModel** model) {
     if (request->ttl_seconds() < 0) {
       return absl::InvalidArgumentError("ttl_seconds must be >= 0 (0 = the original's)");
+    }
+    if (absl::Status s = CheckSessionMetadata(context->client_metadata(), request->session_id());
+        !s.ok()) {
+      return s;
     }
     auto fork = store_->Fork(request->session_id(), absl::Seconds(request->ttl_seconds()));
     if (!fork.ok()) return fork.status();

@@ -188,6 +188,10 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   absl::Status Start(const session::ModelCatalogue* models, session::SessionStore* store,
                      scheduler::Scheduler* scheduler, const RequestLimits& limits,
                      grpc::CallbackServerContext* context, const v1::GenerateRequest& r) {
+    if (absl::Status s = CheckSessionMetadata(context->client_metadata(), r.session_id());
+        !s.ok()) {
+      return s;
+    }
     auto parsed = ParseGenerate(r, *models, limits);
     if (!parsed.ok()) return parsed.status();
     session::TurnLease lease;

@@ -13,10 +13,14 @@ namespace {
 class ExportReactor : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
  public:
   ExportReactor(AttnServeService* service, session::SessionStore* store,
-                const v1::ExportSessionRequest& request)
+                grpc::CallbackServerContext* context, const v1::ExportSessionRequest& request)
       : service_(service) {
     // Exporting may load the session from a durable store: off gRPC's threads.
-    auto start = [this, store, id = request.session_id()] {
+    auto start = [this, store, context, id = request.session_id()] {
+      if (absl::Status s = CheckSessionMetadata(context->client_metadata(), id); !s.ok()) {
+        Done(ToGrpcStatus(s));
+        return;
+      }
       auto bytes = store->Export(id);
       if (!bytes.ok()) {
         Done(ToGrpcStatus(bytes.status()));
@@ -146,7 +150,7 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
 grpc::ServerWriteReactor<v1::SnapshotChunk>* StartExport(
     AttnServeService* service, session::SessionStore* store,
     grpc::CallbackServerContext* context, const v1::ExportSessionRequest* request) {
-  return new ExportReactor(service, store, *request);
+  return new ExportReactor(service, store, context, *request);
 }
 
 grpc::ServerReadReactor<v1::ImportSessionRequest>* StartImport(

@@ -367,6 +367,36 @@ TEST_F(ServiceTest, SessionsOnADurableStoreSurviveARestart) {
   std::filesystem::remove_all(dir);
 }
 
+TEST_F(ServiceTest, SessionIdMetadataMustAgreeWithTheMessage) {
+  const std::string id = CreateSession("");
+  const std::string other = CreateSession("");
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("x-session-id", other);
+    v1::GetSessionRequest request;
+    request.set_session_id(id);
+    v1::Session session;
+    grpc::Status s = stub_->GetSession(&context, request, &session);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("x-session-id"), std::string::npos) << s.error_message();
+  }
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("x-session-id", other);
+    auto reader = stub_->Generate(&context, Greedy("abc", 3, id));
+    v1::GenerateResponse m;
+    EXPECT_FALSE(reader->Read(&m));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  grpc::ClientContext context;
+  context.AddMetadata("x-session-id", id);
+  v1::GetSessionRequest request;
+  request.set_session_id(id);
+  v1::Session session;
+  EXPECT_TRUE(stub_->GetSession(&context, request, &session).ok());
+  EXPECT_EQ(session.position(), 0);
+}
+
 TEST_F(ServiceTest, SessionLimitsSayWhichLimit) {
   config::ServerOptions o;
   o.max_sessions = 1;
