@@ -152,6 +152,20 @@ const Flag kFlags[] = {
        }
        return ParseDurationAtLeast(v, absl::Milliseconds(1), &o->spill_after);
      }},
+    {"lease_ttl", "DURATION",
+     "With a durable --session_store: how long a session's store lease outlives its "
+     "holder (a crashed server's sessions are free again after it).",
+     [](const ServerOptions& o) { return absl::FormatDuration(o.lease_ttl); },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseDurationAtLeast(v, absl::Milliseconds(100), &o->lease_ttl);
+     }},
+    {"lease_wait", "DURATION",
+     "How long a turn waits for another server's turn on the same session to end "
+     "before answering UNAVAILABLE (clients retry).",
+     [](const ServerOptions& o) { return absl::FormatDuration(o.lease_wait); },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseDurationAtLeast(v, absl::ZeroDuration(), &o->lease_wait);
+     }},
 };
 constexpr size_t kNumFlags = sizeof(kFlags) / sizeof(kFlags[0]);
 

@@ -55,6 +55,12 @@ struct ServerOptions {
   // Idle time after which a session leaves memory for the durable store
   // (--spill_after); infinite (the default, "never") keeps it in memory until its TTL.
   absl::Duration spill_after = absl::InfiniteDuration();
+  // A session's store lease lapses this long after its holder stops renewing it (a
+  // crashed server's sessions are free again after it) (--lease_ttl).
+  absl::Duration lease_ttl = absl::Seconds(5);
+  // How long a claim waits for another server's turn on the same session to end before
+  // answering UNAVAILABLE (--lease_wait).
+  absl::Duration lease_wait = absl::Seconds(2);
 };
 
 // Looks up an environment variable; returns nullopt when it is unset.

@@ -156,7 +156,22 @@ struct Families {
                 .Name("attnserve_sessions_spilled_total")
                 .Help("Sessions moved out of memory into the store (idle "
                       "spill or memory pressure).")
-                .Register(r)) {}
+                .Register(r)),
+        sessions_loaded(prometheus::BuildCounter()
+                            .Name("attnserve_sessions_loaded_total")
+                            .Help("Sessions loaded into memory from the store.")
+                            .Register(r)),
+        migrations_in(prometheus::BuildCounter()
+                          .Name("attnserve_session_migrations_in_total")
+                          .Help("Sessions loaded whose stored copy another server wrote "
+                                "(or that replaced a stale copy held here).")
+                          .Register(r)),
+        leases(prometheus::BuildCounter()
+                   .Name("attnserve_store_leases_total")
+                   .Help("Store leases on sessions by outcome: taken (at once), waited "
+                         "(taken after another server's turn), timeout (gave up "
+                         "waiting: UNAVAILABLE), lost (lapsed or a fenced write refused).")
+                   .Register(r)) {}
 
   Family<Counter>& requests;
   Family<Counter>& prompt_tokens;
@@ -176,6 +191,9 @@ struct Families {
   Family<Histogram>& store_latency;
   Family<Counter>& store_errors;
   Family<Counter>& sessions_spilled;
+  Family<Counter>& sessions_loaded;
+  Family<Counter>& migrations_in;
+  Family<Counter>& leases;
 };
 
 ModelMetrics::ModelMetrics(Families& f, const std::string& model,
@@ -233,7 +251,23 @@ StoreMetrics::StoreMetrics(Families& f, const std::string& store)
       write_errors_(f.store_errors.Add(StoreOpLabels(store, "write"))),
       read_errors_(f.store_errors.Add(StoreOpLabels(store, "read"))),
       delete_errors_(f.store_errors.Add(StoreOpLabels(store, "delete"))),
-      sessions_spilled_(f.sessions_spilled.Add(StoreLabels(store))) {}
+      sessions_spilled_(f.sessions_spilled.Add(StoreLabels(store))),
+      sessions_loaded_(f.sessions_loaded.Add(StoreLabels(store))),
+      migrations_in_(f.migrations_in.Add(StoreLabels(store))),
+      leases_taken_(f.leases.Add({{"store", store}, {"outcome", "taken"}})),
+      leases_waited_(f.leases.Add({{"store", store}, {"outcome", "waited"}})),
+      leases_timed_out_(f.leases.Add({{"store", store}, {"outcome", "timeout"}})),
+      leases_lost_(f.leases.Add({{"store", store}, {"outcome", "lost"}})) {}
+
+void StoreMetrics::AddLoaded(bool migrated) {
+  sessions_loaded_.Increment();
+  if (migrated) migrations_in_.Increment();
+}
+void StoreMetrics::AddLeaseTaken(bool waited) {
+  (waited ? leases_waited_ : leases_taken_).Increment();
+}
+void StoreMetrics::AddLeaseTimeout() { leases_timed_out_.Increment(); }
+void StoreMetrics::AddLeaseLost() { leases_lost_.Increment(); }
 
 void StoreMetrics::ObserveWrite(absl::Duration latency, int64_t bytes,
                                 bool ok) {

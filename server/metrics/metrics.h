@@ -89,6 +89,15 @@ class StoreMetrics {
   // Sessions that left memory for the store (idle spill or memory pressure); a
   // negative n is ignored.
   void AddSpilled(int n);
+  // A session loaded into memory from the store; `migrated` when its stored copy came
+  // from another server (or replaced a stale copy this server held).
+  void AddLoaded(bool migrated);
+  // Store leases (one writer per session across servers): taken (after waiting for
+  // another holder, or not), given up on after waiting (the caller got UNAVAILABLE),
+  // and lost (lapsed, or a fenced write refused).
+  void AddLeaseTaken(bool waited);
+  void AddLeaseTimeout();
+  void AddLeaseLost();
 
  private:
   friend class Metrics;
@@ -105,6 +114,12 @@ class StoreMetrics {
   prometheus::Counter& read_errors_;
   prometheus::Counter& delete_errors_;
   prometheus::Counter& sessions_spilled_;
+  prometheus::Counter& sessions_loaded_;
+  prometheus::Counter& migrations_in_;
+  prometheus::Counter& leases_taken_;
+  prometheus::Counter& leases_waited_;
+  prometheus::Counter& leases_timed_out_;
+  prometheus::Counter& leases_lost_;
 };
 
 // The process's metrics. Create one at start-up and share it; all methods are

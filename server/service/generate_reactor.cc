@@ -196,7 +196,7 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     if (!parsed.ok()) return parsed.status();
     session::TurnLease lease;
     if (parsed->session_id.empty()) {
-      auto created = store->Create(parsed->model, absl::ZeroDuration());
+      auto created = store->Create(parsed->model, absl::ZeroDuration(), /*ephemeral=*/true);
       if (!created.ok()) return created.status();
       auto begun = store->BeginTurn((*created)->id());
       if (!begun.ok()) return begun.status();

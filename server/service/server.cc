@@ -43,6 +43,8 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   store.persist =
       options.persist_each_turn ? session::PersistMode::kEachTurn : session::PersistMode::kNone;
   store.spill_after = options.spill_after;
+  store.leases.ttl = options.lease_ttl;
+  store.leases.wait = options.lease_wait;
   auto session_store = session::SessionStore::Create(std::move(store));
   if (!session_store.ok()) return session_store.status();
   s->store_ = std::move(session_store).value();

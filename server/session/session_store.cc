@@ -1,5 +1,7 @@
 #include "server/session/session_store.h"
 
+#include "server/session/session_store_internal.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -11,6 +13,9 @@
 #include "absl/strings/str_format.h"
 
 namespace attnserve::session {
+using internal::ChargeFor;
+using internal::Draining;
+using internal::NotFound;
 namespace {
 
 // 128 bits from the kernel's CSPRNG, as 32 lowercase hex digits. Session ids are the
@@ -33,23 +38,6 @@ std::string NewSessionId() {
     std::abort();
   }
   return absl::StrFormat("%016x%016x", words[0], words[1]);
-}
-
-absl::Status NotFound(const std::string& id) {
-  return absl::NotFoundError(
-      absl::StrCat("session_id: no session '", id, "' (never created, closed, or expired)"));
-}
-
-absl::Status Draining() {
-  return absl::UnavailableError(
-      "the server is shutting down; sessions are being saved, retry on another server");
-}
-
-// Bytes a session of `model` at `position` is charged: fixed states at once, KV caches
-// as they grow.
-int64_t ChargeFor(const ServedModel& model, int64_t position) {
-  const model::Model& m = *model.model;
-  return m.BreakEvenContext() > 0 ? m.StateBytes(0) : m.StateBytes(position);
 }
 
 }  // namespace
@@ -150,6 +138,10 @@ SessionStore::SessionStore(Options options) : options_(std::move(options)) {
   if (options_.durable && options_.metrics) {
     store_metrics_ = &options_.metrics->ForStore(options_.durable->name());
   }
+  if (options_.durable) {
+    leases_ = std::make_unique<LeaseKeeper>(options_.durable.get(), options_.leases,
+                                            store_metrics_);
+  }
   if (options_.durable) writer_ = std::thread([this] { WriterLoop(); });
 }
 
@@ -203,7 +195,7 @@ absl::Status SessionStore::Admit(const std::shared_ptr<Session>& session, int64_
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
-    std::shared_ptr<const ServedModel> model, absl::Duration ttl) {
+    std::shared_ptr<const ServedModel> model, absl::Duration ttl, bool ephemeral) {
   if (ttl <= absl::ZeroDuration()) ttl = options_.default_ttl;
   if (ttl > options_.max_ttl) {
     return absl::InvalidArgumentError(absl::StrCat("ttl_seconds: ", absl::FormatDuration(ttl),
@@ -212,47 +204,18 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
   }
   const int64_t bytes = ChargeFor(*model, 0);
   auto session = std::make_shared<Session>(NewSessionId(), model, options_.clock->Now(), ttl);
+  session->ephemeral_ = ephemeral;
+  if (options_.durable && !ephemeral) {
+    // Written at once, so that every server sharing the store can find it.
+    if (absl::Status s = Publish(*session); !s.ok()) return s;
+  }
   if (absl::Status s = Admit(session, bytes); !s.ok()) return s;
-  return session;
-}
-
-absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(const std::string& id) {
-  if (!options_.durable || options_.catalogue == nullptr) return NotFound(id);
-  const absl::Time start = absl::Now();
-  auto bytes = options_.durable->Get(id);
-  const bool found = bytes.ok();
-  if (store_metrics_) {
-    const bool ok = bytes.ok() || absl::IsNotFound(bytes.status());
-    store_metrics_->ObserveRead(absl::Now() - start, found ? int64_t(bytes->size()) : 0, ok,
-                                found);
-  }
-  if (absl::IsNotFound(bytes.status())) return NotFound(id);
-  if (!bytes.ok()) return bytes.status();
-  auto verified = VerifySnapshot(std::make_shared<const std::string>(*std::move(bytes)),
-                                 *options_.catalogue, max_snapshot_bytes_);
-  if (!verified.ok()) {
-    return absl::Status(verified.status().code(),
-                        absl::StrCat("session '", id, "' in ", store_name(), ": ",
-                                     verified.status().message()));
-  }
-  absl::Duration ttl = verified->info.ttl;
-  if (ttl <= absl::ZeroDuration() || ttl > options_.max_ttl) ttl = options_.default_ttl;
-  auto session = std::make_shared<Session>(id, verified->model, options_.clock->Now(), ttl);
-  session->pending_token_ = verified->info.pending_token;
-  const int64_t charge = ChargeFor(*verified->model, verified->info.position);
-  session->restore_ = std::make_shared<const VerifiedSnapshot>(*std::move(verified));
-  session->PublishProgress();
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = sessions_.find(id);  // another thread loaded it meanwhile
-    if (it != sessions_.end()) return it->second;
-  }
-  if (absl::Status s = Admit(session, charge); !s.ok()) return s;
   return session;
 }
 
 absl::StatusOr<TurnLease> SessionStore::Claim(const std::string& id) {
   for (int attempt = 0; attempt < 2; ++attempt) {
+    std::shared_ptr<Session> found;
     {
       absl::MutexLock lock(&mu_);
       if (!accepting_) return Draining();
@@ -265,8 +228,16 @@ absl::StatusOr<TurnLease> SessionStore::Claim(const std::string& id) {
         }
         s.busy_ = true;
         s.last_used_ = options_.clock->Now();
-        return TurnLease(this, it->second);
+        found = it->second;
       }
+    }
+    if (found) {
+      TurnLease lease(this, found);
+      // Across servers: take the store lease, and catch up if another server wrote.
+      if (options_.durable && !found->ephemeral_) {
+        if (absl::Status s = Sync(*found); !s.ok()) return s;  // the lease releases
+      }
+      return lease;
     }
     auto loaded = Load(id);
     if (!loaded.ok()) return loaded.status();
@@ -297,75 +268,10 @@ absl::Status SessionStore::Charge(Session& s, int64_t bytes) {
 
 void SessionStore::EndTurn(Session& s) {
   s.PublishProgress();
+  if (options_.durable && !s.ephemeral_) ReleaseIfClean(s);
   absl::MutexLock lock(&mu_);
   s.busy_ = false;
   s.last_used_ = options_.clock->Now();
-}
-
-absl::Status SessionStore::Write(const std::string& id, const std::string& bytes,
-                                 absl::Duration ttl) {
-  const absl::Time start = absl::Now();
-  absl::Status s = options_.durable->Put(id, bytes, ttl);
-  if (store_metrics_) store_metrics_->ObserveWrite(absl::Now() - start, int64_t(bytes.size()), s.ok());
-  return s;
-}
-
-absl::Status SessionStore::DeleteStored(const std::string& id) {
-  if (!options_.durable) return absl::OkStatus();
-  const absl::Time start = absl::Now();
-  absl::Status s = options_.durable->Delete(id);
-  if (store_metrics_) store_metrics_->ObserveDelete(absl::Now() - start, s.ok());
-  return s;
-}
-
-void SessionStore::FinishTurn(TurnLease lease, std::function<void()> then) {
-  Session& s = lease.session();
-  bool draining;
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    draining = !accepting_;
-  }
-  const bool save = options_.durable != nullptr &&
-                    (options_.persist == PersistMode::kEachTurn || draining);
-  if (!save || lease.close_on_release() || s.closed()) {
-    lease.Release();
-    then();
-    return;
-  }
-  auto bytes = s.Snapshot();
-  const absl::Duration ttl = s.ttl_;  // fixed at creation
-  auto write = [this, bytes, ttl, lease = std::make_shared<TurnLease>(std::move(lease)),
-                then = std::move(then)] {
-    absl::Status st = Write((*lease)->id(), *bytes, ttl);
-    if (!st.ok()) {
-      // The session lives on in memory; the next completed turn tries again.
-      std::fprintf(stderr, "attnserve: session %s not saved after its turn: %s\n",
-                   (*lease)->id().c_str(), std::string(st.message()).c_str());
-    }
-    lease->Release();
-    then();
-  };
-  {
-    std::lock_guard<std::mutex> lock(writer_mu_);
-    writes_.push_back(std::move(write));
-  }
-  writer_cv_.notify_all();
-}
-
-void SessionStore::WriterLoop() {
-  std::unique_lock<std::mutex> lock(writer_mu_);
-  while (true) {
-    writer_cv_.wait(lock, [this] { return writer_stop_ || !writes_.empty(); });
-    if (writes_.empty()) return;  // stopping, and every queued write is done
-    std::function<void()> write = std::move(writes_.front());
-    writes_.pop_front();
-    ++writes_in_flight_;
-    lock.unlock();
-    write();
-    lock.lock();
-    --writes_in_flight_;
-    writer_cv_.notify_all();
-  }
 }
 
 void SessionStore::RemoveLocked(Session& s) {
@@ -376,17 +282,22 @@ void SessionStore::RemoveLocked(Session& s) {
 }
 
 absl::Status SessionStore::Close(const std::string& id) {
-  bool in_memory = false;
+  bool in_memory = false, ephemeral = false;
+  std::string token;  // a store lease to give up (a busy session's turn gives up its own)
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
     if (it != sessions_.end()) {
       std::shared_ptr<Session> keep = it->second;  // erase must not destroy it under us
+      ephemeral = keep->ephemeral_;
+      if (!keep->busy_) std::swap(token, keep->store_token_);
       RemoveLocked(*keep);
       in_memory = true;
     }
+    spilled_.erase(id);
   }
-  if (!options_.durable) return in_memory ? absl::OkStatus() : NotFound(id);
+  if (!token.empty()) leases_->Release(id, token);
+  if (!options_.durable || ephemeral) return in_memory ? absl::OkStatus() : NotFound(id);
   if (!in_memory) {
     // Spilled (or saved by another process): it exists if the store has it.
     auto stored = options_.durable->Get(id);
@@ -459,6 +370,9 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Import(
   const int64_t charge = ChargeFor(*verified->model, verified->info.position);
   session->restore_ = std::make_shared<const VerifiedSnapshot>(*std::move(verified));
   session->PublishProgress();
+  if (options_.durable) {
+    if (absl::Status s = Publish(*session); !s.ok()) return s;
+  }
   if (absl::Status s = Admit(session, charge); !s.ok()) return s;
   return session;
 }
@@ -480,125 +394,21 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Fork(const std::string& i
 
 int SessionStore::ExpireIdle() {
   const absl::Time now = options_.clock->Now();
-  std::vector<std::string> expired;
+  std::vector<std::shared_ptr<Session>> expired;
   {
     absl::MutexLock lock(&mu_);
-    std::vector<std::shared_ptr<Session>> victims;
     for (const auto& [id, s] : sessions_) {
-      if (!s->busy_ && now - s->last_used_ >= s->ttl_) victims.push_back(s);
+      if (!s->busy_ && now - s->last_used_ >= s->ttl_) expired.push_back(s);
     }
-    for (auto& s : victims) {
-      expired.push_back(s->id());
-      RemoveLocked(*s);
-    }
+    for (auto& s : expired) RemoveLocked(*s);
   }
-  for (const std::string& id : expired) (void)DeleteStored(id);
+  for (auto& s : expired) {
+    // Nobody else can hold it now: a store lease still held (a session newer than its
+    // stored copy) is given up, and the copy expires on its own.
+    if (leases_ && !s->store_token_.empty()) leases_->Release(s->id(), s->store_token_);
+  }
   if (options_.durable) (void)options_.durable->RemoveExpired();
   return int(expired.size());
-}
-
-bool SessionStore::SpillOne() {
-  std::shared_ptr<Session> victim;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, s] : sessions_) {
-      if (s->busy_) continue;
-      if (!victim || s->last_used_ < victim->last_used_) victim = s;
-    }
-    if (!victim) return false;
-    victim->busy_ = true;
-  }
-  TurnLease lease(this, victim);
-  absl::Status written = Write(victim->id(), *victim->Snapshot(), victim->ttl_);
-  if (!written.ok()) {
-    std::fprintf(stderr, "attnserve: cannot spill session %s: %s\n", victim->id().c_str(),
-                 std::string(written.message()).c_str());
-    return false;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    // Out of memory now; it lives on in the store, so it is not closed.
-    charged_bytes_ -= victim->charged_bytes_;
-    victim->charged_bytes_ = 0;
-    sessions_.erase(victim->id());
-    victim->busy_ = false;
-  }
-  lease.session_ = nullptr;  // nothing left to release
-  if (store_metrics_) store_metrics_->AddSpilled(1);
-  return true;
-}
-
-int SessionStore::SpillIdle() {
-  if (!options_.durable || options_.spill_after == absl::InfiniteDuration()) return 0;
-  const absl::Time now = options_.clock->Now();
-  std::vector<std::shared_ptr<Session>> idle;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, s] : sessions_) {
-      if (!s->busy_ && now - s->last_used_ >= options_.spill_after) {
-        s->busy_ = true;
-        idle.push_back(s);
-      }
-    }
-  }
-  int spilled = 0;
-  for (auto& s : idle) {
-    absl::Status written = Write(s->id(), *s->Snapshot(), s->ttl_);
-    absl::MutexLock lock(&mu_);
-    s->busy_ = false;
-    if (!written.ok() || s->closed()) continue;
-    charged_bytes_ -= s->charged_bytes_;
-    s->charged_bytes_ = 0;
-    sessions_.erase(s->id());
-    ++spilled;
-  }
-  if (store_metrics_ && spilled > 0) store_metrics_->AddSpilled(spilled);
-  return spilled;
-}
-
-void SessionStore::StopAccepting() {
-  absl::MutexLock lock(&mu_);
-  accepting_ = false;
-}
-
-absl::StatusOr<int> SessionStore::SaveAll(absl::Duration timeout) {
-  if (!options_.durable) return 0;
-  {  // writes queued by finished turns go first
-    std::unique_lock<std::mutex> lock(writer_mu_);
-    writer_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                        [this] { return writes_.empty() && writes_in_flight_ == 0; });
-  }
-  const absl::Time deadline = absl::Now() + timeout;
-  std::vector<std::shared_ptr<Session>> all;
-  {
-    absl::MutexLock lock(&mu_);
-    auto none_busy = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      for (const auto& [id, s] : sessions_) {
-        if (s->busy_) return false;
-      }
-      return true;
-    };
-    mu_.AwaitWithDeadline(absl::Condition(&none_busy), deadline);
-    for (const auto& [id, s] : sessions_) {
-      if (s->busy_) continue;
-      s->busy_ = true;
-      all.push_back(s);
-    }
-  }
-  int saved = 0;
-  absl::Status first_error;
-  for (auto& s : all) {
-    absl::Status st = Write(s->id(), *s->Snapshot(), s->ttl_);
-    if (st.ok()) {
-      ++saved;
-    } else if (first_error.ok()) {
-      first_error = st;
-    }
-    absl::MutexLock lock(&mu_);
-    s->busy_ = false;
-  }
-  if (!first_error.ok()) return first_error;
-  return saved;
 }
 
 int SessionStore::size() const {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -27,6 +28,7 @@
 #include "absl/time/time.h"
 #include "server/metrics/metrics.h"
 #include "server/session/clock.h"
+#include "server/session/lease_keeper.h"
 #include "server/session/model_catalogue.h"
 #include "server/session/served_model.h"
 #include "server/session/snapshot.h"
@@ -87,6 +89,15 @@ class Session {
   std::optional<int32_t> pending_token_;
   std::atomic<int64_t> position_{0};
   std::atomic<bool> closed_{false};
+  // A one-turn session (Generate without a session id): never written to the store.
+  bool ephemeral_ = false;
+  // Durable store bookkeeping, lease holder only: the generation of the stored copy this
+  // state matches, the store lease this process holds on the session (empty: none), and
+  // whether the state is newer than the stored copy (then the store lease is kept, so no
+  // other server runs a turn from the older copy).
+  int64_t generation_ = 0;
+  std::string store_token_;
+  bool dirty_ = false;
   // Guarded by the store's mutex.
   absl::Time created_;
   absl::Time last_used_;
@@ -158,6 +169,8 @@ class SessionStore {
     // Idle time after which a session leaves memory for the durable store (SpillIdle);
     // infinite: never. Needs a durable store.
     absl::Duration spill_after = absl::InfiniteDuration();
+    // Store leases (one writer per session across servers sharing the store).
+    LeaseKeeper::Options leases;
     // Not owned; may be null.
     metrics::Metrics* metrics = nullptr;
   };
@@ -169,13 +182,17 @@ class SessionStore {
 
   // A new idle session with a fresh 128-bit random id. A fixed-state module is charged
   // its whole state now. ttl <= 0 means the default; over max_ttl is INVALID_ARGUMENT.
+  // With a durable store the session is written at once, so any server sharing the
+  // store can find it; an `ephemeral` session (one turn, then closed) never is.
   absl::StatusOr<std::shared_ptr<Session>> Create(std::shared_ptr<const ServedModel> model,
-                                                  absl::Duration ttl);
+                                                  absl::Duration ttl, bool ephemeral = false);
 
   // Claims the session for one turn, loading it from the durable store if it is not in
   // memory: NOT_FOUND if unknown (or expired or closed), FAILED_PRECONDITION if a turn
-  // is already in flight, UNAVAILABLE naming the store if it cannot be read or while
-  // draining.
+  // is already in flight here, UNAVAILABLE naming the store if it cannot be read, while
+  // draining, or while another server sharing the store runs a turn on it (after a
+  // short wait). With a durable store the claim holds the session's store lease, and a
+  // copy in memory older than the stored one is replaced by it first.
   absl::StatusOr<TurnLease> BeginTurn(const std::string& id);
 
   // Charges the session at `bytes` of state (its nominal size after growing), or
@@ -209,8 +226,10 @@ class SessionStore {
   // untouched. ttl <= 0: the original's.
   absl::StatusOr<std::shared_ptr<Session>> Fork(const std::string& id, absl::Duration ttl);
 
-  // Closes every idle session whose TTL has passed (in memory and in the store, and
-  // expired snapshots a dir store holds); returns how many left memory.
+  // Closes every idle session whose TTL has passed; returns how many left memory. Their
+  // stored copies expire by themselves (a copy's TTL runs from its last write, never
+  // later than the session's last use), so a session another server still uses is not
+  // deleted from under it.
   int ExpireIdle();
   // Writes every session idle for spill_after to the durable store and frees its memory;
   // returns how many left. No-op without a durable store.
@@ -236,6 +255,17 @@ class SessionStore {
   friend class TurnLease;
 
   void EndTurn(Session& session);
+  // Durable store, lease holder only (session_store_durable.cc):
+  // takes the store lease if not held and replaces a stale copy with the stored one;
+  absl::Status Sync(Session& session);
+  // writes the session if it is newer than its stored copy, then gives the lease up;
+  absl::Status Save(Session& session);
+  // gives the store lease up if the stored copy is current.
+  void ReleaseIfClean(Session& session);
+  // Writes a new session (created or imported here) as generation 1 of its id.
+  absl::Status Publish(Session& session);
+  // Replaces the session's state with `snapshot` (of generation `generation`).
+  absl::Status Adopt(Session& session, VerifiedSnapshot snapshot, int64_t generation);
   SessionInfo Info(const Session& s) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void RemoveLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Claims an in-memory session or loads it; see BeginTurn.
@@ -253,10 +283,14 @@ class SessionStore {
   const Options options_;
   uint64_t max_snapshot_bytes_ = 0;
   metrics::StoreMetrics* store_metrics_ = nullptr;
+  std::unique_ptr<LeaseKeeper> leases_;  // with a durable store
   mutable absl::Mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t charged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  // Sessions this process spilled and has not loaded back (a load of any other stored
+  // session is a migration in).
+  std::set<std::string> spilled_ ABSL_GUARDED_BY(mu_);
 
   // The writer thread for PersistMode::kEachTurn: writes in submission order.
   std::mutex writer_mu_;

@@ -121,10 +121,12 @@ seen=none
 deadline=$((SECONDS + 20))
 while [ "$SECONDS" -lt "$deadline" ]; do
   seen=$(scalar_of "$(query 'sum(attnserve_sessions_spilled_total)')")
-  [ -f "$work/sessions/$spilled.snap" ] && [ "$seen" != none ] && [ "$seen" -ge 1 ] && break
+  in_memory=$(client sessions list | grep -c "$spilled" || true)
+  [ "$in_memory" = 0 ] && [ "$seen" != none ] && [ "$seen" -ge 1 ] && break
   sleep 0.2
 done
-[ -f "$work/sessions/$spilled.snap" ] || fail "the idle session was not spilled to the store"
+[ "$in_memory" = 0 ] || fail "the idle session $spilled did not leave memory"
+[ -f "$work/sessions/$spilled.snap" ] || fail "the spilled session has no file in the store"
 [ "$seen" != none ] && [ "$seen" -ge 1 ] || fail "no spilled session reported (last: $seen)"
 client sessions get "$spilled" >/dev/null || fail "a spilled session could not be loaded back"
 client sessions close "$spilled" || fail "closing the loaded session failed"

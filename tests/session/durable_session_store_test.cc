@@ -46,6 +46,17 @@ class DurableSessionStoreTest : public testing::Test {
     ASSERT_TRUE(lease->model().Prefill(lease->state(), tokens).ok());
     lease->pending_token() = pending;
   }
+  // A whole hand-run turn, ended the way the scheduler ends turns.
+  static void Turn(SessionStore& store, const std::string& id, int n, int32_t pending) {
+    auto lease = store.BeginTurn(id);
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    Advance(*lease, n, pending);
+    ASSERT_TRUE(store.Charge(lease->session(),
+                             (*lease)->model().StateBytes((*lease)->state().position())).ok());
+    absl::Notification done;
+    store.FinishTurn(std::move(*lease), [&] { done.Notify(); });
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  }
   bool Stored(const std::string& id) const { return fs::exists(dir_ / (id + ".snap")); }
 
   fs::path dir_;
@@ -58,10 +69,7 @@ class DurableSessionStoreTest : public testing::Test {
 TEST_F(DurableSessionStoreTest, ForkCopiesTheSessionAndLeavesTheOriginalAlone) {
   auto store = MakeStore();
   auto s = store->Create(taylor_, absl::ZeroDuration()).value();
-  {
-    auto lease = store->BeginTurn(s->id()).value();
-    Advance(lease, 9, 70);
-  }
+  Turn(*store, s->id(), 9, 70);
   auto fork = store->Fork(s->id(), absl::ZeroDuration());
   ASSERT_TRUE(fork.ok()) << fork.status();
   EXPECT_NE((*fork)->id(), s->id());
@@ -80,10 +88,7 @@ TEST_F(DurableSessionStoreTest, ForkCopiesTheSessionAndLeavesTheOriginalAlone) {
 TEST_F(DurableSessionStoreTest, AFailedImportChargesAndCreatesNothing) {
   auto store = MakeStore();
   auto s = store->Create(softmax_, absl::ZeroDuration()).value();
-  {
-    auto lease = store->BeginTurn(s->id()).value();
-    Advance(lease, 5, 70);
-  }
+  Turn(*store, s->id(), 5, 70);
   const std::string good = *store->Export(s->id()).value();
   const int64_t charged = store->charged_bytes();
   for (size_t cut : {size_t(0), size_t(50), good.size() / 2, good.size() - 1}) {
@@ -126,8 +131,7 @@ TEST_F(DurableSessionStoreTest, MemoryPressureSpillsTheLeastRecentlyUsedAndLoads
   for (int i = 0; i < 5; ++i) {
     auto s = store->Create(taylor_, absl::ZeroDuration());
     ASSERT_TRUE(s.ok()) << s.status();
-    auto lease = store->BeginTurn((*s)->id()).value();
-    Advance(lease, i + 1, 80 + i);
+    Turn(*store, (*s)->id(), i + 1, 80 + i);
     ids.push_back((*s)->id());
     clock_.Advance(absl::Seconds(1));
   }
@@ -148,11 +152,7 @@ TEST_F(DurableSessionStoreTest, MemoryPressureSpillsTheLeastRecentlyUsedAndLoads
 TEST_F(DurableSessionStoreTest, IdleSessionsSpillAfterTheirTime) {
   auto store = MakeStore(PersistMode::kNone, int64_t{1} << 30, absl::Minutes(1));
   auto s = store->Create(softmax_, absl::ZeroDuration()).value();
-  {
-    auto lease = store->BeginTurn(s->id()).value();
-    Advance(lease, 30, 70);
-    ASSERT_TRUE(store->Charge(lease.session(), softmax_->model->StateBytes(30)).ok());
-  }
+  Turn(*store, s->id(), 30, 70);
   clock_.Advance(absl::Seconds(59));
   EXPECT_EQ(store->SpillIdle(), 0);
   clock_.Advance(absl::Seconds(1));
@@ -172,8 +172,7 @@ TEST_F(DurableSessionStoreTest, DrainSavesEverySessionAndRefusesNewWork) {
     auto store = MakeStore();
     for (int i = 0; i < 4; ++i) {
       auto s = store->Create(i % 2 ? softmax_ : taylor_, absl::ZeroDuration()).value();
-      auto lease = store->BeginTurn(s->id()).value();
-      Advance(lease, 3 + i, 90);
+      Turn(*store, s->id(), 3 + i, 90);
       ids.push_back(s->id());
     }
     store->StopAccepting();
@@ -188,16 +187,19 @@ TEST_F(DurableSessionStoreTest, DrainSavesEverySessionAndRefusesNewWork) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(next->Get(ids[i])->position, 3 + i + 1);
 }
 
-TEST_F(DurableSessionStoreTest, ExpiryAndCloseRemoveTheStoredCopy) {
+TEST_F(DurableSessionStoreTest, ExpiryLeavesMemoryAndCloseRemovesTheStoredCopy) {
   auto store = MakeStore();
   auto a = store->Create(taylor_, absl::Minutes(1)).value();
   auto b = store->Create(taylor_, absl::Minutes(10)).value();
-  ASSERT_TRUE(store->SaveAll(absl::Seconds(5)).ok());
-  ASSERT_TRUE(Stored(a->id()) && Stored(b->id()));
+  ASSERT_TRUE(Stored(a->id()) && Stored(b->id()));  // written at creation
   clock_.Advance(absl::Minutes(1));
   EXPECT_EQ(store->ExpireIdle(), 1);
-  EXPECT_FALSE(Stored(a->id()));
-  EXPECT_EQ(store->Get(a->id()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->size(), 1);
+  // The stored copy expires by its own TTL (from its last write, never later than the
+  // session's last use), so another server still using it would not lose it.
+  auto stored = store::OpenSnapshotStore("dir:" + dir_.string(),
+                                         [] { return absl::Now() + absl::Minutes(2); });
+  EXPECT_EQ((*stored)->Get(a->id()).status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(store->Close(b->id()).ok());
   EXPECT_FALSE(Stored(b->id()));
   EXPECT_EQ(store->Close(b->id()).code(), absl::StatusCode::kNotFound);
@@ -225,6 +227,78 @@ TEST_F(DurableSessionStoreTest, AFailingStoreIsUnavailableAndSessionsInMemoryKee
   fs::rename(moved, dir_);
   auto back = store->BeginTurn(spilled->id());
   EXPECT_TRUE(back.ok()) << back.status();
+}
+
+// Two SessionStores on one directory stand for two servers sharing a store.
+TEST_F(DurableSessionStoreTest, TurnsAlternateBetweenServersAndNeverRunFromAStaleCopy) {
+  auto a = MakeStore(PersistMode::kEachTurn);
+  auto b = MakeStore(PersistMode::kEachTurn);
+  auto s = a->Create(taylor_, absl::ZeroDuration()).value();
+  auto turn = [&](SessionStore& store, int n, int32_t pending) {
+    auto lease = store.BeginTurn(s->id());
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    Advance(*lease, n, pending);
+    absl::Notification done;
+    store.FinishTurn(std::move(*lease), [&] { done.Notify(); });
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  };
+  // (The hand-run turns below append tokens and replace the pending token.)
+  turn(*a, 3, 70);  // state 3 on a
+  turn(*b, 2, 71);  // b loads a's write (state 3) and appends 2: state 5
+  EXPECT_EQ(b->Get(s->id())->position, 6);
+  turn(*a, 1, 72);  // a's copy (state 3) is stale: it reloads b's (5) and appends 1
+  EXPECT_EQ(a->Get(s->id())->position, 7);
+  {
+    auto lease = a->BeginTurn(s->id());
+    ASSERT_TRUE(lease.ok());
+    EXPECT_EQ((*lease)->state().position(), 6);
+    EXPECT_EQ((*lease)->pending_token(), 72);
+  }
+  turn(*b, 1, 73);  // and b catches up with a's the same way
+  EXPECT_EQ(b->Get(s->id())->position, 8);
+}
+
+TEST_F(DurableSessionStoreTest, ASecondServerWaitsForTheTurnThenAnswersUnavailable) {
+  auto a = MakeStore(PersistMode::kEachTurn);
+  SessionStore::Options o;
+  o.clock = &clock_;
+  o.catalogue = catalogue_.get();
+  o.durable = store::OpenSnapshotStore("dir:" + dir_.string()).value();
+  o.leases.wait = absl::Milliseconds(50);
+  auto b = SessionStore::Create(std::move(o)).value();
+  auto s = a->Create(taylor_, absl::ZeroDuration()).value();
+  auto held = a->BeginTurn(s->id());
+  ASSERT_TRUE(held.ok());
+  const absl::Time start = absl::Now();
+  auto refused = b->BeginTurn(s->id());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_NE(refused.status().message().find("another server"), std::string::npos);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));
+  held->Release();
+  EXPECT_TRUE(b->BeginTurn(s->id()).ok());
+}
+
+TEST_F(DurableSessionStoreTest, UnsavedTurnsKeepTheLeaseUntilTheSessionIsWritten) {
+  auto a = MakeStore(PersistMode::kNone);
+  SessionStore::Options o;
+  o.clock = &clock_;
+  o.catalogue = catalogue_.get();
+  o.durable = store::OpenSnapshotStore("dir:" + dir_.string()).value();
+  o.leases.wait = absl::Milliseconds(20);
+  auto b = SessionStore::Create(std::move(o)).value();
+  auto s = a->Create(taylor_, absl::ZeroDuration()).value();
+  {
+    auto lease = a->BeginTurn(s->id());
+    ASSERT_TRUE(lease.ok());
+    Advance(*lease, 5, 70);
+    a->FinishTurn(std::move(*lease), [] {});
+  }
+  // a's copy is newer than the store's: b must not run from the store's.
+  EXPECT_EQ(b->BeginTurn(s->id()).status().code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(a->SaveAll(absl::Seconds(5)).ok());  // drain writes it and lets go
+  auto lease = b->BeginTurn(s->id());
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_EQ((*lease)->position(), 6);
 }
 
 }  // namespace

@@ -1,0 +1,351 @@
+// SessionStore's durable half: loading sessions from the store, the store lease that
+// makes one server at a time the writer of a session (DESIGN.md §7), fenced writes after
+// turns, spills and the drain.
+//
+// The invariant, for every non-ephemeral session in memory with a durable store: either
+// it is clean (the store holds its state at `generation_`), or it is dirty and this
+// process holds its store lease, renewed in the background, so no other server can run a
+// turn on it from the older stored copy. A claim takes the lease (waiting briefly for
+// another server's turn to end) and replaces the copy in memory if the store's
+// generation is newer.
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "server/session/session_store.h"
+#include "server/session/session_store_internal.h"
+
+namespace attnserve::session {
+using internal::ChargeFor;
+using internal::NotFound;
+
+namespace {
+
+std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
+}  // namespace
+
+absl::Status SessionStore::Write(const std::string& id, const std::string& bytes,
+                                 absl::Duration ttl) {
+  const absl::Time start = absl::Now();
+  absl::Status s = options_.durable->Put(id, bytes, ttl);
+  if (store_metrics_) {
+    store_metrics_->ObserveWrite(absl::Now() - start, int64_t(bytes.size()), s.ok());
+  }
+  return s;
+}
+
+absl::Status SessionStore::DeleteStored(const std::string& id) {
+  if (!options_.durable) return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  absl::Status s = options_.durable->Delete(id);
+  if (store_metrics_) store_metrics_->ObserveDelete(absl::Now() - start, s.ok());
+  return s;
+}
+
+absl::Status SessionStore::Publish(Session& s) {
+  // A fresh random id: nobody else can be writing it, so no lease is needed.
+  if (absl::Status st = Write(s.id(), *s.Snapshot(), s.ttl_); !st.ok()) return st;
+  s.generation_ = 1;
+  s.dirty_ = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(const std::string& id) {
+  if (!options_.durable || options_.catalogue == nullptr) return NotFound(id);
+  // No lease: stored copies are replaced atomically, and a claim compares generations
+  // under the lease before it runs anything.
+  const absl::Time start = absl::Now();
+  auto got = options_.durable->GetWithGeneration(id);
+  if (store_metrics_) {
+    const bool ok = got.ok() || absl::IsNotFound(got.status());
+    store_metrics_->ObserveRead(absl::Now() - start, got.ok() ? int64_t(got->first.size()) : 0,
+                                ok, got.ok());
+  }
+  if (absl::IsNotFound(got.status())) return NotFound(id);
+  if (!got.ok()) return got.status();
+  auto verified = VerifySnapshot(std::make_shared<const std::string>(std::move(got->first)),
+                                 *options_.catalogue, max_snapshot_bytes_);
+  if (!verified.ok()) {
+    return absl::Status(verified.status().code(),
+                        absl::StrCat("session '", id, "' in ", store_name(), ": ",
+                                     verified.status().message()));
+  }
+  absl::Duration ttl = verified->info.ttl;
+  if (ttl <= absl::ZeroDuration() || ttl > options_.max_ttl) ttl = options_.default_ttl;
+  auto session = std::make_shared<Session>(id, verified->model, options_.clock->Now(), ttl);
+  session->pending_token_ = verified->info.pending_token;
+  session->generation_ = got->second;
+  const int64_t charge = ChargeFor(*verified->model, verified->info.position);
+  session->restore_ = std::make_shared<const VerifiedSnapshot>(*std::move(verified));
+  session->PublishProgress();
+  bool migrated;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(id);  // another thread loaded it meanwhile
+    if (it != sessions_.end()) return it->second;
+    migrated = spilled_.erase(id) == 0;
+  }
+  if (absl::Status s = Admit(session, charge); !s.ok()) return s;
+  if (store_metrics_) store_metrics_->AddLoaded(migrated);
+  return session;
+}
+
+absl::Status SessionStore::Adopt(Session& s, VerifiedSnapshot snapshot, int64_t generation) {
+  if (snapshot.model.get() != &s.served()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session '", s.id(), "' in ", store_name(), " now belongs to another model"));
+  }
+  if (absl::Status c = Charge(s, ChargeFor(s.served(), snapshot.info.position)); !c.ok()) {
+    return c;
+  }
+  s.state_.reset();
+  s.pending_token_ = snapshot.info.pending_token;
+  s.restore_ = std::make_shared<const VerifiedSnapshot>(std::move(snapshot));
+  s.generation_ = generation;
+  s.dirty_ = false;
+  s.PublishProgress();
+  return absl::OkStatus();
+}
+
+absl::Status SessionStore::Sync(Session& s) {
+  if (!s.store_token_.empty() && leases_->Held(s.id(), s.store_token_)) return absl::OkStatus();
+  s.store_token_.clear();
+  auto grant = leases_->Acquire(s.id());
+  if (absl::IsAborted(grant.status())) {  // another server's turn did not end in time
+    return absl::UnavailableError(std::string(grant.status().message()));
+  }
+  if (absl::IsUnavailable(grant.status())) {
+    // The store is unreachable: a session in memory keeps working from this copy,
+    // without a lease (it cannot be written until the store is back; if another server
+    // wrote it meanwhile, that newer copy wins at the next claim here).
+    std::fprintf(stderr, "attnserve: session %s runs without a store lease: %s\n",
+                 s.id().c_str(), Message(grant.status()).c_str());
+    return absl::OkStatus();
+  }
+  if (!grant.ok()) return grant.status();
+  s.store_token_ = grant->token;
+  if (grant->generation <= s.generation_) {
+    // The store holds ours, or an older copy (or none: it expired); ours is the newest,
+    // and fenced writes continue from the store's numbering.
+    s.generation_ = grant->generation;
+    if (grant->generation == 0) s.dirty_ = true;
+    return absl::OkStatus();
+  }
+  // Another server wrote a newer state since this copy was loaded: take it.
+  auto got = options_.durable->GetWithGeneration(s.id());
+  absl::Status adopted = got.status();
+  if (got.ok()) {
+    auto verified = VerifySnapshot(std::make_shared<const std::string>(std::move(got->first)),
+                                   *options_.catalogue, max_snapshot_bytes_);
+    adopted = verified.ok() ? Adopt(s, *std::move(verified), got->second) : verified.status();
+  }
+  if (!adopted.ok()) {
+    leases_->Release(s.id(), s.store_token_);
+    s.store_token_.clear();
+    return absl::IsNotFound(adopted) ? NotFound(s.id()) : adopted;
+  }
+  if (store_metrics_) store_metrics_->AddLoaded(/*migrated=*/true);
+  return absl::OkStatus();
+}
+
+absl::Status SessionStore::Save(Session& s) {
+  if (s.ephemeral_) return absl::OkStatus();
+  if (s.dirty_) {
+    if (absl::Status st = Sync(s); !st.ok()) return st;
+    if (s.store_token_.empty()) {
+      return absl::UnavailableError(absl::StrCat("session store ", store_name(),
+                                                 " is unreachable; not saved"));
+    }
+    if (s.dirty_) {  // still ours after the sync: write it
+      const absl::Time start = absl::Now();
+      auto bytes = s.Snapshot();
+      auto written = leases_->WriteFenced(s.id(), *bytes, s.ttl_, s.store_token_, s.generation_);
+      if (store_metrics_) {
+        store_metrics_->ObserveWrite(absl::Now() - start, int64_t(bytes->size()), written.ok());
+      }
+      if (!written.ok()) return written.status();
+      s.generation_ = *written;
+      s.dirty_ = false;
+    }
+  }
+  ReleaseIfClean(s);
+  return absl::OkStatus();
+}
+
+void SessionStore::ReleaseIfClean(Session& s) {
+  if (s.store_token_.empty() || (s.dirty_ && !s.closed())) return;
+  leases_->Release(s.id(), s.store_token_);
+  s.store_token_.clear();
+}
+
+void SessionStore::FinishTurn(TurnLease lease, std::function<void()> then) {
+  Session& s = lease.session();
+  if (!options_.durable || s.ephemeral_ || lease.close_on_release() || s.closed()) {
+    lease.Release();
+    then();
+    return;
+  }
+  bool draining;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    draining = !accepting_;
+  }
+  s.dirty_ = true;  // the turn changed the state; the store lease stays held until saved
+  if (options_.persist != PersistMode::kEachTurn && !draining) {
+    lease.Release();
+    then();
+    return;
+  }
+  // Written on the writer thread, so the engine never waits on the store; the turn's
+  // lease keeps everyone else off the state until then.
+  auto write = [this, lease = std::make_shared<TurnLease>(std::move(lease)),
+                then = std::move(then)] {
+    Session& s = lease->session();
+    absl::Status saved = Save(s);  // writes, fenced, and gives the store lease up
+    if (absl::IsAborted(saved)) {
+      // Another server took the session over (our lease lapsed): this copy is stale.
+      std::fprintf(stderr, "attnserve: session %s: %s; dropping the stale copy here\n",
+                   s.id().c_str(), Message(saved).c_str());
+      absl::MutexLock lock(&mu_);
+      auto it = sessions_.find(s.id());
+      if (it != sessions_.end() && it->second.get() == &s) {
+        charged_bytes_ -= s.charged_bytes_;
+        s.charged_bytes_ = 0;
+        sessions_.erase(it);
+      }
+      s.store_token_.clear();
+    } else if (!saved.ok()) {
+      // The store is down: the session lives on in memory (its lease held while it can
+      // be renewed); the next turn or the drain tries again.
+      std::fprintf(stderr, "attnserve: session %s not saved after its turn: %s\n",
+                   s.id().c_str(), Message(saved).c_str());
+    }
+    lease->Release();  // gives the store lease up too when the write made the store current
+    then();
+  };
+  {
+    std::lock_guard<std::mutex> lock(writer_mu_);
+    writes_.push_back(std::move(write));
+  }
+  writer_cv_.notify_all();
+}
+
+void SessionStore::WriterLoop() {
+  std::unique_lock<std::mutex> lock(writer_mu_);
+  while (true) {
+    writer_cv_.wait(lock, [this] { return writer_stop_ || !writes_.empty(); });
+    if (writes_.empty()) return;  // stopping, and every queued write is done
+    std::function<void()> write = std::move(writes_.front());
+    writes_.pop_front();
+    ++writes_in_flight_;
+    lock.unlock();
+    write();
+    lock.lock();
+    --writes_in_flight_;
+    writer_cv_.notify_all();
+  }
+}
+
+bool SessionStore::SpillOne() {
+  std::shared_ptr<Session> victim;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, s] : sessions_) {
+      if (s->busy_) continue;
+      if (!victim || s->last_used_ < victim->last_used_) victim = s;
+    }
+    if (!victim) return false;
+    victim->busy_ = true;
+  }
+  absl::Status saved = Save(*victim);
+  absl::MutexLock lock(&mu_);
+  victim->busy_ = false;
+  if (!saved.ok()) {
+    std::fprintf(stderr, "attnserve: cannot spill session %s: %s\n", victim->id().c_str(),
+                 Message(saved).c_str());
+    return false;
+  }
+  // Out of memory now; it lives on in the store, so it is not closed.
+  charged_bytes_ -= victim->charged_bytes_;
+  victim->charged_bytes_ = 0;
+  sessions_.erase(victim->id());
+  spilled_.insert(victim->id());
+  if (store_metrics_) store_metrics_->AddSpilled(1);
+  return true;
+}
+
+int SessionStore::SpillIdle() {
+  if (!options_.durable || options_.spill_after == absl::InfiniteDuration()) return 0;
+  const absl::Time now = options_.clock->Now();
+  std::vector<std::shared_ptr<Session>> idle;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, s] : sessions_) {
+      if (!s->busy_ && !s->ephemeral_ && now - s->last_used_ >= options_.spill_after) {
+        s->busy_ = true;
+        idle.push_back(s);
+      }
+    }
+  }
+  int spilled = 0;
+  for (auto& s : idle) {
+    absl::Status saved = Save(*s);
+    absl::MutexLock lock(&mu_);
+    s->busy_ = false;
+    if (!saved.ok() || s->closed()) continue;
+    charged_bytes_ -= s->charged_bytes_;
+    s->charged_bytes_ = 0;
+    sessions_.erase(s->id());
+    spilled_.insert(s->id());
+    ++spilled;
+  }
+  if (store_metrics_ && spilled > 0) store_metrics_->AddSpilled(spilled);
+  return spilled;
+}
+
+void SessionStore::StopAccepting() {
+  absl::MutexLock lock(&mu_);
+  accepting_ = false;
+}
+
+absl::StatusOr<int> SessionStore::SaveAll(absl::Duration timeout) {
+  if (!options_.durable) return 0;
+  {  // writes queued by finished turns go first
+    std::unique_lock<std::mutex> lock(writer_mu_);
+    writer_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                        [this] { return writes_.empty() && writes_in_flight_ == 0; });
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  std::vector<std::shared_ptr<Session>> all;
+  {
+    absl::MutexLock lock(&mu_);
+    auto none_busy = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      for (const auto& [id, s] : sessions_) {
+        if (s->busy_) return false;
+      }
+      return true;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&none_busy), deadline);
+    for (const auto& [id, s] : sessions_) {
+      if (s->busy_ || s->ephemeral_) continue;
+      s->busy_ = true;
+      all.push_back(s);
+    }
+  }
+  int saved = 0;
+  absl::Status first_error;
+  for (auto& s : all) {
+    absl::Status st = Save(*s);
+    if (st.ok()) {
+      ++saved;
+    } else if (first_error.ok()) {
+      first_error = absl::Status(st.code(), absl::StrCat("session ", s->id(), ": ", st.message()));
+    }
+    absl::MutexLock lock(&mu_);
+    s->busy_ = false;
+  }
+  if (!first_error.ok()) return first_error;
+  return saved;
+}
+
+}  // namespace attnserve::session

@@ -1,0 +1,29 @@
+// Shared by session_store.cc and session_store_durable.cc only.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/session/served_model.h"
+
+namespace attnserve::session::internal {
+
+inline absl::Status NotFound(const std::string& id) {
+  return absl::NotFoundError(
+      absl::StrCat("session_id: no session '", id, "' (never created, closed, or expired)"));
+}
+
+inline absl::Status Draining() {
+  return absl::UnavailableError(
+      "the server is shutting down; sessions are being saved, retry on another server");
+}
+
+// Bytes a session of `model` at `position` is charged: fixed states at once, KV caches
+// as they grow.
+inline int64_t ChargeFor(const ServedModel& model, int64_t position) {
+  const model::Model& m = *model.model;
+  return m.BreakEvenContext() > 0 ? m.StateBytes(0) : m.StateBytes(position);
+}
+
+}  // namespace attnserve::session::internal
