@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,16 +13,21 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
 namespace attnserve::store {
 namespace {
 
-constexpr char kSuffix[] = ".snap";
-constexpr char kTempInfix[] = ".snap.tmp.";
+constexpr char kSnapSuffix[] = ".snap";
+constexpr char kGenSuffix[] = ".gen";
+constexpr char kLeaseSuffix[] = ".lock";
+constexpr char kGateSuffix[] = ".rw";
+constexpr char kTempInfix[] = ".tmp.";
 
 // Opens `file`, retrying when a signal interrupts; the fd or -1 with errno set.
 int OpenRetrying(const std::string& file, int flags, mode_t mode = 0) {
@@ -64,9 +70,11 @@ int ReadAll(int fd, size_t size_hint, std::string* out) {
   return 0;
 }
 
-// True for "<valid id>.snap": files this store may expire (it leaves others alone).
-bool IsSnapshotFileName(absl::string_view name) {
-  return absl::ConsumeSuffix(&name, kSuffix) && ValidateSnapshotId(std::string(name)).ok();
+// If `name` is "<valid id><suffix>", sets `id` and returns true.
+bool ParseFileName(absl::string_view name, absl::string_view suffix, std::string* id) {
+  if (!absl::ConsumeSuffix(&name, suffix)) return false;
+  *id = std::string(name);
+  return ValidateSnapshotId(*id).ok();
 }
 
 absl::Time MTime(const struct stat& st) { return absl::TimeFromTimespec(st.st_mtim); }
@@ -95,7 +103,8 @@ absl::StatusOr<std::unique_ptr<DirSnapshotStore>> DirSnapshotStore::Create(std::
     }
   }
   // Root ignores permission bits, so only a real write shows the directory is usable.
-  absl::StatusOr<std::string> probe = store->WriteTemp("probe", "", store->now_());
+  absl::StatusOr<std::string> probe =
+      store->WriteTemp("probe", kSnapSuffix, "", store->now_());
   if (!probe.ok()) return probe.status();
   unlink(probe->c_str());
   return store;
@@ -105,25 +114,109 @@ DirSnapshotStore::DirSnapshotStore(std::string path, NowFn now)
     : path_(std::move(path)), name_(absl::StrCat("dir:", path_)), now_(std::move(now)) {}
 
 std::string DirSnapshotStore::SnapshotPath(const std::string& id) const {
-  return absl::StrCat(path_, "/", id, kSuffix);
+  return absl::StrCat(path_, "/", id, kSnapSuffix);
+}
+
+std::string DirSnapshotStore::GenerationPath(const std::string& id) const {
+  return absl::StrCat(path_, "/", id, kGenSuffix);
+}
+
+std::string DirSnapshotStore::LeasePath(const std::string& id) const {
+  return absl::StrCat(path_, "/", id, kLeaseSuffix);
+}
+
+std::string DirSnapshotStore::GatePath(const std::string& id) const {
+  return absl::StrCat(path_, "/", id, kGateSuffix);
 }
 
 absl::Status DirSnapshotStore::Put(const std::string& id, std::string_view bytes,
                                    absl::Duration ttl) {
+  return Write(id, bytes, ttl, nullptr).status();
+}
+
+absl::StatusOr<int64_t> DirSnapshotStore::PutFenced(const std::string& id,
+                                                    std::string_view bytes,
+                                                    absl::Duration ttl,
+                                                    const std::string& token,
+                                                    int64_t generation) {
+  if (absl::Status s = ValidateGeneration(generation); !s.ok()) return s;
+  const Fence fence{token, generation};
+  return Write(id, bytes, ttl, &fence);
+}
+
+absl::StatusOr<int64_t> DirSnapshotStore::Write(const std::string& id,
+                                                std::string_view bytes, absl::Duration ttl,
+                                                const Fence* fence) {
   if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
   if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
-  absl::StatusOr<std::string> temp = WriteTemp(id, bytes, now_() + RoundTtl(ttl));
-  if (!temp.ok()) return temp.status();
-  const std::string file = SnapshotPath(id);
+  if (fence != nullptr && !HoldsLease(id, fence->token)) return LeaseLostError(id);
+  const absl::Time expiry = now_() + RoundTtl(ttl);
+  // The temp files are written before the gate is taken, so it is held only for the checks
+  // and renames; a plain Put guesses the generation it will write (and Install writes it
+  // again in the rare case that a concurrent write moved it).
+  int64_t expected;
+  if (fence != nullptr) {
+    expected = fence->generation;
+  } else {
+    absl::StatusOr<int64_t> stored = ReadGeneration(id, now_());
+    if (!stored.ok()) return stored.status();
+    expected = *stored;
+  }
+  absl::StatusOr<std::string> snap_temp = WriteTemp(id, kSnapSuffix, bytes, expiry);
+  if (!snap_temp.ok()) return snap_temp.status();
+  absl::StatusOr<std::string> gen_temp =
+      WriteTemp(id, kGenSuffix, absl::StrCat(expected + 1), expiry);
+  if (!gen_temp.ok()) {
+    unlink(snap_temp->c_str());
+    return gen_temp.status();
+  }
+  absl::StatusOr<int64_t> written;
   {
-    absl::MutexLock lock(&replace_mu_);
-    if (rename(temp->c_str(), file.c_str()) != 0) {
-      int err = errno;
-      unlink(temp->c_str());
-      return Errno("renaming over", file, err);
+    FileLock gate;
+    if (absl::Status s = LockGate(id, LOCK_EX, &gate); !s.ok()) {
+      written = s;
+    } else {
+      written = Install(id, fence, expected, expiry, *snap_temp, &*gen_temp);
+      gate.RemoveAndRelease();
     }
   }
-  return SyncDir();
+  // Whatever was not renamed into place (nothing, on success).
+  unlink(snap_temp->c_str());
+  unlink(gen_temp->c_str());
+  if (!written.ok()) return written.status();
+  if (absl::Status s = SyncDir(); !s.ok()) return s;
+  return written;
+}
+
+absl::StatusOr<int64_t> DirSnapshotStore::Install(const std::string& id, const Fence* fence,
+                                                  int64_t expected, absl::Time expiry,
+                                                  const std::string& snap_temp,
+                                                  std::string* gen_temp) {
+  absl::StatusOr<int64_t> stored = ReadGeneration(id, now_());
+  if (!stored.ok()) return stored.status();
+  if (fence != nullptr) {
+    if (!HoldsLease(id, fence->token)) return LeaseLostError(id);
+    if (*stored != fence->generation) {
+      return StaleGenerationError(id, fence->generation, *stored);
+    }
+  } else if (*stored != expected) {
+    unlink(gen_temp->c_str());
+    absl::StatusOr<std::string> rewritten =
+        WriteTemp(id, kGenSuffix, absl::StrCat(*stored + 1), expiry);
+    if (!rewritten.ok()) return rewritten.status();
+    *gen_temp = *std::move(rewritten);
+  }
+  // The generation first: a crash between the renames leaves it raised over the old bytes
+  // (see the class comment), never new bytes under an old generation.
+  const std::string gen_file = GenerationPath(id);
+  if (rename(gen_temp->c_str(), gen_file.c_str()) != 0) {
+    return Errno("renaming over", gen_file, errno);
+  }
+  const std::string snap_file = SnapshotPath(id);
+  if (rename(snap_temp.c_str(), snap_file.c_str()) != 0) {
+    return Errno("renaming over", snap_file, errno);
+  }
+  return *stored + 1;
 }
 
 absl::StatusOr<std::string> DirSnapshotStore::Get(const std::string& id) {
@@ -136,34 +229,107 @@ absl::StatusOr<std::string> DirSnapshotStore::Get(const std::string& id) {
     if (absl::Status s = CheckDirExists(); !s.ok()) return s;
     return absl::NotFoundError(absl::StrCat("session ", id, ": no snapshot in ", name_));
   }
-  // Everything below reads the opened inode, so a concurrent Put's rename cannot mix
-  // old and new bytes.
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
-    close(fd);
-    return Errno("examining", file, err);
+  return ReadSnapshot(id, fd);
+}
+
+absl::StatusOr<std::pair<std::string, int64_t>> DirSnapshotStore::GetWithGeneration(
+    const std::string& id) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  const std::string snap_file = SnapshotPath(id);
+  const std::string gen_file = GenerationPath(id);
+  // Both files are opened under the gate; what is read from them afterwards is those
+  // inodes, which later renames do not change.
+  FileLock gate;
+  if (absl::Status s = LockGate(id, LOCK_SH, &gate); !s.ok()) return s;
+  const int snap_fd = OpenRetrying(snap_file, O_RDONLY);
+  const int snap_errno = errno;
+  const int gen_fd = snap_fd < 0 ? -1 : OpenRetrying(gen_file, O_RDONLY);
+  const int gen_errno = errno;
+  gate.RemoveIfUnusedAndRelease();
+  if (snap_fd < 0) {
+    if (snap_errno != ENOENT) return Errno("opening", snap_file, snap_errno);
+    return absl::NotFoundError(absl::StrCat("session ", id, ": no snapshot in ", name_));
   }
+  const absl::Time now = now_();
+  absl::StatusOr<std::string> bytes = ReadSnapshot(id, snap_fd);
+  if (!bytes.ok()) {
+    if (gen_fd >= 0) close(gen_fd);
+    return bytes.status();
+  }
+  if (gen_fd < 0) {
+    if (gen_errno != ENOENT) return Errno("opening", gen_file, gen_errno);
+    return std::make_pair(*std::move(bytes), int64_t{0});  // written before generations
+  }
+  absl::StatusOr<int64_t> generation = ReadGenerationFd(gen_file, gen_fd, now);
+  if (!generation.ok()) return generation.status();
+  return std::make_pair(*std::move(bytes), *generation);
+}
+
+absl::StatusOr<std::string> DirSnapshotStore::ReadSnapshot(const std::string& id, int fd) {
+  absl::Cleanup close_fd = [fd] { close(fd); };
+  const std::string file = SnapshotPath(id);
+  struct stat st;
+  if (fstat(fd, &st) != 0) return Errno("examining", file, errno);
   if (MTime(st) <= now_()) {
-    close(fd);
-    UnlinkIfExpired(file);
+    std::move(close_fd).Invoke();
+    UnlinkIfExpired(id);
     return absl::NotFoundError(
         absl::StrCat("session ", id, ": snapshot in ", name_, " expired"));
   }
   std::string bytes;
-  int err = ReadAll(fd, static_cast<size_t>(st.st_size), &bytes);
-  close(fd);
-  if (err != 0) return Errno("reading", file, err);
+  if (int err = ReadAll(fd, static_cast<size_t>(st.st_size), &bytes); err != 0) {
+    return Errno("reading", file, err);
+  }
   return bytes;
+}
+
+absl::StatusOr<int64_t> DirSnapshotStore::ReadGeneration(const std::string& id,
+                                                         absl::Time now) const {
+  const std::string file = GenerationPath(id);
+  const int fd = OpenRetrying(file, O_RDONLY);
+  if (fd < 0) {
+    if (errno == ENOENT) return 0;
+    return Errno("opening", file, errno);
+  }
+  return ReadGenerationFd(file, fd, now);
+}
+
+absl::StatusOr<int64_t> DirSnapshotStore::ReadGenerationFd(const std::string& file, int fd,
+                                                           absl::Time now) const {
+  absl::Cleanup close_fd = [fd] { close(fd); };
+  struct stat st;
+  if (fstat(fd, &st) != 0) return Errno("examining", file, errno);
+  if (MTime(st) <= now) return 0;  // it lived as long as its snapshot
+  std::string text;
+  if (int err = ReadAll(fd, static_cast<size_t>(st.st_size), &text); err != 0) {
+    return Errno("reading", file, err);
+  }
+  int64_t generation;
+  if (!absl::SimpleAtoi(text, &generation) || generation < 0) {
+    return StoreUnavailable(name_, absl::StrCat(file, " holds no generation"));
+  }
+  return generation;
 }
 
 absl::Status DirSnapshotStore::Delete(const std::string& id) {
   if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
-  const std::string file = SnapshotPath(id);
-  if (unlink(file.c_str()) == 0) return absl::OkStatus();
-  int err = errno;
-  if (err == ENOENT) return CheckDirExists();
-  return Errno("deleting", file, err);
+  FileLock gate;
+  if (absl::Status s = LockGate(id, LOCK_EX, &gate); !s.ok()) return s;
+  absl::Cleanup release_gate = [&gate] { gate.RemoveAndRelease(); };
+  // The snapshot first: a crash in between leaves the generation, not the bytes.
+  for (const std::string& file : {SnapshotPath(id), GenerationPath(id)}) {
+    if (unlink(file.c_str()) != 0 && errno != ENOENT) return Errno("deleting", file, errno);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DirSnapshotStore::LockGate(const std::string& id, int operation,
+                                        FileLock* gate) const {
+  const std::string file = GatePath(id);
+  if (int err = FileLock::Take(file, operation, /*create=*/true, gate); err != 0) {
+    return Errno("locking", file, err);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int> DirSnapshotStore::RemoveExpired() {
@@ -174,6 +340,7 @@ absl::StatusOr<int> DirSnapshotStore::RemoveExpired() {
   while (const struct dirent* entry = readdir(dir)) {
     absl::string_view entry_name = entry->d_name;
     const std::string file = absl::StrCat(path_, "/", entry_name);
+    std::string id;
     if (absl::StartsWith(entry_name, ".") && absl::StrContains(entry_name, kTempInfix)) {
       // A temp file's ctime is its last write: an old one belongs to a crashed Put.
       struct stat st;
@@ -181,8 +348,18 @@ absl::StatusOr<int> DirSnapshotStore::RemoveExpired() {
           now_() - absl::TimeFromTimespec(st.st_ctim) >= kStaleTempAge) {
         unlink(file.c_str());
       }
-    } else if (IsSnapshotFileName(entry_name) && UnlinkIfExpired(file)) {
-      ++removed;
+    } else if (ParseFileName(entry_name, kSnapSuffix, &id) ||
+               ParseFileName(entry_name, kGenSuffix, &id)) {
+      // A generation is normally removed with its snapshot, but may outlive it (a crash
+      // between a write's renames, a Delete cut short). The gate is taken only for files
+      // that look expired.
+      struct stat st;
+      if (lstat(file.c_str(), &st) == 0 && MTime(st) <= now_() && UnlinkIfExpired(id)) {
+        ++removed;
+      }
+    } else if (ParseFileName(entry_name, kLeaseSuffix, &id) ||
+               ParseFileName(entry_name, kGateSuffix, &id)) {
+      RemoveIfStaleLock(file);
     }
     errno = 0;
   }
@@ -192,12 +369,28 @@ absl::StatusOr<int> DirSnapshotStore::RemoveExpired() {
   return removed;
 }
 
+bool DirSnapshotStore::UnlinkIfExpired(const std::string& id) {
+  FileLock gate;
+  if (!LockGate(id, LOCK_EX, &gate).ok()) return false;
+  const absl::Time now = now_();
+  auto unlink_if_expired = [now](const std::string& file) {
+    struct stat st;
+    return lstat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && MTime(st) <= now &&
+           unlink(file.c_str()) == 0;
+  };
+  const bool removed_snapshot = unlink_if_expired(SnapshotPath(id));
+  unlink_if_expired(GenerationPath(id));
+  gate.RemoveAndRelease();
+  return removed_snapshot;
+}
+
 absl::StatusOr<std::string> DirSnapshotStore::WriteTemp(const std::string& id,
+                                                        absl::string_view suffix,
                                                         std::string_view bytes,
                                                         absl::Time expiry) const {
   absl::BitGen random;
   const std::string temp =
-      absl::StrCat(path_, "/.", id, kTempInfix,
+      absl::StrCat(path_, "/.", id, suffix, kTempInfix,
                    absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16));
   int fd = OpenRetrying(temp, O_WRONLY | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return Errno("creating", temp, errno);
@@ -225,15 +418,6 @@ absl::StatusOr<std::string> DirSnapshotStore::WriteTemp(const std::string& id,
     return Errno(failed, temp, err);
   }
   return temp;
-}
-
-bool DirSnapshotStore::UnlinkIfExpired(const std::string& file) {
-  absl::MutexLock lock(&replace_mu_);
-  struct stat st;
-  if (lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || MTime(st) > now_()) {
-    return false;
-  }
-  return unlink(file.c_str()) == 0;
 }
 
 absl::Status DirSnapshotStore::SyncDir() const {

@@ -5,16 +5,22 @@
 #include <signal.h>
 
 #include <cerrno>
+#include <iterator>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/store/redis_scripts.h"
 
 namespace attnserve::store {
 namespace {
 
 constexpr char kKeyPrefix[] = "attnserve:session:";
+constexpr char kGenerationKeyPrefix[] = "attnserve:gen:";
+constexpr char kLeaseKeyPrefix[] = "attnserve:lease:";
 
 std::string NameOf(const RedisSnapshotStore::Address& address) {
   const bool v6 = absl::StrContains(address.host, ':');
@@ -66,6 +72,42 @@ bool ServerClosedConnection(int redis_err, int saved_errno) {
          (saved_errno == ECONNRESET || saved_errno == EPIPE || saved_errno == ECONNABORTED);
 }
 
+std::string TtlMs(absl::Duration ttl) {
+  return absl::StrCat(absl::ToInt64Milliseconds(RoundTtl(ttl)));
+}
+
+bool IsString(const redisReply& reply) {
+  return reply.type == REDIS_REPLY_STRING || reply.type == REDIS_REPLY_STATUS;
+}
+
+absl::string_view ErrorText(const redisReply& reply) {
+  if (reply.type != REDIS_REPLY_ERROR && !IsString(reply)) return "unexpected reply type";
+  return absl::string_view(reply.str, reply.len);
+}
+
+absl::Status NoSnapshot(const std::string& id, const std::string& store_name) {
+  return absl::NotFoundError(absl::StrCat("session ", id, ": no snapshot in ", store_name));
+}
+
+absl::Status Unexpected(const std::string& store_name, int script,
+                        const redisReply& reply) {
+  return StoreUnavailable(store_name,
+                          absl::StrCat(kRedisScripts[script].name,
+                                       " script: unexpected reply type ", reply.type));
+}
+
+// Reads a generation Redis sent as a decimal string into `out`; UNAVAILABLE if the key
+// holds anything else (nothing this store writes).
+absl::Status ParseGeneration(const std::string& store_name, int script,
+                             const redisReply& reply, int64_t* out) {
+  const absl::string_view text(reply.str, reply.len);
+  if (absl::SimpleAtoi(text, out) && *out >= 0) return absl::OkStatus();
+  return StoreUnavailable(
+      store_name,
+      absl::StrCat(kRedisScripts[script].name, " script: the generation key holds \"",
+                   absl::CHexEscape(text.substr(0, 40)), "\""));
+}
+
 }  // namespace
 
 std::unique_ptr<RedisSnapshotStore> RedisSnapshotStore::Create(Address address) {
@@ -84,24 +126,30 @@ std::string RedisSnapshotStore::Key(const std::string& id) {
   return absl::StrCat(kKeyPrefix, id);
 }
 
+std::string RedisSnapshotStore::GenerationKey(const std::string& id) {
+  return absl::StrCat(kGenerationKeyPrefix, id);
+}
+
+std::string RedisSnapshotStore::LeaseKey(const std::string& id) {
+  return absl::StrCat(kLeaseKeyPrefix, id);
+}
+
 absl::Status RedisSnapshotStore::Put(const std::string& id, std::string_view bytes,
                                      absl::Duration ttl) {
   if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
   if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
-  const std::string ttl_ms = absl::StrCat(absl::ToInt64Milliseconds(RoundTtl(ttl)));
-  return Run({"SET", Key(id), bytes, "PX", ttl_ms}, [&](const redisReply& reply) {
-    if (reply.type == REDIS_REPLY_STATUS) return absl::OkStatus();
-    return StoreUnavailable(name_, absl::StrCat("SET: unexpected reply type ", reply.type));
-  });
+  return Eval(kPut, {Key(id), GenerationKey(id)}, {bytes, TtlMs(ttl)},
+              [&](const redisReply& reply) {
+                if (reply.type == REDIS_REPLY_INTEGER) return absl::OkStatus();
+                return Unexpected(name_, kPut, reply);
+              });
 }
 
 absl::StatusOr<std::string> RedisSnapshotStore::Get(const std::string& id) {
   if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
   std::string bytes;
   absl::Status status = Run({"GET", Key(id)}, [&](const redisReply& reply) {
-    if (reply.type == REDIS_REPLY_NIL) {
-      return absl::NotFoundError(absl::StrCat("session ", id, ": no snapshot in ", name_));
-    }
+    if (reply.type == REDIS_REPLY_NIL) return NoSnapshot(id, name_);
     if (reply.type != REDIS_REPLY_STRING) {
       return StoreUnavailable(name_,
                               absl::StrCat("GET: unexpected reply type ", reply.type));
@@ -115,23 +163,162 @@ absl::StatusOr<std::string> RedisSnapshotStore::Get(const std::string& id) {
 
 absl::Status RedisSnapshotStore::Delete(const std::string& id) {
   if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
-  return Run({"UNLINK", Key(id)}, [&](const redisReply& reply) {
+  return Run({"UNLINK", Key(id), GenerationKey(id)}, [&](const redisReply& reply) {
     if (reply.type == REDIS_REPLY_INTEGER) return absl::OkStatus();
     return StoreUnavailable(name_,
                             absl::StrCat("UNLINK: unexpected reply type ", reply.type));
   });
 }
 
-absl::Status RedisSnapshotStore::Run(
-    std::initializer_list<std::string_view> args,
-    absl::FunctionRef<absl::Status(const redisReply&)> on_reply) {
+absl::StatusOr<LeaseGrant> RedisSnapshotStore::AcquireLease(const std::string& id,
+                                                            absl::Duration ttl) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
+  LeaseGrant grant;
+  grant.token = NewLeaseToken();
+  absl::Status status =
+      Eval(kAcquire, {LeaseKey(id), GenerationKey(id)}, {grant.token, TtlMs(ttl)},
+           [&](const redisReply& reply) {
+             if (reply.type == REDIS_REPLY_NIL) return LeaseHeldError(id);
+             if (!IsString(reply)) return Unexpected(name_, kAcquire, reply);
+             return ParseGeneration(name_, kAcquire, reply, &grant.generation);
+           });
+  if (!status.ok()) return status;
+  return grant;
+}
+
+absl::Status RedisSnapshotStore::RenewLease(const std::string& id, const std::string& token,
+                                            absl::Duration ttl) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
+  return Eval(kRenew, {LeaseKey(id)}, {token, TtlMs(ttl)}, [&](const redisReply& reply) {
+    if (reply.type != REDIS_REPLY_INTEGER) return Unexpected(name_, kRenew, reply);
+    return reply.integer == 1 ? absl::OkStatus() : LeaseLostError(id);
+  });
+}
+
+absl::Status RedisSnapshotStore::ReleaseLease(const std::string& id,
+                                              const std::string& token) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  return Eval(kRelease, {LeaseKey(id)}, {token}, [&](const redisReply& reply) {
+    if (reply.type == REDIS_REPLY_INTEGER) return absl::OkStatus();
+    return Unexpected(name_, kRelease, reply);
+  });
+}
+
+absl::StatusOr<int64_t> RedisSnapshotStore::PutFenced(const std::string& id,
+                                                      std::string_view bytes,
+                                                      absl::Duration ttl,
+                                                      const std::string& token,
+                                                      int64_t generation) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
+  if (absl::Status s = ValidateGeneration(generation); !s.ok()) return s;
+  int64_t written = 0;
+  absl::Status status = Eval(
+      kPutFenced, {LeaseKey(id), GenerationKey(id), Key(id)},
+      {token, absl::StrCat(generation), bytes, TtlMs(ttl)}, [&](const redisReply& reply) {
+        if (reply.type == REDIS_REPLY_INTEGER) {
+          written = reply.integer;
+          return absl::OkStatus();
+        }
+        // {'lost'} or {'stale', stored generation}.
+        if (reply.type != REDIS_REPLY_ARRAY || reply.elements < 1 ||
+            !IsString(*reply.element[0])) {
+          return Unexpected(name_, kPutFenced, reply);
+        }
+        const absl::string_view why(reply.element[0]->str, reply.element[0]->len);
+        if (why == "lost") return LeaseLostError(id);
+        if (why != "stale" || reply.elements != 2 || !IsString(*reply.element[1])) {
+          return Unexpected(name_, kPutFenced, reply);
+        }
+        int64_t stored;
+        if (absl::Status s = ParseGeneration(name_, kPutFenced, *reply.element[1], &stored);
+            !s.ok()) {
+          return s;
+        }
+        return StaleGenerationError(id, generation, stored);
+      });
+  if (!status.ok()) return status;
+  return written;
+}
+
+absl::StatusOr<std::pair<std::string, int64_t>> RedisSnapshotStore::GetWithGeneration(
+    const std::string& id) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  std::pair<std::string, int64_t> result;
+  absl::Status status = Eval(
+      kGetWithGeneration, {Key(id), GenerationKey(id)}, {}, [&](const redisReply& reply) {
+        if (reply.type == REDIS_REPLY_NIL) return NoSnapshot(id, name_);
+        if (reply.type != REDIS_REPLY_ARRAY || reply.elements != 2 ||
+            !IsString(*reply.element[0]) || !IsString(*reply.element[1])) {
+          return Unexpected(name_, kGetWithGeneration, reply);
+        }
+        result.first.assign(reply.element[0]->str, reply.element[0]->len);
+        return ParseGeneration(name_, kGetWithGeneration, *reply.element[1],
+                               &result.second);
+      });
+  if (!status.ok()) return status;
+  return result;
+}
+
+absl::Status RedisSnapshotStore::Run(std::initializer_list<std::string_view> args,
+                                     OnReply on_reply) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ReplyPtr> reply = CommandLocked(args);
+  if (!reply.ok()) return reply.status();
+  if ((*reply)->type == REDIS_REPLY_ERROR) {
+    return StoreUnavailable(
+        name_, absl::StrCat(std::string(*args.begin()), ": ", ErrorText(**reply)));
+  }
+  return on_reply(**reply);
+}
+
+absl::Status RedisSnapshotStore::Eval(Script script,
+                                      std::initializer_list<std::string_view> keys,
+                                      std::initializer_list<std::string_view> args,
+                                      OnReply on_reply) {
+  static_assert(std::size(kRedisScripts) == kScripts, "one text per Script");
+  const RedisScript& text = kRedisScripts[script];
+  const std::string num_keys = absl::StrCat(keys.size());
+  absl::MutexLock lock(&mu_);
+  std::string& sha = script_sha_[script];
+  if (sha.empty()) {
+    absl::StatusOr<ReplyPtr> loaded = CommandLocked({"SCRIPT", "LOAD", text.source});
+    if (!loaded.ok()) return loaded.status();
+    if (!IsString(**loaded)) {
+      return StoreUnavailable(
+          name_, absl::StrCat(text.name, " script: SCRIPT LOAD: ", ErrorText(**loaded)));
+    }
+    sha.assign((*loaded)->str, (*loaded)->len);
+  }
+  std::vector<std::string_view> argv = {"EVALSHA", sha, num_keys};
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::StatusOr<ReplyPtr> reply = CommandLocked(argv);
+  if (reply.ok() && (*reply)->type == REDIS_REPLY_ERROR &&
+      absl::StartsWith(ErrorText(**reply), "NOSCRIPT")) {
+    // The server forgot it (restarted, or SCRIPT FLUSH): EVAL caches it there again.
+    argv[0] = "EVAL";
+    argv[1] = text.source;
+    reply = CommandLocked(argv);
+  }
+  if (!reply.ok()) return reply.status();
+  if ((*reply)->type == REDIS_REPLY_ERROR) {
+    return StoreUnavailable(name_,
+                            absl::StrCat(text.name, " script: ", ErrorText(**reply)));
+  }
+  return on_reply(**reply);
+}
+
+absl::StatusOr<RedisSnapshotStore::ReplyPtr> RedisSnapshotStore::CommandLocked(
+    const std::vector<std::string_view>& args) {
   std::vector<const char*> argv;
   std::vector<size_t> lengths;
   for (std::string_view arg : args) {
     argv.push_back(arg.data());
     lengths.push_back(arg.size());
   }
-  absl::MutexLock lock(&mu_);
   for (int attempt = 0;; ++attempt) {
     const bool reused = context_ != nullptr;
     if (!reused) {
@@ -154,14 +341,7 @@ absl::Status RedisSnapshotStore::Run(
       }
       return StoreUnavailable(name_, reason);
     }
-    std::unique_ptr<redisReply, void (*)(void*)> reply(static_cast<redisReply*>(raw),
-                                                       freeReplyObject);
-    if (reply->type == REDIS_REPLY_ERROR) {
-      return StoreUnavailable(name_,
-                              absl::StrCat(std::string(*args.begin()), ": ",
-                                           absl::string_view(reply->str, reply->len)));
-    }
-    return on_reply(*reply);
+    return ReplyPtr(static_cast<redisReply*>(raw), freeReplyObject);
   }
 }
 

@@ -1,10 +1,13 @@
 // The Redis backend of SnapshotStore (hiredis, synchronous, one connection).
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
@@ -19,9 +22,21 @@ struct redisReply;
 
 namespace attnserve::store {
 
-// Snapshots as Redis strings under `attnserve:session:<id>`, written with SET ... PX so
-// Redis expires them itself (RemoveExpired is a no-op). Values are sent as counted
-// arguments, so any bytes round-trip.
+// Snapshots as Redis strings under `attnserve:session:<id>`, expired by Redis itself
+// (RemoveExpired is a no-op). Values are sent as counted arguments, so any bytes
+// round-trip.
+//
+// Leases and generations (DESIGN.md §7, one Redis, fenced writes, not Redlock): the
+// generation is an integer under `attnserve:gen:<id>`, the lease a random token under
+// `attnserve:lease:<id>` with its own expiry. Every operation that touches more than one
+// key is one Lua script, so Redis runs it without anything in between: taking a lease (SET
+// NX PX) reads the generation in the same script; a fenced write checks the lease's token
+// and the generation, then writes the bytes and the raised generation; a plain Put raises
+// the generation too; renewing and releasing compare the token first, so a holder never
+// extends or deletes someone else's lease. Writes give the snapshot and its generation the
+// same absolute expiry (PEXPIREAT from the script's TIME), so one never outlives the other.
+// Scripts are loaded once (SCRIPT LOAD) and run by SHA (EVALSHA); a server that forgot them
+// (a restart, SCRIPT FLUSH) gets the source again (EVAL).
 //
 // One connection, used under a mutex: calls from many threads queue for it. It is opened
 // on first use, not by Create, so the server may start before Redis. An I/O error frees
@@ -53,19 +68,52 @@ class RedisSnapshotStore : public SnapshotStore {
   absl::Status Delete(const std::string& id) override;
   // Always 0: Redis expires keys itself.
   absl::StatusOr<int> RemoveExpired() override { return 0; }
+  absl::StatusOr<LeaseGrant> AcquireLease(const std::string& id,
+                                          absl::Duration ttl) override;
+  absl::Status RenewLease(const std::string& id, const std::string& token,
+                          absl::Duration ttl) override;
+  absl::Status ReleaseLease(const std::string& id, const std::string& token) override;
+  absl::StatusOr<int64_t> PutFenced(const std::string& id, std::string_view bytes,
+                                    absl::Duration ttl, const std::string& token,
+                                    int64_t generation) override;
+  absl::StatusOr<std::pair<std::string, int64_t>> GetWithGeneration(
+      const std::string& id) override;
   const std::string& name() const override { return name_; }
 
-  // The key holding `id`'s snapshot: "attnserve:session:<id>".
+  // The keys of session `id`: its snapshot "attnserve:session:<id>", its generation
+  // "attnserve:gen:<id>" and its lease "attnserve:lease:<id>".
   static std::string Key(const std::string& id);
+  static std::string GenerationKey(const std::string& id);
+  static std::string LeaseKey(const std::string& id);
 
  private:
+  // The Lua scripts: indexes into kRedisScripts (redis_scripts.h).
+  enum Script {
+    kPut,
+    kPutFenced,
+    kGetWithGeneration,
+    kAcquire,
+    kRenew,
+    kRelease,
+    kScripts
+  };
+  using ReplyPtr = std::unique_ptr<redisReply, void (*)(void*)>;
+  using OnReply = absl::FunctionRef<absl::Status(const redisReply&)>;
+
   explicit RedisSnapshotStore(Address address);
 
-  // Runs the command `args` (connecting first if needed) and passes a non-error reply to
-  // `on_reply`, whose status is returned. An error reply or a failure to reach Redis is
+  // Runs the command `args` and passes a non-error reply to `on_reply`, whose status is
+  // returned. An error reply ("<command>: <error>") or a failure to reach Redis is
   // UNAVAILABLE.
-  absl::Status Run(std::initializer_list<std::string_view> args,
-                   absl::FunctionRef<absl::Status(const redisReply&)> on_reply);
+  absl::Status Run(std::initializer_list<std::string_view> args, OnReply on_reply);
+  // Runs `script` with `keys` and `args` (EVALSHA, or EVAL if Redis lacks it) and passes a
+  // non-error reply to `on_reply`; errors as Run, named "<script> script: <error>".
+  absl::Status Eval(Script script, std::initializer_list<std::string_view> keys,
+                    std::initializer_list<std::string_view> args, OnReply on_reply);
+  // Sends `args` (connecting first if needed) and returns the reply, error replies
+  // included; UNAVAILABLE if Redis cannot be reached.
+  absl::StatusOr<ReplyPtr> CommandLocked(const std::vector<std::string_view>& args)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ConnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DisconnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -73,6 +121,9 @@ class RedisSnapshotStore : public SnapshotStore {
   const std::string name_;
   absl::Mutex mu_;
   redisContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // null: not connected
+  // Each script's SHA1 as SCRIPT LOAD answered it; empty until first used. Kept across
+  // reconnects (a SHA names the same script on any server).
+  std::string script_sha_[kScripts] ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace attnserve::store

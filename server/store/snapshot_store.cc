@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -97,12 +98,39 @@ absl::Status ValidateSnapshotTtl(absl::Duration ttl) {
       absl::StrCat("snapshot ttl must be positive, got ", absl::FormatDuration(ttl)));
 }
 
+absl::Status ValidateGeneration(int64_t generation) {
+  if (generation >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("generation must not be negative, got ", generation));
+}
+
 absl::Duration RoundTtl(absl::Duration ttl) {
   return absl::Ceil(ttl, absl::Milliseconds(1));
 }
 
 absl::Status StoreUnavailable(const std::string& store_name, absl::string_view what) {
   return absl::UnavailableError(absl::StrCat("session store ", store_name, ": ", what));
+}
+
+std::string NewLeaseToken() {
+  // BitGen seeds itself from the OS's entropy, so tokens differ across processes too.
+  absl::BitGen random;
+  return absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16),
+                      absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16));
+}
+
+absl::Status LeaseHeldError(const std::string& id) {
+  return absl::AbortedError(absl::StrCat("session ", id, " is leased by another writer"));
+}
+
+absl::Status LeaseLostError(const std::string& id) {
+  return absl::AbortedError(absl::StrCat("session ", id, ": lease lost"));
+}
+
+absl::Status StaleGenerationError(const std::string& id, int64_t generation,
+                                  int64_t stored) {
+  return absl::AbortedError(absl::StrCat("session ", id, ": stale generation ", generation,
+                                         ", the store has ", stored));
 }
 
 }  // namespace attnserve::store

@@ -8,7 +8,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <ostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -19,40 +18,16 @@
 namespace attnserve::store {
 namespace {
 
+using ::attnserve::store::testing::Backend;
+using ::attnserve::store::testing::BackendName;
 using ::attnserve::store::testing::FreeLoopbackPort;
-using ::attnserve::store::testing::RedisServer;
 using ::attnserve::store::testing::TempDir;
 using ::testing::HasSubstr;
 
 constexpr char kId[] = "0123456789abcdef0123456789abcdef";
 constexpr absl::Duration kTtl = absl::Hours(1);
 
-enum class Backend { kDir, kRedis };
-void PrintTo(Backend backend, std::ostream* os) {
-  *os << (backend == Backend::kDir ? "dir" : "redis");
-}
-
-class SnapshotStoreTest : public ::testing::TestWithParam<Backend> {
- protected:
-  void SetUp() override {
-    if (GetParam() == Backend::kDir) {
-      spec_ = "dir:" + dir_.path() + "/snapshots";
-    } else {
-      auto redis = RedisServer::Start();
-      ASSERT_TRUE(redis.ok()) << redis.status();
-      redis_ = *std::move(redis);
-      spec_ = redis_->spec();
-    }
-    auto store = OpenSnapshotStore(spec_);
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = *std::move(store);
-  }
-
-  TempDir dir_;
-  std::unique_ptr<RedisServer> redis_;
-  std::string spec_;
-  std::unique_ptr<SnapshotStore> store_;  // destroyed before the server it talks to
-};
+using SnapshotStoreTest = ::attnserve::store::testing::BackendTest;
 
 TEST_P(SnapshotStoreTest, NameIsTheSpec) { EXPECT_EQ(store_->name(), spec_); }
 
@@ -185,10 +160,7 @@ TEST_P(SnapshotStoreTest, ConcurrentPutsAndGetsNeverSeeATornValue) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, SnapshotStoreTest,
-                         ::testing::Values(Backend::kDir, Backend::kRedis),
-                         [](const ::testing::TestParamInfo<Backend>& info) {
-                           return info.param == Backend::kDir ? "Dir" : "Redis";
-                         });
+                         ::testing::Values(Backend::kDir, Backend::kRedis), BackendName);
 
 TEST(OpenSnapshotStoreTest, RejectsOtherSpecsNamingTheAcceptedForms) {
   const std::string kBad[] = {"",

@@ -19,6 +19,8 @@
 #include <system_error>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace attnserve::store::testing {
@@ -182,6 +184,80 @@ RedisReplyPtr RawCommand(redisContext* context, const char* format, ...) {
   void* reply = context != nullptr ? redisvCommand(context, format, args) : nullptr;
   va_end(args);
   return RedisReplyPtr(static_cast<redisReply*>(reply), freeReplyObject);
+}
+
+void PrintTo(Backend backend, std::ostream* os) {
+  *os << (backend == Backend::kDir ? "dir" : "redis");
+}
+
+std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
+  return info.param == Backend::kDir ? "Dir" : "Redis";
+}
+
+void BackendTest::SetUp() {
+  if (GetParam() == Backend::kDir) {
+    spec_ = "dir:" + dir_.path() + "/snapshots";
+  } else {
+    auto redis = RedisServer::Start();
+    ASSERT_TRUE(redis.ok()) << redis.status();
+    redis_ = *std::move(redis);
+    spec_ = redis_->spec();
+  }
+  store_ = OpenAnother();
+  ASSERT_NE(store_, nullptr);
+}
+
+std::unique_ptr<SnapshotStore> BackendTest::OpenAnother() const {
+  auto store = OpenSnapshotStore(spec_);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? *std::move(store) : nullptr;
+}
+
+absl::Status RunCounterWriter(SnapshotStore& store, const std::string& id, int rounds,
+                              int* handoffs) {
+  // Long enough that no holder loses its lease while others queue for it.
+  constexpr absl::Duration kTtl = absl::Seconds(30);
+  int64_t last_written = -1;
+  if (handoffs != nullptr) *handoffs = 0;
+  for (int round = 0; round < rounds; ++round) {
+    absl::StatusOr<LeaseGrant> grant;
+    // Retries while another writer has its (short) turn, pausing briefly as a real client
+    // would: spinning on the lease file would slow the holder's directory operations down.
+    while (absl::IsAborted((grant = store.AcquireLease(id, kTtl)).status())) {
+      absl::SleepFor(absl::Microseconds(100));
+    }
+    if (!grant.ok()) return grant.status();
+    absl::Cleanup release = [&] { store.ReleaseLease(id, grant->token).IgnoreError(); };
+    int64_t counter = 0;
+    int64_t generation = 0;
+    auto read = store.GetWithGeneration(id);
+    if (read.ok()) {
+      if (!absl::SimpleAtoi(read->first, &counter)) {
+        return absl::InternalError(
+            absl::StrCat("bytes \"", read->first, "\" are no counter"));
+      }
+      generation = read->second;
+    } else if (!absl::IsNotFound(read.status())) {
+      return read.status();
+    }
+    if (generation != grant->generation || counter != generation) {
+      return absl::InternalError(absl::StrCat(
+          "round ", round, ": granted generation ", grant->generation, ", read generation ",
+          generation, " with counter ", counter, ": another writer interleaved"));
+    }
+    auto written =
+        store.PutFenced(id, absl::StrCat(counter + 1), kTtl, grant->token, generation);
+    if (!written.ok()) return written.status();
+    if (*written != generation + 1) {
+      return absl::InternalError(absl::StrCat("round ", round, ": wrote generation ",
+                                              *written, " over ", generation));
+    }
+    if (handoffs != nullptr && generation != last_written) ++*handoffs;
+    last_written = *written;
+    std::move(release).Cancel();
+    if (absl::Status s = store.ReleaseLease(id, grant->token); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace attnserve::store::testing

@@ -1,11 +1,14 @@
-// Real parts for the store tests: a temporary directory, a manual clock, and a private
-// redis-server (Debian's /usr/bin/redis-server) on a free loopback port.
+// Real parts for the store tests: a temporary directory, a manual clock, a private
+// redis-server (Debian's /usr/bin/redis-server) on a free loopback port, a fixture over
+// both backends, and the writer loop of the one-writer race tests.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 #include <sys/types.h>
 
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "absl/status/status.h"
@@ -94,5 +97,35 @@ RedisContextPtr ConnectRaw(int port);
 // Runs a printf-style command (hiredis formatting) on `context`; a null reply on I/O
 // errors.
 RedisReplyPtr RawCommand(redisContext* context, const char* format, ...);
+
+enum class Backend { kDir, kRedis };
+void PrintTo(Backend backend, std::ostream* os);
+// "Dir" or "Redis", for INSTANTIATE_TEST_SUITE_P.
+std::string BackendName(const ::testing::TestParamInfo<Backend>& info);
+
+// A fixture with `store_` open on a fresh place of the parameter's backend: a directory or
+// a private redis-server.
+class BackendTest : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override;
+  // Another store object on the same place (its own connection, its own leases).
+  std::unique_ptr<SnapshotStore> OpenAnother() const;
+
+  TempDir dir_;
+  std::unique_ptr<RedisServer> redis_;
+  std::string spec_;
+  std::unique_ptr<SnapshotStore> store_;  // destroyed before the server it talks to
+};
+
+// One writer of the race tests, `rounds` times: takes the lease on `id` (retrying while
+// another holds it), reads the counter (decimal bytes, absent = 0) with its generation,
+// writes counter + 1 fenced by that generation, releases. Every session it touches must be
+// written only by such writers: then each read must find counter == generation == the
+// grant's generation, and each fenced write must succeed with generation + 1. The first
+// violation is INTERNAL saying what happened; a store error is returned as is. `handoffs`
+// (if not null) counts the rounds that found another writer's write, so a test can tell
+// that the writers did interleave. Uses no gtest assertions, so a forked child may run it.
+absl::Status RunCounterWriter(SnapshotStore& store, const std::string& id, int rounds,
+                              int* handoffs = nullptr);
 
 }  // namespace attnserve::store::testing
