@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
+#include "client/retry.h"
 #include "client/turn.h"
 
 namespace attnserve::client {
@@ -25,8 +26,10 @@ constexpr CommandHelp kBenchHelp = {
     "aggregate tokens/s, the time to first token (client-side: from sending\n"
     "the request to the first token message) and the inter-token latency\n"
     "(between consecutive token messages of a turn) as nearest-rank\n"
-    "p50/p95/p99 in ms, and the number of errors (failed session creations,\n"
-    "turns and closes). Exit status 1 when there were errors.\n"};
+    "p50/p95/p99 in ms, the number of errors (failed session creations,\n"
+    "turns and closes), of retries (refused requests sent again)\n"
+    "and of turns continued after a server's shutdown, both as in\n"
+    "'generate --help'. Exit status 1 when there were errors.\n"};
 
 double Millis(Clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
@@ -38,15 +41,18 @@ void RecordError(BenchSamples* samples, const std::string& message) {
 
 // One session's thread: create, run the turns, close.
 void RunSession(v1::AttnServe::Stub& stub, const GlobalOptions& global,
-                const BenchOptions& options, BenchSamples* samples) {
+                const RetryClock& clock, const BenchOptions& options,
+                BenchSamples* samples) {
   std::string session_id;
   {
-    grpc::ClientContext context;
-    SetDeadline(&context, global, kUnaryTimeoutSeconds);
     v1::CreateSessionRequest request;
     request.set_model(options.model);
     v1::Session session;
-    grpc::Status status = stub.CreateSession(&context, request, &session);
+    RetryLoop loop(global, kUnaryTimeoutSeconds, clock);
+    const grpc::Status status = loop.Run("", [&](grpc::ClientContext* context) {
+      return stub.CreateSession(context, request, &session);
+    });
+    samples->retries += loop.retries();
     if (!status.ok()) return RecordError(samples, FormatRpcError(status));
     session_id = session.id();
   }
@@ -60,7 +66,7 @@ void RunSession(v1::AttnServe::Stub& stub, const GlobalOptions& global,
     Clock::time_point last = Clock::now();
     bool first = true;
     const TurnResult result =
-        RunTurn(stub, request, global, [&](const v1::Token&) {
+        RunTurn(stub, request, global, clock, [&](const v1::Token&) {
           const Clock::time_point now = Clock::now();
           (first ? samples->ttft_ms : samples->itl_ms)
               .push_back(Millis(now - last));
@@ -68,15 +74,20 @@ void RunSession(v1::AttnServe::Stub& stub, const GlobalOptions& global,
           last = now;
         });
     samples->generated_tokens += result.token_messages;
+    samples->retries += result.retries;
+    samples->continuations += result.continuations;
     const std::string error = TurnError(result);
     if (!error.empty()) RecordError(samples, error);
   }
-  grpc::ClientContext context;
-  SetDeadline(&context, global, kUnaryTimeoutSeconds);
   v1::CloseSessionRequest close;
   close.set_session_id(session_id);
   v1::CloseSessionResponse response;
-  grpc::Status status = stub.CloseSession(&context, close, &response);
+  RetryLoop loop(global, kUnaryTimeoutSeconds, clock);
+  const grpc::Status status =
+      loop.Run(session_id, [&](grpc::ClientContext* context) {
+        return stub.CloseSession(context, close, &response);
+      });
+  samples->retries += loop.retries();
   if (!status.ok()) RecordError(samples, FormatRpcError(status));
 }
 
@@ -120,6 +131,8 @@ BenchReport SummarizeBench(const BenchOptions& options,
   for (const BenchSamples& s : samples) {
     report.generated_tokens += s.generated_tokens;
     report.errors += s.errors;
+    report.retries += s.retries;
+    report.continuations += s.continuations;
     if (report.first_error.empty()) report.first_error = s.first_error;
     ttft.insert(ttft.end(), s.ttft_ms.begin(), s.ttft_ms.end());
     itl.insert(itl.end(), s.itl_ms.begin(), s.itl_ms.end());
@@ -148,7 +161,10 @@ std::string FormatBenchText(const BenchReport& r) {
       absl::StrFormat("inter-token        p50 %s  p95 %s  p99 %s  (%d gaps)\n",
                       Ms(r.itl_ms.p50), Ms(r.itl_ms.p95), Ms(r.itl_ms.p99),
                       r.itl_ms.count),
-      absl::StrFormat("errors             %d\n", r.errors));
+      absl::StrFormat("errors             %d\n", r.errors),
+      absl::StrFormat("retries            %d (%d turns continued after a "
+                      "shutdown)\n",
+                      r.retries, r.continuations));
 }
 
 std::string FormatBenchJson(const BenchReport& r) {
@@ -162,7 +178,8 @@ std::string FormatBenchJson(const BenchReport& r) {
                       ",\"tokens_per_s\":", JsonNumber(r.tokens_per_second),
                       ",\"ttft_ms\":", JsonPercentiles(r.ttft_ms),
                       ",\"itl_ms\":", JsonPercentiles(r.itl_ms),
-                      ",\"errors\":", r.errors, "}");
+                      ",\"errors\":", r.errors, ",\"retries\":", r.retries,
+                      ",\"continuations\":", r.continuations, "}");
 }
 
 int RunBench(const Args& args, GlobalOptions options, const Io& io) {
@@ -199,8 +216,8 @@ int RunBench(const Args& args, GlobalOptions options, const Io& io) {
   std::vector<std::thread> threads;
   const Clock::time_point start = Clock::now();
   for (BenchSamples& s : samples) {
-    threads.emplace_back([&stub, &options, &bench, &s] {
-      RunSession(*stub, options, bench, &s);
+    threads.emplace_back([&stub, &options, &io, &bench, &s] {
+      RunSession(*stub, options, io.clock, bench, &s);
     });
   }
   for (std::thread& thread : threads) thread.join();

@@ -33,6 +33,11 @@ struct BenchOptions {
 struct BenchSamples {
   int64_t generated_tokens = 0;  // token messages received
   int64_t errors = 0;            // failed session creations and failed turns
+  // Requests sent again after UNAVAILABLE or CANCELLED (client/retry.h):
+  // session creations and closes, and turns refused before their first token.
+  int64_t retries = 0;
+  // Turns continued after a server's shutdown stopped them (RunTurn).
+  int64_t continuations = 0;
   std::vector<double> ttft_ms;  // per turn: request sent -> first token message
   std::vector<double> itl_ms;   // between consecutive token messages of a turn
   std::string first_error;      // the first error's message, if any
@@ -46,6 +51,8 @@ struct BenchReport {
   Percentiles ttft_ms;
   Percentiles itl_ms;
   int64_t errors = 0;
+  int64_t retries = 0;
+  int64_t continuations = 0;
   std::string first_error;
 };
 

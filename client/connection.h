@@ -5,11 +5,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
+#include <functional>
 #include <istream>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "attnserve/v1/attnserve.grpc.pb.h"
 #include "client/flags.h"
 
@@ -26,6 +29,16 @@ inline constexpr int kExitUsage = 2;
 // No connection to the server within --connect_timeout.
 inline constexpr int kExitUnreachable = 3;
 
+// How a command tells the time and waits between retries (client/retry.h):
+// the real clock, or a test's fake that advances its own time instead of
+// sleeping. Both functions may be called from several threads at once (bench).
+struct RetryClock {
+  std::function<absl::Time()> now = [] { return absl::Now(); };
+  std::function<void(absl::Duration)> sleep = [](absl::Duration d) {
+    absl::SleepFor(d);
+  };
+};
+
 // Where a command reads and writes. main() passes the process streams; tests
 // pass memory streams.
 struct Io {
@@ -38,6 +51,7 @@ struct Io {
   // line.
   bool out_is_terminal = false;
   EnvLookup env = ProcessEnv();
+  RetryClock clock;
 };
 
 // Flags accepted before the command and after it.

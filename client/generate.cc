@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
+#include "client/retry.h"
 #include "client/turn.h"
 
 namespace attnserve::client {
@@ -25,8 +26,19 @@ constexpr CommandHelp kGenerateHelp = {
     "time to first token. PROMPT - reads the prompt bytes from stdin.\n"
     "--print_ids and --logprobs add lines to stderr before that one. Exit\n"
     "status 0 when generation finishes by stop or length, 1 on an error, a\n"
-    "cancellation or the server's shutdown (finish=shutdown: the turn stopped\n"
-    "at a consistent position, which the session keeps).\n"};
+    "cancellation or a shutdown that could not be continued (finish=shutdown:\n"
+    "the turn stopped at a consistent position, which the session keeps; a\n"
+    "one-turn session cannot be continued).\n"
+    "\n"
+    "Several replicas: a request refused with UNAVAILABLE before its first\n"
+    "token (a replica draining, or the session busy on another one), or\n"
+    "cancelled by a replica that is stopping, is sent again: up to 8\n"
+    "attempts, waiting 50 ms, 100 ms, 200 ms, ... (+-20%) within 10 s and\n"
+    "--timeout. When a server's shutdown stops a turn on a --session after\n"
+    "some tokens, up to 3 turns with an empty prompt and max_tokens less the\n"
+    "tokens received continue it, and one finish line covers the whole turn.\n"
+    "Greedy output is then the same as without the stop; seeded output is\n"
+    "not, since each continuation starts its sampler from the seed again.\n"};
 
 constexpr CommandHelp kChatHelp = {
     "chat", "[flags]",
@@ -34,7 +46,8 @@ constexpr CommandHelp kChatHelp = {
     "turn on the same session; the reply is written to stdout as it streams,\n"
     "followed by a newline unless it already ends with one. Creates a session\n"
     "for the conversation (unless --session) and closes it at the end (unless\n"
-    "--keep). Stops at the first failed turn.\n"};
+    "--keep). Stops at the first failed turn. Turns are retried and continued\n"
+    "after a server's shutdown as 'generate --help' describes.\n"};
 
 // Flags common to generate and chat.
 struct TurnFlags {
@@ -109,7 +122,7 @@ int RunGenerate(const Args& args, GlobalOptions options, const Io& io) {
   StreamWriter writer{io.out};
   std::vector<v1::Token> tokens;
   const TurnResult result =
-      RunTurn(*stub, request, options, [&](const v1::Token& token) {
+      RunTurn(*stub, request, options, io.clock, [&](const v1::Token& token) {
         writer.Write(token);
         if (logprobs || print_ids) tokens.push_back(token);
       });
@@ -161,12 +174,16 @@ int RunChat(const Args& args, GlobalOptions options, const Io& io) {
   std::string session_id = turn.session;
   const bool created = session_id.empty();
   if (created) {
-    grpc::ClientContext context;
-    SetDeadline(&context, options, kUnaryTimeoutSeconds);
     v1::CreateSessionRequest create;
     create.set_model(turn.model);
     v1::Session session;
-    grpc::Status status = stub->CreateSession(&context, create, &session);
+    // Sent again when refused: a replica that created the session and then
+    // failed leaves an orphan, which its TTL closes.
+    const grpc::Status status =
+        RetryLoop(options, kUnaryTimeoutSeconds, io.clock)
+            .Run("", [&](grpc::ClientContext* context) {
+              return stub->CreateSession(context, create, &session);
+            });
     if (!status.ok()) return ReportRpcError(io, status);
     session_id = session.id();
   }
@@ -187,7 +204,7 @@ int RunChat(const Args& args, GlobalOptions options, const Io& io) {
     *request.mutable_sampling() = sampling;
     StreamWriter writer{io.out};
     const TurnResult result =
-        RunTurn(*stub, request, options,
+        RunTurn(*stub, request, options, io.clock,
                 [&](const v1::Token& token) { writer.Write(token); });
     if (writer.last != '\n') absl::FPrintF(io.out, "\n");
     std::fflush(io.out);
@@ -200,12 +217,14 @@ int RunChat(const Args& args, GlobalOptions options, const Io& io) {
   if (io.in_is_terminal) absl::FPrintF(io.err, "\n");
 
   if (created && !keep) {
-    grpc::ClientContext context;
-    SetDeadline(&context, options, kUnaryTimeoutSeconds);
     v1::CloseSessionRequest close;
     close.set_session_id(session_id);
     v1::CloseSessionResponse response;
-    grpc::Status status = stub->CloseSession(&context, close, &response);
+    const grpc::Status status =
+        RetryLoop(options, kUnaryTimeoutSeconds, io.clock)
+            .Run(session_id, [&](grpc::ClientContext* context) {
+              return stub->CloseSession(context, close, &response);
+            });
     if (!status.ok()) {
       ReportRpcError(io, status);
       if (code == kExitOk) code = kExitFailure;

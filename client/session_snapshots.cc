@@ -10,6 +10,7 @@
 #include "attnserve/v1/attnserve.grpc.pb.h"
 #include "client/commands.h"
 #include "client/format.h"
+#include "client/retry.h"
 #include "client/snapshot_file.h"
 
 namespace attnserve::client {
@@ -52,32 +53,37 @@ int ReportLocalError(const Io& io, const absl::Status& status) {
 }
 
 // Calls ExportSession and writes the chunks to `out`, counting them in
-// `*received`. Returns kExitOk when all the bytes the server announced have
-// arrived; otherwise reports why and returns the exit code.
+// `*received`; a call refused (RetryLoop) before its first chunk is sent
+// again. Returns kExitOk when all the bytes the server announced have arrived;
+// otherwise reports why and returns the exit code.
 int ReceiveSnapshot(v1::AttnServe::Stub& stub, const std::string& id,
                     const GlobalOptions& options, const Io& io,
                     SnapshotWriter& out, int64_t* received) {
-  grpc::ClientContext context;
-  SetDeadline(&context, options, kStreamingTimeoutSeconds);
   v1::ExportSessionRequest request;
   request.set_session_id(id);
-  std::unique_ptr<grpc::ClientReader<v1::SnapshotChunk>> reader =
-      stub.ExportSession(&context, request);
-  v1::SnapshotChunk chunk;
-  int64_t total = -1;
+  RetryLoop loop(options, kStreamingTimeoutSeconds, io.clock);
+  int64_t total = -1;  // set by the first chunk
   absl::Status written = absl::OkStatus();
-  while (reader->Read(&chunk)) {
-    if (total < 0) total = chunk.total_bytes();
-    written = out.Write(chunk.data());
-    if (!written.ok()) {
-      context.TryCancel();
-      while (reader->Read(&chunk)) {
+  grpc::Status status;
+  do {
+    grpc::ClientContext context;
+    loop.Prepare(&context, id);
+    std::unique_ptr<grpc::ClientReader<v1::SnapshotChunk>> reader =
+        stub.ExportSession(&context, request);
+    v1::SnapshotChunk chunk;
+    while (reader->Read(&chunk)) {
+      if (total < 0) total = chunk.total_bytes();
+      written = out.Write(chunk.data());
+      if (!written.ok()) {
+        context.TryCancel();
+        while (reader->Read(&chunk)) {
+        }
+        break;
       }
-      break;
+      *received += static_cast<int64_t>(chunk.data().size());
     }
-    *received += static_cast<int64_t>(chunk.data().size());
-  }
-  const grpc::Status status = reader->Finish();
+    status = reader->Finish();
+  } while (total < 0 && loop.Retry(status));  // nothing written yet
   if (!written.ok()) return ReportLocalError(io, written);
   if (!status.ok()) return ReportRpcError(io, status);
   if (total > 0 && *received != total) {
@@ -90,36 +96,43 @@ int ReceiveSnapshot(v1::AttnServe::Stub& stub, const std::string& id,
 }
 
 // Calls ImportSession with the bytes of `in` in messages of at most
-// kChunkBytes, `ttl_seconds` in the first, counting them in `*sent`. Returns
-// kExitOk with the new session in `*session`; otherwise reports why and
-// returns the exit code.
+// kChunkBytes, `ttl_seconds` in the first, counting them in `*sent`. A call
+// refused (RetryLoop) is sent again from the first byte when `in` can
+// rewind (a file, not stdin); like CreateSession, a replica that imported and
+// then failed leaves an orphan session, which its TTL closes. Returns kExitOk
+// with the new session in `*session`; otherwise reports why and returns the
+// exit code.
 int SendSnapshot(v1::AttnServe::Stub& stub, int64_t ttl_seconds,
                  const GlobalOptions& options, const Io& io, SnapshotReader& in,
                  int64_t* sent, v1::Session* session) {
-  grpc::ClientContext context;
-  SetDeadline(&context, options, kStreamingTimeoutSeconds);
-  std::unique_ptr<grpc::ClientWriter<v1::ImportSessionRequest>> writer =
-      stub.ImportSession(&context, session);
-  v1::ImportSessionRequest request;
-  request.set_ttl_seconds(ttl_seconds);
-  int64_t messages = 0;
-  absl::Status read;
+  RetryLoop loop(options, kStreamingTimeoutSeconds, io.clock);
   while (true) {
-    read = in.Read(kChunkBytes, request.mutable_data());
-    // An empty FILE still sends one message, so that the server judges it.
-    if (!read.ok() || (request.data().empty() && messages > 0)) break;
-    *sent += static_cast<int64_t>(request.data().size());
-    ++messages;
-    // false: the server has ended the call; Finish() says why.
-    if (!writer->Write(request)) break;
-    request.clear_ttl_seconds();
+    *sent = 0;
+    grpc::ClientContext context;
+    loop.Prepare(&context, "");
+    std::unique_ptr<grpc::ClientWriter<v1::ImportSessionRequest>> writer =
+        stub.ImportSession(&context, session);
+    v1::ImportSessionRequest request;
+    request.set_ttl_seconds(ttl_seconds);
+    int64_t messages = 0;
+    absl::Status read;
+    while (true) {
+      read = in.Read(kChunkBytes, request.mutable_data());
+      // An empty FILE still sends one message, so that the server judges it.
+      if (!read.ok() || (request.data().empty() && messages > 0)) break;
+      *sent += static_cast<int64_t>(request.data().size());
+      ++messages;
+      // false: the server has ended the call; Finish() says why.
+      if (!writer->Write(request)) break;
+      request.clear_ttl_seconds();
+    }
+    if (!read.ok()) context.TryCancel();
+    writer->WritesDone();
+    const grpc::Status status = writer->Finish();
+    if (!read.ok()) return ReportLocalError(io, read);
+    if (status.ok()) return kExitOk;
+    if (!in.Rewind() || !loop.Retry(status)) return ReportRpcError(io, status);
   }
-  if (!read.ok()) context.TryCancel();
-  writer->WritesDone();
-  const grpc::Status status = writer->Finish();
-  if (!read.ok()) return ReportLocalError(io, read);
-  if (!status.ok()) return ReportRpcError(io, status);
-  return kExitOk;
 }
 
 }  // namespace
@@ -199,13 +212,16 @@ int RunSessionsFork(const Args& args, GlobalOptions options, const Io& io) {
   }
   std::unique_ptr<v1::AttnServe::Stub> stub = ConnectStub(options, io, &code);
   if (stub == nullptr) return code;
-  grpc::ClientContext context;
-  SetDeadline(&context, options, kUnaryTimeoutSeconds);
   v1::ForkSessionRequest request;
   request.set_session_id(positional[0]);
   request.set_ttl_seconds(ttl_seconds);
   v1::Session session;
-  grpc::Status status = stub->ForkSession(&context, request, &session);
+  // Sent again when refused, like CreateSession: at worst an orphan copy.
+  const grpc::Status status =
+      RetryLoop(options, kUnaryTimeoutSeconds, io.clock)
+          .Run(request.session_id(), [&](grpc::ClientContext* context) {
+            return stub->ForkSession(context, request, &session);
+          });
   if (!status.ok()) return ReportRpcError(io, status);
   absl::FPrintF(io.out, "%s\n", session.id());
   return kExitOk;

@@ -9,6 +9,7 @@
 #include "attnserve/v1/attnserve.grpc.pb.h"
 #include "client/commands.h"
 #include "client/format.h"
+#include "client/retry.h"
 
 namespace attnserve::client {
 namespace {
@@ -34,6 +35,13 @@ constexpr char kSessionsUsage[] =
     "  fork [--ttl_seconds=N] ID\n"
     "             a new session with a copy of ID's state; prints its id\n"
     "             alone on stdout\n"
+    "\n"
+    "Calls that name a session send its id in the x-session-id header too,\n"
+    "for a load balancer that routes by it. A call refused with UNAVAILABLE\n"
+    "(a replica draining) or cancelled by a replica that is stopping is sent\n"
+    "again, up to 8 attempts within 10 s and --timeout; an export only\n"
+    "before its first chunk, an import only from a file (stdin cannot be\n"
+    "read twice).\n"
     "\n"
     "Run 'attnserve_client sessions <subcommand> --help' for its flags.\n";
 
@@ -93,10 +101,14 @@ int SessionsCreate(const Args& args, GlobalOptions options, const Io& io) {
   request.set_ttl_seconds(ttl);
   std::unique_ptr<v1::AttnServe::Stub> stub = ConnectStub(options, io, &code);
   if (stub == nullptr) return code;
-  grpc::ClientContext context;
-  SetDeadline(&context, options, kUnaryTimeoutSeconds);
   v1::Session session;
-  grpc::Status status = stub->CreateSession(&context, request, &session);
+  // Sent again when refused: a replica that created the session and then
+  // failed leaves an orphan, which its TTL closes.
+  const grpc::Status status =
+      RetryLoop(options, kUnaryTimeoutSeconds, io.clock)
+          .Run("", [&](grpc::ClientContext* context) {
+            return stub->CreateSession(context, request, &session);
+          });
   if (!status.ok()) return ReportRpcError(io, status);
   absl::FPrintF(io.out, "%s\n", session.id());
   return kExitOk;
@@ -121,12 +133,14 @@ int SessionsGet(const Args& args, GlobalOptions options, const Io& io) {
   auto stub =
       ParseAndConnect(kGetHelp, 1, args, options, io, &positional, &code);
   if (stub == nullptr) return code;
-  grpc::ClientContext context;
-  SetDeadline(&context, options, kUnaryTimeoutSeconds);
   v1::GetSessionRequest request;
   request.set_session_id(positional[0]);
   v1::Session session;
-  grpc::Status status = stub->GetSession(&context, request, &session);
+  const grpc::Status status =
+      RetryLoop(options, kUnaryTimeoutSeconds, io.clock)
+          .Run(request.session_id(), [&](grpc::ClientContext* context) {
+            return stub->GetSession(context, request, &session);
+          });
   if (!status.ok()) return ReportRpcError(io, status);
   PrintSession(io, session);
   return kExitOk;
@@ -138,11 +152,14 @@ int SessionsList(const Args& args, GlobalOptions options, const Io& io) {
   auto stub =
       ParseAndConnect(kListHelp, 0, args, options, io, &positional, &code);
   if (stub == nullptr) return code;
-  grpc::ClientContext context;
-  SetDeadline(&context, options, kUnaryTimeoutSeconds);
   v1::ListSessionsResponse response;
-  grpc::Status status =
-      stub->ListSessions(&context, v1::ListSessionsRequest(), &response);
+  const grpc::Status status =
+      RetryLoop(options, kUnaryTimeoutSeconds, io.clock)
+          .Run("", [&](grpc::ClientContext* context) {
+            response.Clear();
+            return stub->ListSessions(context, v1::ListSessionsRequest(),
+                                      &response);
+          });
   if (!status.ok()) return ReportRpcError(io, status);
   if (response.sessions().empty()) {
     absl::FPrintF(io.out, "no sessions\n");
@@ -170,12 +187,16 @@ int SessionsClose(const Args& args, GlobalOptions options, const Io& io) {
   auto stub =
       ParseAndConnect(kCloseHelp, 1, args, options, io, &positional, &code);
   if (stub == nullptr) return code;
-  grpc::ClientContext context;
-  SetDeadline(&context, options, kUnaryTimeoutSeconds);
   v1::CloseSessionRequest request;
   request.set_session_id(positional[0]);
   v1::CloseSessionResponse response;
-  grpc::Status status = stub->CloseSession(&context, request, &response);
+  // Sent again when refused; a close that did happen before the replica failed
+  // makes the retry NOT_FOUND.
+  const grpc::Status status =
+      RetryLoop(options, kUnaryTimeoutSeconds, io.clock)
+          .Run(request.session_id(), [&](grpc::ClientContext* context) {
+            return stub->CloseSession(context, request, &response);
+          });
   if (!status.ok()) return ReportRpcError(io, status);
   absl::FPrintF(io.out, "closed %s\n", positional[0]);
   return kExitOk;

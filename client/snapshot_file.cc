@@ -125,4 +125,8 @@ absl::Status SnapshotReader::Read(size_t max_bytes, std::string* data) {
   return absl::OkStatus();
 }
 
+bool SnapshotReader::Rewind() {
+  return stream_ == nullptr && lseek(fd_, 0, SEEK_SET) == 0;
+}
+
 }  // namespace attnserve::client

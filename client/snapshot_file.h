@@ -70,6 +70,10 @@ class SnapshotReader {
   // Replaces `*data` with the next bytes: `max_bytes` of them unless the input
   // ends first, none at the end.
   absl::Status Read(size_t max_bytes, std::string* data);
+  // Starts reading again from the first byte, so that a refused import can be
+  // sent again. False when the input cannot go back: stdin, or a file that
+  // does not seek (a pipe).
+  bool Rewind();
   // PATH, or "stdin" for "-": for messages.
   const std::string& name() const { return name_; }
 

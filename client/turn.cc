@@ -1,11 +1,13 @@
 #include "client/turn.h"
 
 #include <memory>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/retry.h"
 
 namespace attnserve::client {
 namespace {
@@ -54,6 +56,75 @@ bool IsHex(const std::string& s) {
     if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) return false;
   }
   return true;
+}
+
+// One Generate call, sent again while it is refused (RetryLoop) before its
+// first token.
+TurnResult CallGenerate(v1::AttnServe::Stub& stub,
+                        const v1::GenerateRequest& request,
+                        const GlobalOptions& options, const RetryClock& clock,
+                        const std::function<void(const v1::Token&)>& on_token) {
+  RetryLoop loop(options, kStreamingTimeoutSeconds, clock);
+  TurnResult result;
+  while (true) {
+    result = TurnResult();
+    grpc::ClientContext context;
+    loop.Prepare(&context, request.session_id());
+    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+        stub.Generate(&context, request);
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+      if (response.has_token()) {
+        ++result.token_messages;
+        on_token(response.token());
+      } else if (response.has_final()) {
+        result.final = std::move(*response.mutable_final());
+      }
+    }
+    result.status = reader->Finish();
+    // After a token the session has moved on: sending the request again would
+    // append its prompt twice.
+    if (result.token_messages > 0 || result.final.has_value() ||
+        !loop.Retry(result.status)) {
+      break;
+    }
+  }
+  result.retries = loop.retries();
+  return result;
+}
+
+// Whether `turn` (so far) was stopped by a server's shutdown in a way that a
+// continuation turn on another replica can pick up; see RunTurn.
+bool CanContinue(const v1::GenerateRequest& request, const TurnResult& turn) {
+  const int32_t max_tokens = request.sampling().max_tokens();
+  return turn.status.ok() && turn.final.has_value() &&
+         turn.final->reason() == v1::FINISH_REASON_SHUTDOWN &&
+         !request.session_id().empty() && turn.token_messages > 0 &&
+         turn.continuations < kMaxContinuations &&
+         (max_tokens == 0 || turn.token_messages < max_tokens);
+}
+
+// Folds a continuation's result into the turn's. A continuation that failed
+// with an error status leaves the turn's final (the shutdown stop) as it was,
+// for the finish line before the error; one that ended OK without a final
+// message leaves none, which TurnError reports.
+void MergeContinuation(TurnResult leg, TurnResult* turn) {
+  turn->status = leg.status;
+  turn->token_messages += leg.token_messages;
+  turn->retries += leg.retries;
+  ++turn->continuations;
+  if (!leg.final.has_value()) {
+    if (leg.status.ok()) turn->final.reset();
+    return;
+  }
+  const v1::Usage first = turn->final->usage();
+  v1::Final& final = *turn->final;
+  final = std::move(*leg.final);
+  v1::Usage* usage = final.mutable_usage();
+  usage->set_prompt_tokens(first.prompt_tokens());
+  usage->set_generated_tokens(first.generated_tokens() +
+                              usage->generated_tokens());
+  usage->set_time_to_first_token_ms(first.time_to_first_token_ms());
 }
 
 }  // namespace
@@ -105,24 +176,21 @@ absl::Status FillSampling(const SamplingFlags& flags,
 
 TurnResult RunTurn(v1::AttnServe::Stub& stub,
                    const v1::GenerateRequest& request,
-                   const GlobalOptions& options,
+                   const GlobalOptions& options, const RetryClock& clock,
                    const std::function<void(const v1::Token&)>& on_token) {
-  TurnResult result;
-  grpc::ClientContext context;
-  SetDeadline(&context, options, kStreamingTimeoutSeconds);
-  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
-      stub.Generate(&context, request);
-  v1::GenerateResponse response;
-  while (reader->Read(&response)) {
-    if (response.has_token()) {
-      ++result.token_messages;
-      on_token(response.token());
-    } else if (response.has_final()) {
-      result.final = std::move(*response.mutable_final());
+  TurnResult turn = CallGenerate(stub, request, options, clock, on_token);
+  v1::GenerateRequest next = request;
+  next.clear_prompt();
+  const int32_t max_tokens = request.sampling().max_tokens();
+  while (CanContinue(request, turn)) {
+    if (max_tokens > 0) {
+      next.mutable_sampling()->set_max_tokens(
+          max_tokens - static_cast<int32_t>(turn.token_messages));
     }
+    MergeContinuation(CallGenerate(stub, next, options, clock, on_token),
+                      &turn);
   }
-  result.status = reader->Finish();
-  return result;
+  return turn;
 }
 
 std::string TurnError(const TurnResult& result) {

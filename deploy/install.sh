@@ -35,6 +35,8 @@ PACKAGES=(
   prometheus docker-compose python3-grpcio python3-protobuf
   # session store: the Redis backend (client library) and its tests (a real redis-server)
   libhiredis-dev redis-server
+  # tests/e2e: the gRPC proxies in front of several replicas (deploy/haproxy, deploy/nginx)
+  haproxy nginx
   # deploy/models/plot.sh: the training-curve plot
   gnuplot-nox
 )

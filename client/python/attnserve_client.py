@@ -13,14 +13,25 @@ error messages are those of the same `attnserve_client` command.
                                       a new session from the snapshot in FILE (- for
                                       stdin): its id alone on stdout, a summary on stderr
   sessions fork ID [--ttl_seconds N]  a new session with a copy of ID's state: its id
+Several replicas: calls that name a session send its id in the x-session-id header too,
+for a load balancer that routes by it. A call refused with UNAVAILABLE (a replica
+draining, or the session busy on another one) or cancelled by a replica that is stopping
+(the client cancels none itself) is sent again, up to 8 attempts waiting
+50 ms, 100 ms, 200 ms, ... (+-20%) within 10 s and the call's timeout: a turn only before
+its first token, an export before its first chunk, an import only from a file. A turn on
+a named session (--session, chat) that a server's shutdown stopped after some tokens is
+continued by up to 3 turns with an empty prompt and max_tokens less the tokens received;
+greedy output is then the same as without the stop, seeded output is not (each
+continuation starts its sampler from the seed again).
 Exit status: 0 ok; 1 an error status ("attnserve: CODE: message"), a turn that ended in
-error, cancelled or stopped by a shutdown, or a file that could not be read or written;
-2 bad command line; 3 no connection within --connect_timeout.
+error, cancelled or stopped by a shutdown it could not continue, or a file that could not
+be read or written; 2 bad command line; 3 no connection within --connect_timeout.
 """
 import argparse
 import contextlib
 import errno
 import os
+import random
 import sys
 import tempfile
 import time
@@ -30,35 +41,125 @@ from attnserve.v1 import attnserve_pb2 as pb
 from attnserve.v1 import attnserve_pb2_grpc as pb_grpc
 
 CHUNK = 1 << 20  # import sends at most this many snapshot bytes per message
+UNARY_TIMEOUT = 10  # seconds, for create, close and fork
+# Retry of refused calls, as the C++ client's (client/retry.h): attempts at most, first
+# wait (doubling, +-20%), and no retry starting later than the budget after the first.
+RETRY_ATTEMPTS, RETRY_FIRST_WAIT, RETRY_JITTER, RETRY_BUDGET = 8, 0.05, 0.2, 10.0
+RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+# Reconnect within a second, as the C++ client does: gRPC's default backoff (1 s, then
+# 1.6x) would fail the retries fast for seconds after a restarted server is back.
+RECONNECT = (("grpc.initial_reconnect_backoff_ms", 100),
+             ("grpc.min_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 1000))
+MAX_CONTINUATIONS = 3  # turns continuing one that a server's shutdown stopped
 
 
 class Failed(Exception):  # no error status, but a turn did not end by stop or length, an
     pass                  # export came up short, or a file could not be read or written
 
 
+def routed(session_id):
+    """Metadata of a call that names a session: the header the load balancer routes by."""
+    return (("x-session-id", session_id),) if session_id else ()
+
+
+def with_retry(attempt, timeout, resend_ok=lambda: True):
+    """Returns attempt(seconds left of `timeout`), calling it again after an UNAVAILABLE
+    or CANCELLED error (a stopping server cancels the calls that reach it) while
+    resend_ok() says the same request may be sent again and the bounds allow:
+    RETRY_ATTEMPTS, RETRY_BUDGET, and none that would start past the deadline. Raises
+    the last error."""
+    start = time.monotonic()
+    deadline = start + timeout
+    for attempts in range(1, RETRY_ATTEMPTS + 1):
+        try:
+            return attempt(deadline - time.monotonic())
+        except grpc.RpcError as error:
+            wait = (RETRY_FIRST_WAIT * 2 ** (attempts - 1)
+                    * random.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER))
+            resume = time.monotonic() + wait
+            if (error.code() not in RETRIED or not resend_ok()
+                    or attempts == RETRY_ATTEMPTS or resume > start + RETRY_BUDGET
+                    or resume >= deadline):
+                raise
+            time.sleep(wait)
+
+
+def stream_turn(stub, request, timeout, write):
+    """One Generate call, sent again while refused before its first token (after one,
+    the same request would append its prompt twice). Calls write(bytes) per token;
+    returns (final message or None, tokens received)."""
+    tokens = [0]
+
+    def attempt(seconds):
+        final = None
+        for response in stub.Generate(request, timeout=seconds,
+                                      metadata=routed(request.session_id)):
+            if response.HasField("final"):
+                final = response.final
+            else:
+                tokens[0] += 1
+                write(response.token.text)
+        return final
+
+    final = with_retry(attempt, timeout, lambda: tokens[0] == 0)
+    return final, tokens[0]
+
+
+def finish_line(final):
+    u, reason = final.usage, pb.FinishReason.Name(final.reason)
+    return (f"[finish={reason.removeprefix('FINISH_REASON_').lower()} "
+            f"prompt_tokens={u.prompt_tokens} generated_tokens={u.generated_tokens} "
+            f"position={u.session_position} ttft_ms={u.time_to_first_token_ms:.1f}]\n")
+
+
 def run_turn(stub, args, text, session_id="", end_line=False):
-    """Streams one Generate turn's bytes to stdout (then a newline if end_line and they do
-    not end with one) and its finish line to stderr. Raises grpc.RpcError or Failed."""
+    """Streams one turn's bytes to stdout (then a newline if end_line and they do not end
+    with one) and its finish line to stderr. A turn on a named session that a server's
+    shutdown stopped after some tokens (saved there; any replica continues it) is
+    continued by up to MAX_CONTINUATIONS turns with an empty prompt and max_tokens less
+    the tokens received; a one-turn session is gone, and before the first token the
+    prompt may be only partly consumed. Raises grpc.RpcError or Failed."""
     sampling = pb.SamplingParams(temperature=args.temperature, seed=args.seed,
                                  max_tokens=args.max_tokens)
     request = pb.GenerateRequest(session_id=session_id, text=text, sampling=sampling)
-    final, last = None, b"\n"
-    for response in stub.Generate(request, timeout=args.timeout):
-        if response.HasField("final"):
-            final = response.final
-        elif response.token.text:  # special tokens (EOS) carry no bytes
-            sys.stdout.buffer.write(response.token.text)
+    last = [b"\n"]
+
+    def write(data):
+        if data:  # special tokens (EOS) carry no bytes
+            sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
-            last = response.token.text[-1:]
-    if end_line and last != b"\n":
-        sys.stdout.buffer.write(b"\n")
-        sys.stdout.buffer.flush()
+            last[0] = data[-1:]
+
+    def end():
+        if end_line and last[0] != b"\n":
+            sys.stdout.buffer.write(b"\n")
+            sys.stdout.buffer.flush()
+
+    final, tokens = stream_turn(stub, request, args.timeout, write)
+    request.ClearField("prompt")
+    for _ in range(MAX_CONTINUATIONS):
+        if (final is None or final.reason != pb.FINISH_REASON_SHUTDOWN or not session_id
+                or tokens == 0 or 0 < args.max_tokens <= tokens):
+            break
+        if args.max_tokens:
+            request.sampling.max_tokens = args.max_tokens - tokens
+        try:
+            more, got = stream_turn(stub, request, args.timeout, write)
+        except grpc.RpcError:  # the stop, then why it could not be continued
+            end()
+            sys.stderr.write(finish_line(final))
+            raise
+        tokens += got
+        if more is not None:  # one final for the whole turn
+            more.usage.prompt_tokens = final.usage.prompt_tokens
+            more.usage.generated_tokens += final.usage.generated_tokens
+            more.usage.time_to_first_token_ms = final.usage.time_to_first_token_ms
+        final = more
+    end()
     if final is None:
         raise Failed("attnserve: the stream ended without a final message")
-    u, reason = final.usage, pb.FinishReason.Name(final.reason)
-    sys.stderr.write(f"[finish={reason.removeprefix('FINISH_REASON_').lower()} "
-                     f"prompt_tokens={u.prompt_tokens} generated_tokens={u.generated_tokens} "
-                     f"position={u.session_position} ttft_ms={u.time_to_first_token_ms:.1f}]\n")
+    sys.stderr.write(finish_line(final))
+    reason = pb.FinishReason.Name(final.reason)
     if final.reason == pb.FINISH_REASON_SHUTDOWN:  # stopped at a consistent position
         raise Failed("attnserve: generation stopped: the server is shutting down"
                      + (f": {final.error}" if final.error else ""))
@@ -67,13 +168,18 @@ def run_turn(stub, args, text, session_id="", end_line=False):
 
 
 def chat(stub, args):
-    session = stub.CreateSession(pb.CreateSessionRequest(), timeout=10)
+    # Sent again after UNAVAILABLE: a replica that created the session and then failed
+    # leaves an orphan, which its TTL closes.
+    session = with_retry(lambda seconds: stub.CreateSession(
+        pb.CreateSessionRequest(), timeout=seconds), UNARY_TIMEOUT)
     print(f"[session {session.id}]", file=sys.stderr)
     try:  # each turn sends only its new text; the session holds the conversation
         for turn in args.turns:
             run_turn(stub, args, turn.encode() + b"\n", session.id, end_line=True)
     finally:
-        stub.CloseSession(pb.CloseSessionRequest(session_id=session.id), timeout=10)
+        with_retry(lambda seconds: stub.CloseSession(
+            pb.CloseSessionRequest(session_id=session.id), timeout=seconds,
+            metadata=routed(session.id)), UNARY_TIMEOUT)
 
 
 def summary(n, start):  # "2.5 MiB (2621457 bytes) in 12.3 ms", sizes as the C++ client
@@ -107,12 +213,17 @@ def open_snapshot_file(args):
 
 def export_session(stub, args, out, temp):
     start, total, received = time.monotonic(), None, 0
-    try:
+
+    def attempt(seconds):
+        nonlocal total, received
         for chunk in stub.ExportSession(pb.ExportSessionRequest(session_id=args.id),
-                                        timeout=args.timeout):
+                                        timeout=seconds, metadata=routed(args.id)):
             total = chunk.total_bytes if total is None else total
             out.write(chunk.data)
             received += len(chunk.data)
+
+    try:
+        with_retry(attempt, args.timeout, lambda: total is None)  # no chunk written yet
         if total and received != total:
             raise Failed(f"attnserve: the export of {args.id} ended after {received} of "
                          f"{total} bytes")
@@ -128,30 +239,38 @@ def export_session(stub, args, out, temp):
 
 
 def import_session(stub, args, source):
-    start, sent, read_error = time.monotonic(), [0], []
+    start, read_error, counts = time.monotonic(), [], []
+    # Only a file can be sent again from its first byte; stdin is gone.
+    rewindable = args.file != "-" and source.seekable()
 
-    def requests():  # on a gRPC thread: a read error ends the stream, reported below
-        first = True
+    def requests(sent):  # on a gRPC thread: a read error ends the stream, reported below
+        first, offset = True, 0
         while True:
-            try:
-                data = source.read(CHUNK)
+            try:  # pread: the thread of a refused attempt may still be reading the file
+                data = (os.pread(source.fileno(), CHUNK, offset) if rewindable
+                        else source.read(CHUNK))
             except OSError as error:
                 return read_error.append(error)
             if not data and not first:  # an empty FILE still sends one message
                 return
+            offset += len(data)
             sent[0] += len(data)
             yield pb.ImportSessionRequest(data=data,
                                           ttl_seconds=args.ttl_seconds if first else 0)
             first = False
 
-    try:
-        session = stub.ImportSession(requests(), timeout=args.timeout)
+    def attempt(seconds):
+        counts.append([0])
+        return stub.ImportSession(requests(counts[-1]), timeout=seconds)
+
+    try:  # a replica that imported and then failed leaves an orphan, as with create
+        session = with_retry(attempt, args.timeout, lambda: rewindable and not read_error)
     finally:
         if read_error:
             raise Failed(f"attnserve: cannot read {args.file}: {read_error[0].strerror}")
     print(session.id)
     where = "stdin" if args.file == "-" else args.file
-    print(f"imported {session.id} from {where}: {summary(sent[0], start)}, "
+    print(f"imported {session.id} from {where}: {summary(counts[-1][0], start)}, "
           f"position {session.position}", file=sys.stderr)
 
 
@@ -197,7 +316,8 @@ def run(stub, args, snapshot_file, temp):
         import_session(stub, args, snapshot_file)
     else:
         request = pb.ForkSessionRequest(session_id=args.id, ttl_seconds=args.ttl_seconds)
-        print(stub.ForkSession(request, timeout=10).id)
+        print(with_retry(lambda seconds: stub.ForkSession(
+            request, timeout=seconds, metadata=routed(args.id)), UNARY_TIMEOUT).id)
 
 
 def main():
@@ -206,7 +326,7 @@ def main():
     try:
         if args.command == "sessions" and args.action != "fork":
             snapshot_file, temp = open_snapshot_file(args)  # a bad FILE fails at once
-        with grpc.insecure_channel(args.server) as channel:
+        with grpc.insecure_channel(args.server, options=RECONNECT) as channel:
             try:
                 grpc.channel_ready_future(channel).result(timeout=args.connect_timeout)
             except grpc.FutureTimeoutError:

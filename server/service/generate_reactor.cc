@@ -151,7 +151,7 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
                   session::SessionStore* store, scheduler::Scheduler* scheduler,
                   const RequestLimits& limits, grpc::CallbackServerContext* context,
                   const v1::GenerateRequest* request)
-      : service_(service) {
+      : service_(service), arrival_(absl::Now()) {
     // Claiming the session may load it from a durable store: off gRPC's threads.
     auto start = [=] {
       absl::Status s = Start(models, store, scheduler, limits, context, *request);
@@ -212,7 +212,7 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     std::shared_ptr<session::Session> session = lease.shared();
     model_ = std::shared_ptr<const session::ServedModel>(
         session, &session->served());  // aliasing: keeps the session alive
-    parsed->turn.arrival = absl::Now();
+    parsed->turn.arrival = arrival_;  // time to first token includes loading the session
     parsed->turn.deadline = absl::FromChrono(context->deadline());
     auto sink = std::make_shared<StreamSink>(this, service_, scheduler, model_);
     sink->set_session_id(session->id());
@@ -233,6 +233,7 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   }
 
   AttnServeService* const service_;
+  const absl::Time arrival_;
   std::shared_ptr<const session::ServedModel> model_;
   std::mutex mu_;
   std::shared_ptr<StreamSink> sink_;  // guarded by mu_; set once by Start

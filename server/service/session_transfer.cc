@@ -101,6 +101,7 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
         return;
       }
       declared_ = *total;
+      bytes_.reserve(declared_);
     }
     const uint64_t limit = declared_ > 0 ? declared_ : session::kSnapshotFixedHeaderBytes;
     if (bytes_.size() > limit && declared_ > 0) {

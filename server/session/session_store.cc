@@ -283,28 +283,39 @@ void SessionStore::RemoveLocked(Session& s) {
 
 absl::Status SessionStore::Close(const std::string& id) {
   bool in_memory = false, ephemeral = false;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it != sessions_.end()) {
+      in_memory = true;
+      ephemeral = it->second->ephemeral_;
+    }
+  }
+  if (options_.durable && !ephemeral) {
+    // The stored copy goes first: if the store cannot be reached, nothing changes and
+    // the client may retry, rather than the session coming back later from the store.
+    if (!in_memory) {
+      auto generation = options_.durable->GetGeneration(id);
+      if (!generation.ok()) return generation.status();
+      if (*generation == 0) return NotFound(id);
+    }
+    if (absl::Status s = DeleteStored(id); !s.ok()) return s;
+  }
   std::string token;  // a store lease to give up (a busy session's turn gives up its own)
+  bool removed = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
     if (it != sessions_.end()) {
       std::shared_ptr<Session> keep = it->second;  // erase must not destroy it under us
-      ephemeral = keep->ephemeral_;
       if (!keep->busy_) std::swap(token, keep->store_token_);
       RemoveLocked(*keep);
-      in_memory = true;
+      removed = true;
     }
     spilled_.erase(id);
   }
   if (!token.empty()) leases_->Release(id, token);
-  if (!options_.durable || ephemeral) return in_memory ? absl::OkStatus() : NotFound(id);
-  if (!in_memory) {
-    // Spilled (or saved by another process): it exists if the store has it.
-    auto stored = options_.durable->Get(id);
-    if (absl::IsNotFound(stored.status())) return NotFound(id);
-    if (!stored.ok()) return stored.status();
-  }
-  return DeleteStored(id);
+  return removed || (options_.durable && !ephemeral) ? absl::OkStatus() : NotFound(id);
 }
 
 SessionInfo SessionStore::Info(const Session& s) const {
@@ -324,16 +335,46 @@ SessionInfo SessionStore::Info(const Session& s) const {
 
 absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id) {
   for (int attempt = 0; attempt < 2; ++attempt) {
+    std::shared_ptr<Session> check;
+    int64_t generation = 0;
     {
       absl::ReaderMutexLock lock(&mu_);
       auto it = sessions_.find(id);
-      if (it != sessions_.end()) return Info(*it->second);
-      if (!accepting_) return NotFound(id);
+      if (it != sessions_.end()) {
+        const Session& s = *it->second;
+        // A copy that is clean and idle here may be stale: another server sharing the
+        // store may have run turns since. Busy or dirty copies are the newest.
+        if (!options_.durable || s.ephemeral_ || s.busy_ || s.dirty_) return Info(s);
+        check = it->second;
+        generation = s.generation_;
+      } else if (!accepting_) {
+        return NotFound(id);
+      }
+    }
+    if (check) {
+      auto stored = options_.durable->GetGeneration(id);
+      if (!stored.ok() || *stored <= generation) {
+        absl::ReaderMutexLock lock(&mu_);
+        return Info(*check);  // current (or the store cannot say: what we have)
+      }
+      EvictIfStale(check, generation);
     }
     auto loaded = Load(id);
     if (!loaded.ok()) return loaded.status();
   }
   return absl::UnavailableError(absl::StrCat("session '", id, "' is moving; retry"));
+}
+
+void SessionStore::EvictIfStale(const std::shared_ptr<Session>& s, int64_t generation) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(s->id());
+  if (it == sessions_.end() || it->second != s || s->busy_ || s->dirty_ ||
+      s->generation_ != generation) {
+    return;  // changed meanwhile: the next look decides again
+  }
+  charged_bytes_ -= s->charged_bytes_;
+  s->charged_bytes_ = 0;
+  sessions_.erase(it);
 }
 
 std::vector<SessionInfo> SessionStore::List() const {

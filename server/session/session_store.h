@@ -210,7 +210,9 @@ class SessionStore {
   // NOT_FOUND if unknown. A turn in flight sees closed() and stops at its next step.
   absl::Status Close(const std::string& id);
 
-  // Loads the session if it is not in memory (errors as BeginTurn).
+  // Loads the session if it is not in memory (errors as BeginTurn). With a durable
+  // store, a copy in memory that another server has since written past is replaced by
+  // the stored one first (one generation read).
   absl::StatusOr<SessionInfo> Get(const std::string& id);
   // Sessions in this process's memory (spilled ones are not listed).
   std::vector<SessionInfo> List() const;
@@ -262,6 +264,8 @@ class SessionStore {
   absl::Status Save(Session& session);
   // gives the store lease up if the stored copy is current.
   void ReleaseIfClean(Session& session);
+  // Drops `s` from memory if it is still the idle, clean copy of `generation`.
+  void EvictIfStale(const std::shared_ptr<Session>& s, int64_t generation);
   // Writes a new session (created or imported here) as generation 1 of its id.
   absl::Status Publish(Session& session);
   // Replaces the session's state with `snapshot` (of generation `generation`).

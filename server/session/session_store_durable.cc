@@ -132,6 +132,12 @@ absl::Status SessionStore::Sync(Session& s) {
     return absl::OkStatus();
   }
   // Another server wrote a newer state since this copy was loaded: take it.
+  if (s.dirty_) {
+    std::fprintf(stderr,
+                 "attnserve: session %s: another server wrote generation %lld over this "
+                 "server's unsaved state; taking its copy\n",
+                 s.id().c_str(), static_cast<long long>(grant->generation));
+  }
   auto got = options_.durable->GetWithGeneration(s.id());
   absl::Status adopted = got.status();
   if (got.ok()) {
@@ -150,23 +156,32 @@ absl::Status SessionStore::Sync(Session& s) {
 
 absl::Status SessionStore::Save(Session& s) {
   if (s.ephemeral_) return absl::OkStatus();
-  if (s.dirty_) {
+  for (int attempt = 0; attempt < 2 && s.dirty_; ++attempt) {
     if (absl::Status st = Sync(s); !st.ok()) return st;
     if (s.store_token_.empty()) {
       return absl::UnavailableError(absl::StrCat("session store ", store_name(),
                                                  " is unreachable; not saved"));
     }
-    if (s.dirty_) {  // still ours after the sync: write it
-      const absl::Time start = absl::Now();
-      auto bytes = s.Snapshot();
-      auto written = leases_->WriteFenced(s.id(), *bytes, s.ttl_, s.store_token_, s.generation_);
-      if (store_metrics_) {
-        store_metrics_->ObserveWrite(absl::Now() - start, int64_t(bytes->size()), written.ok());
-      }
-      if (!written.ok()) return written.status();
+    if (!s.dirty_) break;  // Sync took a newer copy another server wrote
+    const absl::Time start = absl::Now();
+    auto bytes = s.Snapshot();
+    auto written = leases_->WriteFenced(s.id(), *bytes, s.ttl_, s.store_token_, s.generation_);
+    if (store_metrics_) {
+      store_metrics_->ObserveWrite(absl::Now() - start, int64_t(bytes->size()), written.ok());
+    }
+    if (written.ok()) {
       s.generation_ = *written;
       s.dirty_ = false;
+      break;
     }
+    if (!absl::IsAborted(written.status())) return written.status();
+    // Our lease lapsed (a store restart, a long stall). Take it again: if nobody wrote
+    // meanwhile, this copy is still the newest and the next pass writes it.
+    s.store_token_.clear();
+  }
+  if (s.dirty_) {
+    return absl::AbortedError(absl::StrCat("session '", s.id(),
+                                           "': lost the store lease twice while saving"));
   }
   ReleaseIfClean(s);
   return absl::OkStatus();

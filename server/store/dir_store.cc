@@ -283,6 +283,12 @@ absl::StatusOr<std::string> DirSnapshotStore::ReadSnapshot(const std::string& id
   return bytes;
 }
 
+absl::StatusOr<int64_t> DirSnapshotStore::GetGeneration(const std::string& id) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  // One small file, replaced by rename: a reader sees one whole generation.
+  return ReadGeneration(id, now_());
+}
+
 absl::StatusOr<int64_t> DirSnapshotStore::ReadGeneration(const std::string& id,
                                                          absl::Time now) const {
   const std::string file = GenerationPath(id);

@@ -76,6 +76,7 @@ class DirSnapshotStore : public SnapshotStore {
   absl::StatusOr<int64_t> PutFenced(const std::string& id, std::string_view bytes,
                                     absl::Duration ttl, const std::string& token,
                                     int64_t generation) override;
+  absl::StatusOr<int64_t> GetGeneration(const std::string& id) override;
   absl::StatusOr<std::pair<std::string, int64_t>> GetWithGeneration(
       const std::string& id) override;
   const std::string& name() const override { return name_; }

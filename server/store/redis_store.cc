@@ -262,6 +262,18 @@ absl::StatusOr<std::pair<std::string, int64_t>> RedisSnapshotStore::GetWithGener
   return result;
 }
 
+absl::StatusOr<int64_t> RedisSnapshotStore::GetGeneration(const std::string& id) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  int64_t generation = 0;
+  absl::Status status = Run({"GET", GenerationKey(id)}, [&](const redisReply& reply) {
+    if (reply.type == REDIS_REPLY_NIL) return absl::OkStatus();
+    if (!IsString(reply)) return Unexpected(name_, kGetWithGeneration, reply);
+    return ParseGeneration(name_, kGetWithGeneration, reply, &generation);
+  });
+  if (!status.ok()) return status;
+  return generation;
+}
+
 absl::Status RedisSnapshotStore::Run(std::initializer_list<std::string_view> args,
                                      OnReply on_reply) {
   absl::MutexLock lock(&mu_);

@@ -97,6 +97,9 @@ class SnapshotStore {
   // kept generations reads as generation 0.
   virtual absl::StatusOr<std::pair<std::string, int64_t>> GetWithGeneration(
       const std::string& id) = 0;
+  // The stored snapshot's generation alone (0: none stored), without reading its bytes:
+  // for a server to tell cheaply whether its copy in memory is still the newest.
+  virtual absl::StatusOr<int64_t> GetGeneration(const std::string& id) = 0;
 
   // "dir:/path" or "redis://host:port", for messages and metrics labels.
   virtual const std::string& name() const = 0;

@@ -4,6 +4,18 @@
 # Extra arguments after the build dir go to the benchmark (e.g. --benchmark_filter=BM_Decode).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# Session transfer benchmark (export/import/fork per module, TTFT on spilled sessions on
+# dir: and redis://, drain time; ~3-5 min, markdown tables on stdout; needs
+# /usr/bin/redis-server): tests/bench/run.sh session [build-dir] [--reps=15 ...]
+# (session_bench --help lists its flags).
+if [[ ${1:-} == session ]]; then
+  shift
+  build=build
+  if [[ $# -gt 0 && ${1} != -* ]]; then build=$1; shift; fi
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$build" --target session_bench
+  exec "$build/tests/bench/session_bench" "$@"
+fi
 build=${1:-build}
 shift || true
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -22,10 +22,15 @@ TEST(SummarizeBenchTest, MergesThreadsAndComputesRate) {
   samples[1].errors = 1;
   samples[1].first_error = "attnserve: UNAVAILABLE: gone";
   samples[1].ttft_ms = {20};
+  samples[0].retries = 2;
+  samples[1].retries = 5;
+  samples[1].continuations = 1;
   const BenchReport report = SummarizeBench(options, samples, 2.0);
   EXPECT_EQ(report.generated_tokens, 40);
   EXPECT_DOUBLE_EQ(report.tokens_per_second, 20);
   EXPECT_EQ(report.errors, 1);
+  EXPECT_EQ(report.retries, 7);
+  EXPECT_EQ(report.continuations, 1);
   EXPECT_EQ(report.first_error, "attnserve: UNAVAILABLE: gone");
   EXPECT_EQ(report.ttft_ms.count, 3u);
   EXPECT_EQ(report.ttft_ms.p50, 20);
@@ -45,7 +50,7 @@ TEST(FormatBenchTest, JsonIsOneLineWithNullForMissingPercentiles) {
       "null,"
       "\"count\":0},\"itl_ms\":{\"p50\":null,\"p95\":null,\"p99\":null,"
       "\"count\":0},"
-      "\"errors\":0}");
+      "\"errors\":0,\"retries\":0,\"continuations\":0}");
 }
 
 TEST(FormatBenchTest, TextHasOneLabelledLinePerFigure) {
@@ -53,6 +58,8 @@ TEST(FormatBenchTest, TextHasOneLabelledLinePerFigure) {
   s.generated_tokens = 100;
   s.ttft_ms = {12.5};
   s.itl_ms = {2, 4};
+  s.retries = 3;
+  s.continuations = 1;
   const std::string text =
       FormatBenchText(SummarizeBench(BenchOptions(), {s}, 4.0));
   EXPECT_THAT(text, HasSubstr("generated tokens   100\n"));
@@ -63,6 +70,8 @@ TEST(FormatBenchTest, TextHasOneLabelledLinePerFigure) {
   EXPECT_THAT(text, HasSubstr("inter-token        p50 2.00 ms  p95 4.00 ms  "
                               "p99 4.00 ms  (2 gaps)\n"));
   EXPECT_THAT(text, HasSubstr("errors             0\n"));
+  EXPECT_THAT(text, HasSubstr("retries            3 (1 turns continued after "
+                              "a shutdown)\n"));
 }
 
 }  // namespace

@@ -258,7 +258,8 @@ TEST_F(ClientTest, BenchCountsTokensTurnsAndLatencies) {
   EXPECT_THAT(run.out,
               HasSubstr(",\"count\":6},\"itl_ms\":"));  // one TTFT per turn
   EXPECT_THAT(run.out,
-              HasSubstr(",\"count\":18},\"errors\":0}\n"));  // 3 gaps per turn
+              HasSubstr(",\"count\":18},\"errors\":0,\"retries\":0,"
+                        "\"continuations\":0}\n"));  // 3 gaps per turn
   EXPECT_EQ(service_.create_requests().size(), 3u);
   EXPECT_EQ(service_.closed().size(), 3u);
   const auto requests = service_.generate_requests();

@@ -11,13 +11,18 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "attnserve/v1/attnserve.grpc.pb.h"
 #include "client/commands.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -26,6 +31,12 @@ namespace attnserve::client::test {
 
 namespace v1 = ::attnserve::v1;
 namespace health = ::grpc::health::v1;
+
+// One AttnServe call as the fake received it.
+struct Call {
+  std::string method;                         // "Generate", "GetSession", ...
+  std::optional<std::string> session_header;  // x-session-id, if sent
+};
 
 // Answers every AttnServe method from a script and records the requests.
 class FakeAttnServe final : public v1::AttnServe::Service {
@@ -36,6 +47,19 @@ class FakeAttnServe final : public v1::AttnServe::Service {
       generate_status;  // returned after the tokens; OK sends a Final first
   v1::FinishReason reason = v1::FINISH_REASON_LENGTH;
   std::string final_error;
+  // What the next Generate calls do, first first; once they are used up,
+  // calls follow `tokens`, `generate_status` and `reason`.
+  struct GenerateScript {
+    std::vector<std::string> tokens;
+    grpc::Status status;  // after the tokens; OK sends a Final first
+    v1::FinishReason reason = v1::FINISH_REASON_LENGTH;
+  };
+  std::deque<GenerateScript> generate_scripts;
+  // The next `refusals` calls of any method answer `refusal` at once (after
+  // being recorded in calls()), as a draining replica does.
+  int refusals = 0;
+  grpc::Status refusal = {grpc::StatusCode::UNAVAILABLE,
+                          "the server is shutting down; no new turns"};
   // What ExportSession streams for a known session, in chunks of at most
   // `export_chunk_bytes`, the first announcing `export_total_bytes` (-1: the
   // size of `snapshot`). A non-OK `export_status` ends the call after the
@@ -48,35 +72,49 @@ class FakeAttnServe final : public v1::AttnServe::Service {
   grpc::Status import_status;
 
   grpc::Status Generate(
-      grpc::ServerContext*, const v1::GenerateRequest* request,
+      grpc::ServerContext* context, const v1::GenerateRequest* request,
       grpc::ServerWriter<v1::GenerateResponse>* writer) override {
     Record(&generate_requests_, *request);
-    for (size_t i = 0; i < tokens.size(); ++i) {
+    if (grpc::Status status = Arrive("Generate", context); !status.ok()) {
+      return status;
+    }
+    GenerateScript script{tokens, generate_status, reason};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!generate_scripts.empty()) {
+        script = generate_scripts.front();
+        generate_scripts.pop_front();
+      }
+    }
+    for (size_t i = 0; i < script.tokens.size(); ++i) {
       v1::GenerateResponse response;
-      response.mutable_token()->set_text(tokens[i]);
+      response.mutable_token()->set_text(script.tokens[i]);
       response.mutable_token()->set_id(100 + static_cast<int>(i));
       if (request->logprobs()) response.mutable_token()->set_logprob(-0.5f);
       writer->Write(response);
     }
-    if (!generate_status.ok()) return generate_status;
+    if (!script.status.ok()) return script.status;
     v1::GenerateResponse response;
     v1::Final* final = response.mutable_final();
-    final->set_reason(reason);
+    final->set_reason(script.reason);
     final->set_error(final_error);
     final->set_session_id(request->session_id());
     final->mutable_usage()->set_prompt_tokens(
         static_cast<int>(request->text().size()));
     final->mutable_usage()->set_generated_tokens(
-        static_cast<int>(tokens.size()));
+        static_cast<int>(script.tokens.size()));
     final->mutable_usage()->set_session_position(70 + request->text().size());
     final->mutable_usage()->set_time_to_first_token_ms(1.5);
     writer->Write(response);
     return grpc::Status::OK;
   }
 
-  grpc::Status CreateSession(grpc::ServerContext*,
+  grpc::Status CreateSession(grpc::ServerContext* context,
                              const v1::CreateSessionRequest* request,
                              v1::Session* session) override {
+    if (grpc::Status status = Arrive("CreateSession", context); !status.ok()) {
+      return status;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     create_requests_.push_back(*request);
     session->set_id("s" + std::to_string(create_requests_.size()));
@@ -92,9 +130,12 @@ class FakeAttnServe final : public v1::AttnServe::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status GetSession(grpc::ServerContext*,
+  grpc::Status GetSession(grpc::ServerContext* context,
                           const v1::GetSessionRequest* request,
                           v1::Session* session) override {
+    if (grpc::Status status = Arrive("GetSession", context); !status.ok()) {
+      return status;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sessions_.find(request->session_id());
     if (it == sessions_.end()) return NotFound(request->session_id());
@@ -102,9 +143,12 @@ class FakeAttnServe final : public v1::AttnServe::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status CloseSession(grpc::ServerContext*,
+  grpc::Status CloseSession(grpc::ServerContext* context,
                             const v1::CloseSessionRequest* request,
                             v1::CloseSessionResponse*) override {
+    if (grpc::Status status = Arrive("CloseSession", context); !status.ok()) {
+      return status;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     closed_.push_back(request->session_id());
     if (sessions_.erase(request->session_id()) == 0)
@@ -112,9 +156,12 @@ class FakeAttnServe final : public v1::AttnServe::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ListSessions(grpc::ServerContext*,
+  grpc::Status ListSessions(grpc::ServerContext* context,
                             const v1::ListSessionsRequest*,
                             v1::ListSessionsResponse* response) override {
+    if (grpc::Status status = Arrive("ListSessions", context); !status.ok()) {
+      return status;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, session] : sessions_)
       *response->add_sessions() = session;
@@ -122,8 +169,11 @@ class FakeAttnServe final : public v1::AttnServe::Service {
   }
 
   grpc::Status ExportSession(
-      grpc::ServerContext*, const v1::ExportSessionRequest* request,
+      grpc::ServerContext* context, const v1::ExportSessionRequest* request,
       grpc::ServerWriter<v1::SnapshotChunk>* writer) override {
+    if (grpc::Status status = Arrive("ExportSession", context); !status.ok()) {
+      return status;
+    }
     if (!HasSession(request->session_id())) {
       return NotFound(request->session_id());
     }
@@ -144,9 +194,12 @@ class FakeAttnServe final : public v1::AttnServe::Service {
   }
 
   grpc::Status ImportSession(
-      grpc::ServerContext*,
+      grpc::ServerContext* context,
       grpc::ServerReader<v1::ImportSessionRequest>* reader,
       v1::Session* session) override {
+    if (grpc::Status status = Arrive("ImportSession", context); !status.ok()) {
+      return status;
+    }
     v1::ImportSessionRequest request;
     while (reader->Read(&request)) Record(&import_requests_, request);
     if (!import_status.ok()) return import_status;
@@ -157,9 +210,12 @@ class FakeAttnServe final : public v1::AttnServe::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ForkSession(grpc::ServerContext*,
+  grpc::Status ForkSession(grpc::ServerContext* context,
                            const v1::ForkSessionRequest* request,
                            v1::Session* session) override {
+    if (grpc::Status status = Arrive("ForkSession", context); !status.ok()) {
+      return status;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     fork_requests_.push_back(*request);
     auto it = sessions_.find(request->session_id());
@@ -202,6 +258,8 @@ class FakeAttnServe final : public v1::AttnServe::Service {
   std::vector<v1::ForkSessionRequest> fork_requests() {
     return Copy(fork_requests_);
   }
+  // Every call of a session method, refused ones included, in order.
+  std::vector<Call> calls() { return Copy(calls_); }
 
   // Adds a session as if created earlier.
   void AddSession(const std::string& id) {
@@ -236,6 +294,20 @@ class FakeAttnServe final : public v1::AttnServe::Service {
     config->mutable_attention()->set_order(2);
     return info;
   }
+  // Records the call and its x-session-id header; returns the refusal while
+  // refusals remain, OK otherwise.
+  grpc::Status Arrive(const char* method, grpc::ServerContext* context) {
+    Call call{method, std::nullopt};
+    const auto& metadata = context->client_metadata();
+    if (auto it = metadata.find("x-session-id"); it != metadata.end()) {
+      call.session_header = std::string(it->second.data(), it->second.size());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.push_back(std::move(call));
+    if (refusals == 0) return grpc::Status::OK;
+    --refusals;
+    return refusal;
+  }
   template <typename T>
   void Record(std::vector<T>* log, const T& value) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -254,6 +326,7 @@ class FakeAttnServe final : public v1::AttnServe::Service {
   std::vector<size_t> export_chunks_;
   std::vector<v1::ImportSessionRequest> import_requests_;
   std::vector<v1::ForkSessionRequest> fork_requests_;
+  std::vector<Call> calls_;
   int imported_ = 0;
   std::map<std::string, v1::Session> sessions_;
 };
@@ -267,6 +340,35 @@ class FakeHealth final : public health::Health::Service {
     response->set_status(status);
     return grpc::Status::OK;
   }
+};
+
+// Time for the client's retries that passes only when the client waits: now()
+// is the real time plus every wait so far, and a wait returns at once. Records
+// the waits. Thread-safe (bench waits from several threads).
+class FakeClock {
+ public:
+  RetryClock clock() {
+    RetryClock clock;
+    clock.now = [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return absl::Now() + slept_;
+    };
+    clock.sleep = [this](absl::Duration wait) {
+      std::lock_guard<std::mutex> lock(mu_);
+      waits_.push_back(wait);
+      slept_ += wait;
+    };
+    return clock;
+  }
+  std::vector<absl::Duration> waits() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return waits_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<absl::Duration> waits_;
+  absl::Duration slept_;
 };
 
 // What a command printed and returned.
@@ -287,15 +389,18 @@ inline std::string ReadAll(std::FILE* file) {
   return text;
 }
 
-// Runs the client with `args`, stdin `input`, and no environment.
+// Runs the client with `args`, stdin `input`, no environment, and `clock` for
+// its retries.
 inline Outcome RunArgs(const std::vector<std::string>& args,
-                       const std::string& input = "") {
+                       const std::string& input = "",
+                       RetryClock clock = RetryClock()) {
   std::istringstream in(input);
   Io io;
   io.out = std::tmpfile();
   io.err = std::tmpfile();
   io.in = &in;
   io.env = [](const char*) -> const char* { return nullptr; };
+  io.clock = std::move(clock);
   const int code = RunClient(args, io);
   return Outcome{code, ReadAll(io.out), ReadAll(io.err)};
 }
@@ -328,12 +433,14 @@ class ClientTest : public ::testing::Test {
   }
   void TearDown() override { server_->Shutdown(); }
 
-  // Runs `args` against the fake server (the --server flag goes first).
+  // Runs `args` against the fake server (the --server flag goes first), with
+  // clock_ for its retries.
   Outcome Client(std::vector<std::string> args, const std::string& input = "") {
     args.insert(args.begin(), server_flag_);
-    return RunArgs(args, input);
+    return RunArgs(args, input, clock_.clock());
   }
 
+  FakeClock clock_;
   FakeAttnServe service_;
   FakeHealth health_;
   std::unique_ptr<grpc::Server> server_;

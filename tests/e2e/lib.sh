@@ -44,3 +44,51 @@ start_server() {
   done
   [ "$("$client_bin" --server="$addr" health)" = SERVING ] || fail "health is not SERVING"
 }
+
+# start_named NAME ADDR METRICS_ADDR [SERVER FLAGS...]: like start_server, for scripts that
+# run several servers at once: the log is $work/NAME.log, the pid is left in started_pid.
+start_named() {
+  local name=$1 addr=$2 metrics=$3
+  shift 3
+  step "starting server $name on $addr (metrics on $metrics) $*"
+  "$server_bin" --listen="$addr" --metrics_listen="$metrics" "$@" >>"$work/$name.log" 2>&1 &
+  started_pid=$!
+  for _ in $(seq 1 150); do
+    "$client_bin" --server="$addr" --connect_timeout=0.1 health >/dev/null 2>&1 && return 0
+    kill -0 "$started_pid" 2>/dev/null || logs=$name fail "server $name exited during start-up"
+    sleep 0.1
+  done
+  logs=$name fail "server $name is not SERVING after 15 s"
+}
+
+# wait_exit PID SECONDS: waits up to SECONDS for the background child PID to exit and
+# leaves its exit status in exit_status; fails if it is still running then.
+wait_exit() {
+  local pid=$1 limit=$2 i
+  for ((i = 0; i < limit * 20; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  kill -0 "$pid" 2>/dev/null && fail "process $pid still running after ${limit}s"
+  exit_status=0
+  wait "$pid" 2>/dev/null || exit_status=$?
+}
+
+# start_redis PORT [REDIS FLAGS...]: Debian's redis-server on 127.0.0.1:PORT, data in
+# $work/redis (no snapshots unless the flags ask), log $work/redis.log, pid in redis_pid;
+# waits up to 10 s for PONG.
+start_redis() {
+  local port=$1
+  shift
+  mkdir -p "$work/redis"
+  step "starting redis-server on 127.0.0.1:$port"
+  redis-server --port "$port" --bind 127.0.0.1 --dir "$work/redis" --save "" \
+    --appendonly no --daemonize no "$@" >>"$work/redis.log" 2>&1 &
+  redis_pid=$!
+  for _ in $(seq 1 100); do
+    [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && return 0
+    kill -0 "$redis_pid" 2>/dev/null || logs=redis fail "redis-server exited during start-up"
+    sleep 0.1
+  done
+  logs=redis fail "redis-server on port $port does not answer PING after 10 s"
+}

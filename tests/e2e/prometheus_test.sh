@@ -147,8 +147,10 @@ walk(json.load(open(sys.argv[1])))' "$dashboard" >"$work/exprs"
 [ -s "$work/exprs" ] || fail "the dashboard has no queries"
 while IFS= read -r expr; do
   # Grafana's rate window variable; 60 s spans the generation above. A quantile over
-  # buckets that did not move in the window would be NaN.
-  answer=$(query "${expr//\$__rate_interval/60s}")
+  # buckets that did not move in the window would be NaN. $instance is the dashboard's
+  # replica variable: "All" is the regex .* (its allValue).
+  promql=${expr//\$__rate_interval/60s}
+  answer=$(query "${promql//\$instance/.*}")
   verdict=$("$py" -c '
 import json, math, sys
 answer, is_rate = json.loads(sys.argv[1]), "rate(" in sys.argv[2]
@@ -163,4 +165,22 @@ print(" ".join(f"{v:.4g}" for v in values))' "$answer" "$expr" 2>&1) ||
     fail "dashboard query: $expr -> $verdict; Prometheus answered $answer"
   echo "  [$verdict] $expr"
 done <"$work/exprs"
+
+step "the dashboard's replica variable lists the server (label_values of its query)"
+variable=$("$py" -c '
+import json, re, sys
+[v] = [v for v in json.load(open(sys.argv[1]))["templating"]["list"] if v["name"] == "instance"]
+metric, label = re.fullmatch(r"label_values\((\w+), (\w+)\)", v["query"]["query"]).groups()
+print(metric, label, v["allValue"])' "$dashboard") || fail "no instance variable in the dashboard"
+read -r metric label all_value <<<"$variable"
+values=$("$py" - "$prom" "$metric" "$label" <<'PY'
+import json, sys, urllib.parse, urllib.request
+url = f"{sys.argv[1]}/api/v1/label/{sys.argv[3]}/values?" + urllib.parse.urlencode(
+    {"match[]": sys.argv[2]})
+direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+print(" ".join(json.loads(direct.open(url, timeout=5).read())["data"]))
+PY
+)
+[ "$values" = "127.0.0.1:$metrics_port" ] && [ "$all_value" = ".*" ] ||
+  fail "label_values($metric, $label) gives '$values' (allValue '$all_value'), expected 127.0.0.1:$metrics_port"
 echo "prometheus_test: all checks passed"
