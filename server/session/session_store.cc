@@ -82,6 +82,16 @@ std::shared_ptr<const std::string> Session::Snapshot() {
   return std::make_shared<const std::string>(EncodeSnapshot(*model_, &state(), info));
 }
 
+std::shared_ptr<Session> SessionStore::FromSnapshot(std::string id, VerifiedSnapshot verified,
+                                                   absl::Duration ttl) const {
+  auto session = std::make_shared<Session>(std::move(id), verified.model,
+                                           options_.clock->Now(), ttl);
+  session->pending_token_ = verified.info.pending_token;
+  session->restore_ = std::make_shared<const VerifiedSnapshot>(std::move(verified));
+  session->PublishProgress();
+  return session;
+}
+
 // --- TurnLease ---
 
 TurnLease& TurnLease::operator=(TurnLease&& other) noexcept {
@@ -405,12 +415,8 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Import(
                                                    " is over the server's maximum of ",
                                                    absl::FormatDuration(options_.max_ttl)));
   }
-  auto session = std::make_shared<Session>(NewSessionId(), verified->model,
-                                           options_.clock->Now(), ttl);
-  session->pending_token_ = verified->info.pending_token;
   const int64_t charge = ChargeFor(*verified->model, verified->info.position);
-  session->restore_ = std::make_shared<const VerifiedSnapshot>(*std::move(verified));
-  session->PublishProgress();
+  auto session = FromSnapshot(NewSessionId(), *std::move(verified), ttl);
   if (options_.durable) {
     if (absl::Status s = Publish(*session); !s.ok()) return s;
   }

@@ -264,6 +264,9 @@ class SessionStore {
   absl::Status Save(Session& session);
   // gives the store lease up if the stored copy is current.
   void ReleaseIfClean(Session& session);
+  // A session `id` holding `verified`'s state (materialised at its first turn).
+  std::shared_ptr<Session> FromSnapshot(std::string id, VerifiedSnapshot verified,
+                                        absl::Duration ttl) const;
   // Drops `s` from memory if it is still the idle, clean copy of `generation`.
   void EvictIfStale(const std::shared_ptr<Session>& s, int64_t generation);
   // Writes a new session (created or imported here) as generation 1 of its id.
@@ -278,6 +281,8 @@ class SessionStore {
   // Admits a new session charged `bytes`: checks draining, the session count and the
   // budget (spilling idle sessions to make room when there is a durable store).
   absl::Status Admit(const std::shared_ptr<Session>& session, int64_t bytes);
+  // Removes a saved session from memory and frees its charge (it lives on in the store).
+  void LeaveMemoryLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Spills the least recently used idle session; false if there is none to spill.
   bool SpillOne();
   absl::Status Write(const std::string& id, const std::string& bytes, absl::Duration ttl);

@@ -72,12 +72,9 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(const std::string& i
   }
   absl::Duration ttl = verified->info.ttl;
   if (ttl <= absl::ZeroDuration() || ttl > options_.max_ttl) ttl = options_.default_ttl;
-  auto session = std::make_shared<Session>(id, verified->model, options_.clock->Now(), ttl);
-  session->pending_token_ = verified->info.pending_token;
-  session->generation_ = got->second;
   const int64_t charge = ChargeFor(*verified->model, verified->info.position);
-  session->restore_ = std::make_shared<const VerifiedSnapshot>(*std::move(verified));
-  session->PublishProgress();
+  auto session = FromSnapshot(id, *std::move(verified), ttl);
+  session->generation_ = got->second;
   bool migrated;
   {
     absl::MutexLock lock(&mu_);
@@ -280,13 +277,17 @@ bool SessionStore::SpillOne() {
                  Message(saved).c_str());
     return false;
   }
-  // Out of memory now; it lives on in the store, so it is not closed.
-  charged_bytes_ -= victim->charged_bytes_;
-  victim->charged_bytes_ = 0;
-  sessions_.erase(victim->id());
-  spilled_.insert(victim->id());
+  LeaveMemoryLocked(*victim);
   if (store_metrics_) store_metrics_->AddSpilled(1);
   return true;
+}
+
+void SessionStore::LeaveMemoryLocked(Session& s) {
+  // Out of memory now; it lives on in the store, so it is not closed.
+  charged_bytes_ -= s.charged_bytes_;
+  s.charged_bytes_ = 0;
+  sessions_.erase(s.id());
+  spilled_.insert(s.id());
 }
 
 int SessionStore::SpillIdle() {
@@ -308,10 +309,7 @@ int SessionStore::SpillIdle() {
     absl::MutexLock lock(&mu_);
     s->busy_ = false;
     if (!saved.ok() || s->closed()) continue;
-    charged_bytes_ -= s->charged_bytes_;
-    s->charged_bytes_ = 0;
-    sessions_.erase(s->id());
-    spilled_.insert(s->id());
+    LeaveMemoryLocked(*s);
     ++spilled;
   }
   if (store_metrics_ && spilled > 0) store_metrics_->AddSpilled(spilled);

@@ -30,8 +30,10 @@ class DurableSessionStoreTest : public testing::Test {
 
   std::unique_ptr<SessionStore> MakeStore(PersistMode persist = PersistMode::kNone,
                                           int64_t budget = int64_t{1} << 30,
-                                          absl::Duration spill_after = absl::InfiniteDuration()) {
+                                          absl::Duration spill_after = absl::InfiniteDuration(),
+                                          absl::Duration lease_wait = absl::Seconds(2)) {
     SessionStore::Options o;
+    o.leases.wait = lease_wait;
     o.clock = &clock_;
     o.catalogue = catalogue_.get();
     o.durable = store::OpenSnapshotStore("dir:" + dir_.string()).value();
@@ -260,12 +262,8 @@ TEST_F(DurableSessionStoreTest, TurnsAlternateBetweenServersAndNeverRunFromAStal
 
 TEST_F(DurableSessionStoreTest, ASecondServerWaitsForTheTurnThenAnswersUnavailable) {
   auto a = MakeStore(PersistMode::kEachTurn);
-  SessionStore::Options o;
-  o.clock = &clock_;
-  o.catalogue = catalogue_.get();
-  o.durable = store::OpenSnapshotStore("dir:" + dir_.string()).value();
-  o.leases.wait = absl::Milliseconds(50);
-  auto b = SessionStore::Create(std::move(o)).value();
+  auto b = MakeStore(PersistMode::kEachTurn, int64_t{1} << 30, absl::InfiniteDuration(),
+                     absl::Milliseconds(50));
   auto s = a->Create(taylor_, absl::ZeroDuration()).value();
   auto held = a->BeginTurn(s->id());
   ASSERT_TRUE(held.ok());
@@ -280,12 +278,8 @@ TEST_F(DurableSessionStoreTest, ASecondServerWaitsForTheTurnThenAnswersUnavailab
 
 TEST_F(DurableSessionStoreTest, UnsavedTurnsKeepTheLeaseUntilTheSessionIsWritten) {
   auto a = MakeStore(PersistMode::kNone);
-  SessionStore::Options o;
-  o.clock = &clock_;
-  o.catalogue = catalogue_.get();
-  o.durable = store::OpenSnapshotStore("dir:" + dir_.string()).value();
-  o.leases.wait = absl::Milliseconds(20);
-  auto b = SessionStore::Create(std::move(o)).value();
+  auto b = MakeStore(PersistMode::kNone, int64_t{1} << 30, absl::InfiniteDuration(),
+                     absl::Milliseconds(20));
   auto s = a->Create(taylor_, absl::ZeroDuration()).value();
   {
     auto lease = a->BeginTurn(s->id());
