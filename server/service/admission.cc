@@ -108,10 +108,11 @@ absl::Status CheckTurnFits(const ParsedGenerate& request, const session::Session
   if (absl::Status s = CheckPromptFits(request.turn, served); !s.ok()) return s;
   const int64_t position = session.position();  // the pending token included
   const int64_t context = served.model->config().max_context;
-  if (position + int64_t(request.turn.prompt.size()) > context) {
+  // The prompt, and then at least one generated token, must fit.
+  if (position + int64_t(request.turn.prompt.size()) + 1 > context) {
     return absl::OutOfRangeError(absl::StrCat(
         "prompt: the session is at position ", position, "; ", request.turn.prompt.size(),
-        " more tokens would pass the model's context of ", context));
+        " more tokens and one generated would pass the model's context of ", context));
   }
   if (request.turn.prompt.empty() && position == 0) {
     return Invalid("prompt: empty, and the session has no token to continue from");

@@ -43,7 +43,8 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& request,
 
 // The checks that need the session (after it is claimed): the requested model is the
 // session's (INVALID_ARGUMENT), token ids fit its vocabulary (INVALID_ARGUMENT), the
-// prompt fits its context from the session's position (OUT_OF_RANGE), and an empty
+// prompt and one generated token fit its context from the session's position
+// (OUT_OF_RANGE; so no turn ever takes a session past max_context), and an empty
 // prompt has a pending token to continue from (INVALID_ARGUMENT).
 absl::Status CheckTurnFits(const ParsedGenerate& request, const session::Session& session);
 

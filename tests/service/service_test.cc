@@ -280,8 +280,15 @@ TEST_F(ServiceTest, ThePromptMustFitTheContextFromTheSessionsPosition) {
   EXPECT_NE(over.status.error_message().find("prompt"), std::string::npos);
   EXPECT_TRUE(over.tokens.empty());
   EXPECT_EQ(GetSession(id).position(), 13);  // nothing appended, pending token kept
-  Stream fits = Generate(Greedy("abc", 3, id));
-  EXPECT_TRUE(fits.status.ok()) << fits.status.error_message();
+  // 13 + 3 = 16 leaves no room for a generated token; 13 + 2 does, and the turn then
+  // ends at the context, never past it.
+  EXPECT_EQ(Generate(Greedy("abc", 3, id)).status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  Stream fits = Generate(Greedy("ab", 3, id));
+  ASSERT_TRUE(fits.status.ok()) << fits.status.error_message();
+  EXPECT_EQ(fits.final->reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(fits.final->usage().session_position(), 16);
+  EXPECT_EQ(Generate(Greedy("", 3, id)).status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_EQ(GetSession(id).position(), 16);
 }
 
 TEST_F(ServiceTest, ExportImportAndForkContinueExactly) {
