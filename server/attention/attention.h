@@ -58,8 +58,10 @@ class Attention {
   //   fixed state: s (H, m, Dv), and z (H, m) under the sum normaliser, at any position
   //   KV cache:    k (H, position, D), v (H, position, Dv)
   virtual TensorShapes StateShapes(int64_t position) const = 0;
-  // A state at `position` holding copies of `tensors`, whose names and shapes the caller
-  // has checked against StateShapes(position) (TORCH_CHECK fails otherwise).
+  // A state at `position` made of `tensors`, whose names and shapes the caller has
+  // checked against StateShapes(position) (TORCH_CHECK fails otherwise). Takes them:
+  // contiguous fp32 tensors become the state as they are (no copy), so the caller must
+  // not use them afterwards; others are converted.
   virtual std::unique_ptr<AttentionState> RestoreState(int64_t position,
                                                        const NamedTensors& tensors) const = 0;
 

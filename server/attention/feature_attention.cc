@@ -126,9 +126,9 @@ std::unique_ptr<AttentionState> FeatureAttention::RestoreState(
                     tensors[i].second.sizes() == at::IntArrayRef(shapes[i].second),
                 "RestoreState: tensor ", i, " is not ", shapes[i].first);
   }
-  at::Tensor s = tensors[0].second.to(at::kFloat).clone(at::MemoryFormat::Contiguous);
+  at::Tensor s = tensors[0].second.to(at::kFloat).contiguous();
   at::Tensor z = shapes.size() > 1
-                     ? tensors[1].second.to(at::kFloat).clone(at::MemoryFormat::Contiguous)
+                     ? tensors[1].second.to(at::kFloat).contiguous()
                      : at::Tensor();
   return std::make_unique<FeatureState>(std::move(s), std::move(z), position);
 }

@@ -102,8 +102,8 @@ std::unique_ptr<AttentionState> KvAttention::RestoreState(int64_t position,
   }
   // Capacity exactly the used length; the next append doubles it as usual.
   return std::make_unique<KvState>(
-      tensors[0].second.to(at::kFloat).clone(at::MemoryFormat::Contiguous),
-      tensors[1].second.to(at::kFloat).clone(at::MemoryFormat::Contiguous), position);
+      tensors[0].second.to(at::kFloat).contiguous(),
+      tensors[1].second.to(at::kFloat).contiguous(), position);
 }
 
 at::Tensor KvAttention::Prefill(AttentionState& state, const at::Tensor& q,

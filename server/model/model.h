@@ -78,8 +78,9 @@ class Model {
 
   // Names and shapes of one layer's state tensors at `position` (every layer alike).
   attention::TensorShapes StateShapes(int64_t position) const;
-  // A state at `position` holding copies of `layers[l]` for each layer, whose names and
-  // shapes the caller has checked against StateShapes(position). INVALID_ARGUMENT for a
+  // A state at `position` made of `layers[l]` for each layer (taken as
+  // Attention::RestoreState says), whose names and shapes the caller has checked against
+  // StateShapes(position). INVALID_ARGUMENT for a
   // position past max_context or the wrong number of layers.
   absl::StatusOr<std::unique_ptr<DecodeState>> RestoreState(
       int64_t position, const std::vector<attention::NamedTensors>& layers) const;
