@@ -71,6 +71,17 @@ const Flag kFlags[] = {
      [](absl::string_view v, ServerOptions* o) {
        return ParseIntAtLeast(v, 1, &o->max_prompt_tokens);
      }},
+    {"max_stop_strings", "N",
+     "Most stop strings one request may carry (each is checked after every token).",
+     [](const ServerOptions& o) { return absl::StrCat(o.max_stop_strings); },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseIntAtLeast(v, 0, &o->max_stop_strings);
+     }},
+    {"max_stop_bytes", "N", "Longest stop string, in bytes.",
+     [](const ServerOptions& o) { return absl::StrCat(o.max_stop_bytes); },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseIntAtLeast(v, 1, &o->max_stop_bytes);
+     }},
     {"max_generated_tokens", "N", "Largest max_tokens a request may ask for.",
      [](const ServerOptions& o) {
        return absl::StrCat(o.max_generated_tokens);

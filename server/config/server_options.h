@@ -30,6 +30,11 @@ struct ServerOptions {
   int max_sessions = 256;
   // Most prompt tokens a single turn may carry (--max_prompt_tokens).
   int max_prompt_tokens = 8192;
+  // Most stop strings one request may carry (--max_stop_strings), and the longest one
+  // in bytes (--max_stop_bytes): every stop string is checked after every token on the
+  // engine thread.
+  int max_stop_strings = 16;
+  int max_stop_bytes = 256;
   // Largest max_tokens a request may ask for (--max_generated_tokens).
   int max_generated_tokens = 2048;
   // max_tokens used when a request leaves it at 0 (--default_max_tokens); never

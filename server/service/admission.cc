@@ -1,7 +1,10 @@
 #include "server/service/admission.h"
 
+#include <algorithm>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/excerpt.h"
 #include "server/model/tokenizer.h"
 
 namespace attnserve::service {
@@ -16,7 +19,7 @@ absl::StatusOr<std::string> DecodeHex(const std::string& hex, int index) {
   const bool ok = hex.size() % 2 == 0 &&
                   hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
   if (!ok) {
-    return Invalid(absl::StrCat("sampling.stop[", index, "]: '", hex,
+    return Invalid(absl::StrCat("sampling.stop[", index, "]: '", Excerpt(hex),
                                 "' is not hex (two digits per byte) as stop_encoding "
                                 "STOP_ENCODING_HEX requires"));
   }
@@ -37,6 +40,11 @@ absl::Status ParseSampling(const v1::SamplingParams& s, const RequestLimits& lim
   if (absl::Status st = model::ValidateSamplingParams(turn.sampling); !st.ok()) return st;
   turn.ignore_eos = s.ignore_eos();
   turn.max_tokens = s.max_tokens() == 0 ? limits.default_max_tokens : s.max_tokens();
+  if (s.stop_size() > limits.max_stop_strings) {
+    return Invalid(absl::StrCat("sampling.stop: ", s.stop_size(),
+                                " stop strings is over the server's limit of ",
+                                limits.max_stop_strings));
+  }
   for (int i = 0; i < s.stop_size(); ++i) {
     switch (s.stop_encoding()) {
       case v1::STOP_ENCODING_UTF8:
@@ -56,11 +64,22 @@ absl::Status ParseSampling(const v1::SamplingParams& s, const RequestLimits& lim
     if (turn.stop.back().empty()) {
       return Invalid(absl::StrCat("sampling.stop[", i, "] is empty"));
     }
+    if (int64_t(turn.stop.back().size()) > limits.max_stop_bytes) {
+      return Invalid(absl::StrCat("sampling.stop[", i, "]: ", turn.stop.back().size(),
+                                  " bytes is over the server's limit of ",
+                                  limits.max_stop_bytes));
+    }
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+int MaxRequestMessageBytes(const RequestLimits& limits) {
+  const int64_t prompt = int64_t{5} * limits.max_prompt_tokens;
+  const int64_t chunk = int64_t{1} << 20;
+  return int(std::min<int64_t>(std::max(prompt, chunk) + 64 * 1024, int64_t{1} << 30));
+}
 
 absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
                                              const session::ModelCatalogue& models,
@@ -72,6 +91,15 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
     auto model = models.Find(r.model());
     if (!model.ok()) return model.status();
     out.model = *model;
+  }
+  // Sizes first, before tokenizing anything (one token per byte).
+  const size_t size = r.prompt_case() == v1::GenerateRequest::kText ? r.text().size()
+                      : r.prompt_case() == v1::GenerateRequest::kTokens
+                          ? size_t(r.tokens().ids_size())
+                          : 0;
+  if (size > size_t(limits.max_prompt_tokens)) {
+    return Invalid(absl::StrCat("prompt: ", size, " tokens is over the server's limit of ",
+                                limits.max_prompt_tokens));
   }
   switch (r.prompt_case()) {
     case v1::GenerateRequest::kText:
@@ -85,11 +113,6 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
   }
   if (out.turn.prompt.empty() && r.session_id().empty()) {
     return Invalid("prompt: empty; a request without session_id needs text or tokens");
-  }
-  if (int(out.turn.prompt.size()) > limits.max_prompt_tokens) {
-    return Invalid(absl::StrCat("prompt: ", out.turn.prompt.size(),
-                                " tokens is over the server's limit of ",
-                                limits.max_prompt_tokens));
   }
   if (absl::Status s = ParseSampling(r.sampling(), limits, out.turn); !s.ok()) return s;
   out.turn.logprobs = r.logprobs();
@@ -140,9 +163,8 @@ absl::Status CheckSessionMetadata(
   if (it == metadata.end()) return absl::OkStatus();
   const std::string header(it->second.data(), it->second.size());
   if (session_id.empty() || header == session_id) return absl::OkStatus();
-  auto cut = [](const std::string& v) { return v.size() > 40 ? v.substr(0, 40) + "..." : v; };
-  return Invalid(absl::StrCat("x-session-id: metadata names session '", cut(header),
-                              "' but the request names '", cut(session_id), "'"));
+  return Invalid(absl::StrCat("x-session-id: metadata names session '", Excerpt(header),
+                              "' but the request names '", Excerpt(session_id), "'"));
 }
 
 }  // namespace attnserve::service

@@ -21,6 +21,8 @@ namespace attnserve::service {
 // Server-side limits on a request.
 struct RequestLimits {
   int max_prompt_tokens = 8192;
+  int max_stop_strings = 16;
+  int max_stop_bytes = 256;
   int max_generated_tokens = 2048;
   int default_max_tokens = 256;
 };
@@ -53,6 +55,11 @@ absl::Status CheckTurnFits(const ParsedGenerate& request, const session::Session
 // naming both otherwise.
 absl::Status CheckSessionMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
                                   const std::string& session_id);
+
+// The largest request message the server accepts: a prompt of max_prompt_tokens token
+// ids (at most 5 bytes each on the wire) or a snapshot chunk (1 MiB), plus room for the
+// rest of the request. gRPC refuses larger messages before any handler runs.
+int MaxRequestMessageBytes(const RequestLimits& limits);
 
 // Token ids must fit the vocabulary of the model that will run them.
 absl::Status CheckPromptFits(const scheduler::TurnRequest& turn,

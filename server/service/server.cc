@@ -59,6 +59,8 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   limits.max_prompt_tokens = options.max_prompt_tokens;
   limits.max_generated_tokens = options.max_generated_tokens;
   limits.default_max_tokens = options.default_max_tokens;
+  limits.max_stop_strings = options.max_stop_strings;
+  limits.max_stop_bytes = options.max_stop_bytes;
   // Four threads: store operations are short (loopback Redis, local files); the queue
   // bound turns a stuck store into RESOURCE_EXHAUSTED rather than unbounded memory.
   s->pool_ = std::make_unique<BlockingPool>(4, 1024);
@@ -75,6 +77,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
                            &s->port_);
   builder.RegisterService(s->service_.get());
+  builder.SetMaxReceiveMessageSize(MaxRequestMessageBytes(limits));
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
     return absl::UnavailableError(

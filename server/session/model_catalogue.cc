@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/common/excerpt.h"
 
 namespace attnserve::session {
 
@@ -49,7 +50,7 @@ absl::StatusOr<std::shared_ptr<const ServedModel>> ModelCatalogue::Find(
     if (m->name == name) return m;
     names.push_back(m->name);
   }
-  return absl::NotFoundError(absl::StrCat("model: no model '", name,
+  return absl::NotFoundError(absl::StrCat("model: no model '", Excerpt(name),
                                           "'; served: ", absl::StrJoin(names, ", ")));
 }
 

@@ -5,13 +5,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/excerpt.h"
 #include "server/session/served_model.h"
 
 namespace attnserve::session::internal {
 
 inline absl::Status NotFound(const std::string& id) {
   return absl::NotFoundError(
-      absl::StrCat("session_id: no session '", id, "' (never created, closed, or expired)"));
+      absl::StrCat("session_id: no session '", Excerpt(id), "' (never created, closed, or expired)"));
 }
 
 inline absl::Status Draining() {

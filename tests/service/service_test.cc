@@ -235,11 +235,24 @@ TEST_F(ServiceTest, BadInputGetsItsStatusCodeNamingTheField) {
     r.mutable_tokens()->add_ids(65);
     r.mutable_tokens()->add_ids(100000);
   });
+  add("too many stop strings", C::INVALID_ARGUMENT, "sampling.stop: 17", [](auto& r) {
+    for (int i = 0; i < 17; ++i) r.mutable_sampling()->add_stop("s" + std::to_string(i));
+  });
+  add("stop string too long", C::INVALID_ARGUMENT, "sampling.stop[1]: 257 bytes", [](auto& r) {
+    r.mutable_sampling()->add_stop("x");
+    r.mutable_sampling()->add_stop(std::string(257, 'y'));
+  });
+  add("token prompt over limit", C::INVALID_ARGUMENT, "prompt: 101 tokens", [](auto& r) {
+    for (int i = 0; i < 101; ++i) r.mutable_tokens()->add_ids(65);
+  });
   add("unknown model", C::NOT_FOUND, "model", [](auto& r) { r.set_model("nope"); });
+  add("an unknown long model name is not echoed whole", C::NOT_FOUND, "... (5000 bytes)",
+      [](auto& r) { r.set_model(std::string(5000, 'm')); });
   add("unknown session", C::NOT_FOUND, "session_id",
       [](auto& r) { r.set_session_id("00000000000000000000000000000000"); });
   for (const Case& c : cases) {
     Stream s = Generate(c.request);
+    EXPECT_LT(s.status.error_message().size(), 400u) << c.name;
     EXPECT_EQ(s.status.error_code(), c.code) << c.name << ": " << s.status.error_message();
     EXPECT_NE(s.status.error_message().find(c.field), std::string::npos)
         << c.name << ": " << s.status.error_message();
@@ -402,6 +415,14 @@ TEST_F(ServiceTest, SessionIdMetadataMustAgreeWithTheMessage) {
   v1::Session session;
   EXPECT_TRUE(stub_->GetSession(&context, request, &session).ok());
   EXPECT_EQ(session.position(), 0);
+}
+
+TEST_F(ServiceTest, OversizedRequestsAreRefusedBeforeAnyHandlerRuns) {
+  // max_prompt_tokens is 100 here: the message limit is 1 MiB (a snapshot chunk) + 64 KiB.
+  Stream s = Generate(Greedy(std::string(2 << 20, 'a'), 5));
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << s.status.error_message();
+  EXPECT_TRUE(s.tokens.empty());
 }
 
 TEST_F(ServiceTest, SessionLimitsSayWhichLimit) {
