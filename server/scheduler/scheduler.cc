@@ -50,8 +50,9 @@ Scheduler::~Scheduler() {
   engine_.join();
 }
 
-std::shared_ptr<TurnControl> Scheduler::Submit(session::TurnLease lease, TurnRequest request,
-                                               std::shared_ptr<TurnSink> sink) {
+absl::StatusOr<std::shared_ptr<TurnControl>> Scheduler::Submit(session::TurnLease lease,
+                                                               TurnRequest request,
+                                                               std::shared_ptr<TurnSink> sink) {
   auto turn = std::make_unique<Turn>();
   turn->control = std::make_shared<TurnControl>();
   turn->session = lease.shared();
@@ -61,19 +62,13 @@ std::shared_ptr<TurnControl> Scheduler::Submit(session::TurnLease lease, TurnReq
   std::shared_ptr<TurnControl> control = turn->control;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (accepting_ && !stop_) {
-      queue_.push_back(std::move(turn));
-      ++running_;
+    if (!accepting_ || stop_) {
+      // Refused before anything ran: no final message (the client retries the turn);
+      // the lease is released when `turn` goes.
+      return absl::UnavailableError("the server is shutting down; no new turns");
     }
-  }
-  if (turn) {  // refused: finish here, on the caller's thread, without touching tensors
-    TurnResult result;
-    result.reason = FinishReason::kError;
-    result.error = absl::UnavailableError("the server is shutting down; no new turns");
-    result.session_position = turn->session->position();
-    turn->lease.Release();
-    turn->sink->OnFinish(std::move(result));
-    return control;
+    queue_.push_back(std::move(turn));
+    ++running_;
   }
   cv_.notify_all();
   return control;
@@ -331,10 +326,14 @@ void Scheduler::Finish(Turn& t, FinishReason reason, absl::Status error) {
   // Release the session (saving it first when the store persists every turn) before
   // telling the client, so a client that starts its next turn as soon as it sees the
   // final message finds the session free.
-  options_.store->FinishTurn(std::move(t.lease),
-                             [sink = t.sink, result = std::move(result)]() mutable {
-                               sink->OnFinish(std::move(result));
-                             });
+  options_.store->FinishTurn(std::move(t.lease), [sink = t.sink, result = std::move(result)](
+                                                     absl::Status saved) mutable {
+    if (!saved.ok()) {  // the session was taken over: this turn is not part of it
+      result.reason = FinishReason::kError;
+      result.error = std::move(saved);
+    }
+    sink->OnFinish(std::move(result));
+  });
 }
 
 void Scheduler::PublishGauges(const std::vector<std::unique_ptr<Turn>>& turns) {

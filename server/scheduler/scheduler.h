@@ -42,9 +42,12 @@ class Scheduler {
   // Queues a turn on the session `lease` holds (SessionStore::BeginTurn). The scheduler
   // ends the turn through SessionStore::FinishTurn (which saves the session when the
   // store persists each turn and releases the lease) and then calls sink->OnFinish.
+  // UNAVAILABLE once StopAccepting ran: the lease is released, the sink never called,
+  // and nothing happened to the session, so a client may retry elsewhere.
   // Thread-safe; never blocks on the engine.
-  std::shared_ptr<TurnControl> Submit(session::TurnLease lease, TurnRequest request,
-                                      std::shared_ptr<TurnSink> sink);
+  absl::StatusOr<std::shared_ptr<TurnControl>> Submit(session::TurnLease lease,
+                                                      TurnRequest request,
+                                                      std::shared_ptr<TurnSink> sink);
 
   // Re-examines paused and cancelled turns (a sink drained, a client cancelled).
   void Wake();

@@ -222,7 +222,9 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
       sink_ = sink;
       cancelled = cancelled_;
     }
-    sink->SetControl(scheduler->Submit(std::move(lease), std::move(parsed->turn), sink));
+    auto control = scheduler->Submit(std::move(lease), std::move(parsed->turn), sink);
+    if (!control.ok()) return control.status();  // nothing ran: the client may retry
+    sink->SetControl(*std::move(control));
     if (cancelled) sink->Cancel();  // OnCancel ran before the sink existed
     return absl::OkStatus();
   }

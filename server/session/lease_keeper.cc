@@ -89,16 +89,16 @@ void LeaseKeeper::RenewLoop() {
     lock.unlock();
     for (const auto& [id, token] : held) {
       absl::Status s = store_->RenewLease(id, token, options_.ttl);
-      if (absl::IsAborted(s)) {
-        // Lapsed (a stalled process, or the store lost it): whoever holds it now owns the
-        // session; our next write would be refused by its fence anyway.
-        std::fprintf(stderr, "attnserve: lost the lease on session %s\n", id.c_str());
-        if (metrics_) metrics_->AddLeaseLost();
-        std::lock_guard<std::mutex> relock(mu_);
-        auto it = held_.find(id);
-        if (it != held_.end() && it->second == token) held_.erase(it);
-      }
-      // Other errors (store unreachable): try again next round; the lease may lapse.
+      if (!absl::IsAborted(s)) continue;
+      // Lapsed (a stalled process, or the store lost it): whoever holds it now owns the
+      // session; our next write would be refused by its fence anyway. A lease released
+      // since the list above was taken is not lost.
+      std::lock_guard<std::mutex> relock(mu_);
+      auto it = held_.find(id);
+      if (it == held_.end() || it->second != token) continue;
+      held_.erase(it);
+      std::fprintf(stderr, "attnserve: lost the lease on session %s\n", id.c_str());
+      if (metrics_) metrics_->AddLeaseLost();
     }
     lock.lock();
   }

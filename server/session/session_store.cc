@@ -245,7 +245,9 @@ absl::StatusOr<TurnLease> SessionStore::Claim(const std::string& id) {
       TurnLease lease(this, found);
       // Across servers: take the store lease, and catch up if another server wrote.
       if (options_.durable && !found->ephemeral_) {
-        if (absl::Status s = Sync(*found); !s.ok()) return s;  // the lease releases
+        // ABORTED: unsaved turns here were overtaken by another server's; the session
+        // now holds that newer copy, which is what this turn must run from.
+        if (absl::Status s = Sync(*found); !s.ok() && !absl::IsAborted(s)) return s;
       }
       return lease;
     }

@@ -98,6 +98,10 @@ class Session {
   int64_t generation_ = 0;
   std::string store_token_;
   bool dirty_ = false;
+  // Fenced writes whose outcome is unknown (no reply, a timeout, a resent script): the
+  // generation each would have made and its bytes, latest last (a few at most). If the
+  // store later holds one of them exactly, that write was ours.
+  std::vector<std::pair<int64_t, std::shared_ptr<const std::string>>> uncertain_;
   // Guarded by the store's mutex.
   absl::Time created_;
   absl::Time last_used_;
@@ -203,8 +207,11 @@ class SessionStore {
   // while draining (StopAccepting), the session's snapshot is encoded here (the caller
   // holds the lease) and written on the store's writer thread; then the lease is
   // released and `then` runs (on the writer thread, or here when nothing is written), so
-  // a client told the turn is over finds it saved.
-  void FinishTurn(TurnLease lease, std::function<void()> then);
+  // a client told the turn is over finds it saved. `then` receives ABORTED when the
+  // turn's state was lost because another server took the session over meanwhile (its
+  // newer copy is now the session's); other save failures (the store unreachable) leave
+  // the session working in memory and pass OK.
+  void FinishTurn(TurnLease lease, std::function<void(absl::Status)> then);
 
   // Removes the session (from memory and the durable store) and frees its charge;
   // NOT_FOUND if unknown. A turn in flight sees closed() and stops at its next step.
@@ -258,7 +265,9 @@ class SessionStore {
 
   void EndTurn(Session& session);
   // Durable store, lease holder only (session_store_durable.cc):
-  // takes the store lease if not held and replaces a stale copy with the stored one;
+  // takes the store lease if not held and replaces a stale copy with the stored one
+  // (ABORTED if that discarded state this server had not saved: another server took the
+  // session over);
   absl::Status Sync(Session& session);
   // writes the session if it is newer than its stored copy, then gives the lease up;
   absl::Status Save(Session& session);

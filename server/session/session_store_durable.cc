@@ -128,15 +128,20 @@ absl::Status SessionStore::Sync(Session& s) {
     if (grant->generation == 0) s.dirty_ = true;
     return absl::OkStatus();
   }
-  // Another server wrote a newer state since this copy was loaded: take it.
-  if (s.dirty_) {
-    std::fprintf(stderr,
-                 "attnserve: session %s: another server wrote generation %lld over this "
-                 "server's unsaved state; taking its copy\n",
-                 s.id().c_str(), static_cast<long long>(grant->generation));
-  }
+  // The store is newer than this copy. Read it: it may be our own write whose reply was
+  // lost, or another server's.
   auto got = options_.durable->GetWithGeneration(s.id());
+  if (got.ok()) {
+    for (const auto& [generation, bytes] : s.uncertain_) {
+      if (generation == got->second && *bytes == got->first) {
+        s.generation_ = generation;  // ours after all; turns since then are still unsaved
+        s.uncertain_.clear();
+        return absl::OkStatus();
+      }
+    }
+  }
   absl::Status adopted = got.status();
+  const bool discarded = s.dirty_;
   if (got.ok()) {
     auto verified = VerifySnapshot(std::make_shared<const std::string>(std::move(got->first)),
                                    *options_.catalogue, max_snapshot_bytes_);
@@ -147,7 +152,17 @@ absl::Status SessionStore::Sync(Session& s) {
     s.store_token_.clear();
     return absl::IsNotFound(adopted) ? NotFound(s.id()) : adopted;
   }
+  s.uncertain_.clear();
   if (store_metrics_) store_metrics_->AddLoaded(/*migrated=*/true);
+  if (discarded) {
+    std::fprintf(stderr,
+                 "attnserve: session %s: another server wrote generation %lld over this "
+                 "server's unsaved state; taking its copy\n",
+                 s.id().c_str(), static_cast<long long>(grant->generation));
+    return absl::AbortedError(absl::StrCat(
+        "session '", s.id(), "' was taken over by another server; this server's unsaved "
+        "turns on it are lost"));
+  }
   return absl::OkStatus();
 }
 
@@ -169,11 +184,18 @@ absl::Status SessionStore::Save(Session& s) {
     if (written.ok()) {
       s.generation_ = *written;
       s.dirty_ = false;
+      s.uncertain_.clear();
       break;
     }
+    // Failed, or so it seems: the script may have run with its reply lost (or run twice,
+    // the second time refused as stale). Remember what it would have written.
+    if (s.uncertain_.size() >= 8) s.uncertain_.erase(s.uncertain_.begin());
+    s.uncertain_.emplace_back(s.generation_ + 1, bytes);
     if (!absl::IsAborted(written.status())) return written.status();
-    // Our lease lapsed (a store restart, a long stall). Take it again: if nobody wrote
-    // meanwhile, this copy is still the newest and the next pass writes it.
+    // Our lease lapsed (a store restart, a long stall), or a resent script found its own
+    // first run. Give the token up (a no-op unless it is still ours) and take the lease
+    // again: if the store holds nobody's write but ours, the next pass writes on top.
+    leases_->Release(s.id(), s.store_token_);
     s.store_token_.clear();
   }
   if (s.dirty_) {
@@ -190,11 +212,11 @@ void SessionStore::ReleaseIfClean(Session& s) {
   s.store_token_.clear();
 }
 
-void SessionStore::FinishTurn(TurnLease lease, std::function<void()> then) {
+void SessionStore::FinishTurn(TurnLease lease, std::function<void(absl::Status)> then) {
   Session& s = lease.session();
   if (!options_.durable || s.ephemeral_ || lease.close_on_release() || s.closed()) {
     lease.Release();
-    then();
+    then(absl::OkStatus());
     return;
   }
   bool draining;
@@ -205,7 +227,7 @@ void SessionStore::FinishTurn(TurnLease lease, std::function<void()> then) {
   s.dirty_ = true;  // the turn changed the state; the store lease stays held until saved
   if (options_.persist != PersistMode::kEachTurn && !draining) {
     lease.Release();
-    then();
+    then(absl::OkStatus());
     return;
   }
   // Written on the writer thread, so the engine never waits on the store; the turn's
@@ -215,25 +237,19 @@ void SessionStore::FinishTurn(TurnLease lease, std::function<void()> then) {
     Session& s = lease->session();
     absl::Status saved = Save(s);  // writes, fenced, and gives the store lease up
     if (absl::IsAborted(saved)) {
-      // Another server took the session over (our lease lapsed): this copy is stale.
-      std::fprintf(stderr, "attnserve: session %s: %s; dropping the stale copy here\n",
-                   s.id().c_str(), Message(saved).c_str());
-      absl::MutexLock lock(&mu_);
-      auto it = sessions_.find(s.id());
-      if (it != sessions_.end() && it->second.get() == &s) {
-        charged_bytes_ -= s.charged_bytes_;
-        s.charged_bytes_ = 0;
-        sessions_.erase(it);
-      }
-      s.store_token_.clear();
+      // Another server took the session over while this turn ran: its copy is now the
+      // session's, and this turn's tokens are not part of it.
+      std::fprintf(stderr, "attnserve: session %s: %s\n", s.id().c_str(),
+                   Message(saved).c_str());
     } else if (!saved.ok()) {
       // The store is down: the session lives on in memory (its lease held while it can
       // be renewed); the next turn or the drain tries again.
       std::fprintf(stderr, "attnserve: session %s not saved after its turn: %s\n",
                    s.id().c_str(), Message(saved).c_str());
+      saved = absl::OkStatus();
     }
     lease->Release();  // gives the store lease up too when the write made the store current
-    then();
+    then(saved);
   };
   {
     std::lock_guard<std::mutex> lock(writer_mu_);

@@ -186,7 +186,7 @@ TEST_F(SchedulerTest, CancelMidStreamFreesTheTurnAndKeepsTheSessionUsable) {
   ASSERT_TRUE(lease.ok());
   auto sink = std::make_shared<RecordingSink>();
   sink->SetCapacity(3);  // the reader stops reading after 3 tokens
-  auto control = scheduler_->Submit(std::move(*lease), Greedy("abc", 100), sink);
+  auto control = scheduler_->Submit(std::move(*lease), Greedy("abc", 100), sink).value();
   sink->WaitTokens(3);
   EXPECT_FALSE(sink->finished());
   control->Cancel();
@@ -282,9 +282,16 @@ TEST_F(SchedulerTest, KvCacheOverBudgetEndsWithResourceExhausted) {
 
 TEST_F(SchedulerTest, RefusesTurnsAfterStopAccepting) {
   scheduler_->StopAccepting();
-  auto sink = Run(taylor_, Greedy("abc", 5)).second;
-  TurnResult r = sink->WaitFinish();
-  EXPECT_EQ(r.error.code(), absl::StatusCode::kUnavailable);
+  auto session = store_->Create(taylor_, absl::ZeroDuration()).value();
+  auto lease = store_->BeginTurn(session->id());
+  ASSERT_TRUE(lease.ok());
+  auto sink = std::make_shared<RecordingSink>();
+  auto refused = scheduler_->Submit(std::move(*lease), Greedy("abc", 5), sink);
+  // Refused without a final message, the session untouched and free again.
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(sink->finished());
+  EXPECT_FALSE(store_->Get(session->id())->busy);
+  EXPECT_EQ(session->position(), 0);
   EXPECT_TRUE(scheduler_->WaitIdle(absl::Seconds(1)));
 }
 

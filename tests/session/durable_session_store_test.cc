@@ -56,7 +56,7 @@ class DurableSessionStoreTest : public testing::Test {
     ASSERT_TRUE(store.Charge(lease->session(),
                              (*lease)->model().StateBytes((*lease)->state().position())).ok());
     absl::Notification done;
-    store.FinishTurn(std::move(*lease), [&] { done.Notify(); });
+    store.FinishTurn(std::move(*lease), [&](absl::Status) { done.Notify(); });
     ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   }
   bool Stored(const std::string& id) const { return fs::exists(dir_ / (id + ".snap")); }
@@ -113,7 +113,7 @@ TEST_F(DurableSessionStoreTest, EachTurnPersistenceSavesBeforeTheClientHearsOfIt
   Advance(lease, 4, 71);
   absl::Notification told;
   bool stored_when_told = false, busy_when_told = true;
-  store->FinishTurn(std::move(lease), [&] {
+  store->FinishTurn(std::move(lease), [&](absl::Status) {
     stored_when_told = Stored(s->id());
     busy_when_told = store->Get(s->id())->busy;
     told.Notify();
@@ -241,7 +241,7 @@ TEST_F(DurableSessionStoreTest, TurnsAlternateBetweenServersAndNeverRunFromAStal
     ASSERT_TRUE(lease.ok()) << lease.status();
     Advance(*lease, n, pending);
     absl::Notification done;
-    store.FinishTurn(std::move(*lease), [&] { done.Notify(); });
+    store.FinishTurn(std::move(*lease), [&](absl::Status) { done.Notify(); });
     ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   };
   // (The hand-run turns below append tokens and replace the pending token.)
@@ -285,7 +285,7 @@ TEST_F(DurableSessionStoreTest, UnsavedTurnsKeepTheLeaseUntilTheSessionIsWritten
     auto lease = a->BeginTurn(s->id());
     ASSERT_TRUE(lease.ok());
     Advance(*lease, 5, 70);
-    a->FinishTurn(std::move(*lease), [] {});
+    a->FinishTurn(std::move(*lease), [](absl::Status) {});
   }
   // a's copy is newer than the store's: b must not run from the store's.
   EXPECT_EQ(b->BeginTurn(s->id()).status().code(), absl::StatusCode::kUnavailable);
