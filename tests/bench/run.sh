@@ -16,6 +16,19 @@ if [[ ${1:-} == session ]]; then
   cmake --build "$build" --target session_bench
   exec "$build/tests/bench/session_bench" "$@"
 fi
+# Scale-out benchmark (proxy overhead, TTFT after a migration between replicas, a rolling
+# restart under load; real HAProxy, three real servers and redis-server on loopback; ~2 min,
+# markdown tables on stdout; needs haproxy and redis-server): tests/bench/run.sh scale
+# [build-dir] [--rounds=5 --migrate_sessions=50 ...] (flags: tests/bench/scale_bench.sh).
+if [[ ${1:-} == scale ]]; then
+  shift
+  build=build
+  if [[ $# -gt 0 && ${1} != -* ]]; then build=$1; shift; fi
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$build" --target attnserve_server attnserve_client attnserve_init_model \
+    scale_bench_client
+  exec tests/bench/scale_bench.sh "$build" "$@"
+fi
 build=${1:-build}
 shift || true
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -472,10 +472,10 @@ both=0 one=0 none=0 order=() position=$(session_field "$race_a" "$race" position
 created_position=$position
 race_t0=$SECONDS
 for r in $(seq 1 "$rounds"); do
-  "$client_bin" --server="$race_a" --timeout=60 generate --session="$race" --max_tokens=$race_tokens --ignore_eos \
+  "$client_bin" --server="$race_a" --timeout=60 --connect_timeout=10 generate --session="$race" --max_tokens=$race_tokens --ignore_eos \
     "Round $r on A: the ${words[r % ${#words[@]}]}" >"$work/race.$r.a.out" 2>"$work/race.$r.a.err" &
   pa=$!
-  "$client_bin" --server="$race_b" --timeout=60 generate --session="$race" --max_tokens=$race_tokens --ignore_eos \
+  "$client_bin" --server="$race_b" --timeout=60 --connect_timeout=10 generate --session="$race" --max_tokens=$race_tokens --ignore_eos \
     "Round $r on B: the ${words[(r * 7) % ${#words[@]}]}" >"$work/race.$r.b.out" 2>"$work/race.$r.b.err" &
   pb=$!
   bg_pids+=("$pa" "$pb")
