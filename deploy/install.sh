@@ -37,6 +37,9 @@ PACKAGES=(
   libhiredis-dev redis-server
   # tests/e2e: the gRPC proxies in front of several replicas (deploy/haproxy, deploy/nginx)
   haproxy nginx
+  # tests/e2e/container_test.sh: deploy/Dockerfile built and run with podman (rootful, host
+  # network); its base image is made by debootstrap (no image registry is reachable)
+  podman runc debootstrap
   # deploy/models/plot.sh: the training-curve plot
   gnuplot-nox
 )
