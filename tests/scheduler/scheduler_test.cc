@@ -124,6 +124,8 @@ TEST_F(SchedulerTest, StreamsTokensThenFinishesWithUsage) {
   EXPECT_EQ(r.session_position, 16 + 12);
   EXPECT_GT(r.time_to_first_token, absl::ZeroDuration());
   EXPECT_FALSE(store_->Get(session->id())->busy);
+  // The engine counts the turn out just after it tells the sink.
+  EXPECT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
   EXPECT_EQ(scheduler_->active_turns(), 0);
 }
 
