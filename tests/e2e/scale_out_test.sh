@@ -202,37 +202,7 @@ ATTNSERVE_PROXY_BIND=$proxy HAPROXY_STATS_BIND=127.0.0.1:$(free_port) HAPROXY_RU
   haproxy -f "$haproxy_cfg" >"$work/haproxy.log" 2>&1 &
 haproxy_pid=$!
 
-# runtime COMMAND: HAProxy's runtime API (the admin socket the config declares).
-runtime() {
-  "$py" - "$socket" "$1" <<'PY'
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.settimeout(5)
-s.connect(sys.argv[1])
-s.sendall(sys.argv[2].encode() + b"\n")
-out = b""
-while chunk := s.recv(65536):
-    out += chunk
-print(out.decode(), end="")
-PY
-}
-# server_states: "s1=UP s2=UP s3=DOWN" from the runtime API (op state 2 is running).
-server_states() {
-  runtime "show servers state attnserve" 2>/dev/null | awk '
-    NF > 6 && $1 ~ /^[0-9]+$/ { printf "%s%s=%s", sep, $4, ($6 == 2 ? "UP" : "DOWN"); sep = " " }'
-}
-# wait_states WANT SECONDS: until server_states is WANT.
-wait_states() {
-  local want=$1 limit=$2 states=""
-  local deadline=$((SECONDS + limit))
-  while [ "$SECONDS" -lt "$deadline" ]; do
-    states=$(server_states || true)
-    [ "$states" = "$want" ] && return 0
-    kill -0 "$haproxy_pid" 2>/dev/null || fail "haproxy exited"
-    sleep 0.1
-  done
-  fail "haproxy's servers are '$states' after ${limit}s, expected '$want'"
-}
+source "$(dirname "$0")/haproxy_lib.sh"
 all_up="s1=UP s2=UP s3=UP"
 wait_states "$all_up" 20
 [ "$(cli "$proxy" health)" = SERVING ] || fail "health through the proxy is not SERVING"
