@@ -210,20 +210,26 @@ wait_states "$all_up" 20
 # home_turn VIA ID NAME PROMPT: turn NAME on session ID through VIA; leaves in `home` the
 # one replica whose attnserve_generated_tokens_total grew meanwhile.
 home_turn() {
-  local before after i
+  local before
   before=$(generated_counts)
   turn "$1" "$2" "$3" "$4"
-  after=$(generated_counts)
-  read -r -a b <<<"$before"
-  read -r -a a <<<"$after"
+  grown_replica "$before" "$(generated_counts)" "session $2: turn $3"
+}
+
+# grown_replica BEFORE AFTER WHAT: leaves in `home` the one replica (1-3) whose count in
+# the generated_counts lines BEFORE -> AFTER grew; fails naming WHAT if none or several.
+grown_replica() {
+  local i
+  read -r -a b <<<"$1"
+  read -r -a a <<<"$2"
   home=""
   for i in 0 1 2; do
     if [ "$((a[i] - b[i]))" -gt 0 ]; then
-      [ -z "$home" ] || fail "session $2: turn $3 counted on several replicas ($before -> $after)"
+      [ -z "$home" ] || fail "$3 counted on several replicas ($1 -> $2)"
       home=$((i + 1))
     fi
   done
-  [ -n "$home" ] || fail "session $2: no replica counted turn $3's tokens ($before -> $after)"
+  [ -n "$home" ] || fail "$3: no replica counted its tokens ($1 -> $2)"
 }
 
 # restart_replica I [AFTER_TERM_FLAG]: a long turn through the proxy on cut_id[I] (a
@@ -365,17 +371,7 @@ for s in $(seq 1 "$kill_count"); do
   before=$(generated_counts)
   turn "$proxy" "$id" "kill.$s.1" "${k_prompts[1]} ($s)"
   turn "$proxy" "$id" "kill.$s.2" "${k_prompts[2]}"
-  after=$(generated_counts)
-  read -r -a b <<<"$before"
-  read -r -a a <<<"$after"
-  home=""
-  for i in 0 1 2; do
-    if [ "$((a[i] - b[i]))" -gt 0 ]; then
-      [ -z "$home" ] || fail "session $id: its two turns spread over replicas ($before -> $after)"
-      home=$((i + 1))
-    fi
-  done
-  [ -n "$home" ] || fail "session $id: no replica counted its generated tokens ($before -> $after)"
+  grown_replica "$before" "$(generated_counts)" "session $id: its two turns"
   home_of[$id]=$home
   on[home]=$((on[home] + 1))
   r=$(new_session "$ref_addr")
