@@ -12,36 +12,53 @@ struct RedisScript {
 // Indexed by RedisSnapshotStore::Script. Generations are compared as the decimal strings
 // Redis stores (never converted to Lua numbers, which are doubles) and raised by INCR.
 // Writes give the snapshot and its generation one absolute expiry `at` (the server's TIME
-// plus the ttl), so neither outlives the other. The first write in each script is the one
-// Redis may refuse when out of memory, so a refused script has written nothing.
+// plus the ttl), so neither outlives the other. The bytes never pass through Lua (Redis
+// copies them into the script's strings slowly, blocking every client meanwhile: 7.4 ms
+// against 2.2 ms at 3.5 MB, tests/bench/scale_bench.sh): the writer SETs them under a
+// staging key of its own with an expiry, and the script, pipelined behind that SET,
+// RENAMEs them into place only if every check passes, and deletes them otherwise. INCR
+// is the first write and runs under pcall: if Redis refuses it (out of memory, a
+// generation that is not a number), the script deletes the staging key and has written
+// nothing else.
 inline constexpr RedisScript kRedisScripts[] = {
-    // kPut. KEYS: snapshot, generation. ARGV: bytes, ttl ms. Returns the new generation.
+    // kPut. KEYS: snapshot, generation, staging. ARGV: ttl ms. Moves the bytes the
+    // caller staged (SET just before, in the same pipeline) into place. Returns the new
+    // generation, or {'nostaging'} if the staging SET did not happen (its own reply says
+    // why).
     {"Put",
-     "local gen = redis.call('INCR', KEYS[2])\n"
+     "if redis.call('EXISTS', KEYS[3]) == 0 then return {'nostaging'} end\n"
+     "local gen = redis.pcall('INCR', KEYS[2])\n"
+     "if type(gen) == 'table' then redis.call('DEL', KEYS[3]) return gen end\n"
      "local now = redis.call('TIME')\n"
-     "local ms = now[1] * 1000 + math.floor(now[2] / 1000) + ARGV[2]\n"
+     "local ms = now[1] * 1000 + math.floor(now[2] / 1000) + ARGV[1]\n"
      "local at = string.format('%.0f', ms)\n"
-     "redis.call('SET', KEYS[1], ARGV[1], 'PXAT', at)\n"
+     "redis.call('RENAME', KEYS[3], KEYS[1])\n"
+     "redis.call('PEXPIREAT', KEYS[1], at)\n"
      "redis.call('PEXPIREAT', KEYS[2], at)\n"
      "return gen\n"},
-    // kPutFenced. KEYS: lease, generation, snapshot. ARGV: token, expected generation,
-    // bytes, ttl ms. Returns the new generation, {'lost'} or {'stale', stored generation}.
+    // kPutFenced. KEYS: lease, generation, snapshot, staging. ARGV: token, expected
+    // generation, ttl ms. Returns the new generation, {'lost'}, {'stale', stored
+    // generation} or {'nostaging'}; the staged bytes are moved into place or deleted.
     {"PutFenced",
-     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'lost'} end\n"
+     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+     "  redis.call('DEL', KEYS[4])\n"
+     "  return {'lost'}\n"
+     "end\n"
      "local stored = redis.call('GET', KEYS[2]) or '0'\n"
-     "if stored ~= ARGV[2] then return {'stale', stored} end\n"
-     "local gen = redis.call('INCR', KEYS[2])\n"
+     "if stored ~= ARGV[2] then\n"
+     "  redis.call('DEL', KEYS[4])\n"
+     "  return {'stale', stored}\n"
+     "end\n"
+     "if redis.call('EXISTS', KEYS[4]) == 0 then return {'nostaging'} end\n"
+     "local gen = redis.pcall('INCR', KEYS[2])\n"
+     "if type(gen) == 'table' then redis.call('DEL', KEYS[4]) return gen end\n"
      "local now = redis.call('TIME')\n"
-     "local ms = now[1] * 1000 + math.floor(now[2] / 1000) + ARGV[4]\n"
+     "local ms = now[1] * 1000 + math.floor(now[2] / 1000) + ARGV[3]\n"
      "local at = string.format('%.0f', ms)\n"
-     "redis.call('SET', KEYS[3], ARGV[3], 'PXAT', at)\n"
+     "redis.call('RENAME', KEYS[4], KEYS[3])\n"
+     "redis.call('PEXPIREAT', KEYS[3], at)\n"
      "redis.call('PEXPIREAT', KEYS[2], at)\n"
      "return gen\n"},
-    // kGetWithGeneration. KEYS: snapshot, generation. Returns nil or {bytes, generation}.
-    {"GetWithGeneration",
-     "local bytes = redis.call('GET', KEYS[1])\n"
-     "if not bytes then return false end\n"
-     "return {bytes, redis.call('GET', KEYS[2]) or '0'}\n"},
     // kAcquire. KEYS: lease, generation. ARGV: token, ttl ms. Returns nil if the lease is
     // held, else the generation.
     {"AcquireLease",

@@ -21,6 +21,7 @@ namespace {
 constexpr char kKeyPrefix[] = "attnserve:session:";
 constexpr char kGenerationKeyPrefix[] = "attnserve:gen:";
 constexpr char kLeaseKeyPrefix[] = "attnserve:lease:";
+constexpr char kStagingKeyPrefix[] = "attnserve:staging:";
 
 std::string NameOf(const RedisSnapshotStore::Address& address) {
   const bool v6 = absl::StrContains(address.host, ':');
@@ -89,23 +90,32 @@ absl::Status NoSnapshot(const std::string& id, const std::string& store_name) {
   return absl::NotFoundError(absl::StrCat("session ", id, ": no snapshot in ", store_name));
 }
 
-absl::Status Unexpected(const std::string& store_name, int script,
+// `what` names the script or command: "<what>: unexpected reply type <type>".
+absl::Status Unexpected(const std::string& store_name, absl::string_view what,
                         const redisReply& reply) {
   return StoreUnavailable(store_name,
-                          absl::StrCat(kRedisScripts[script].name,
-                                       " script: unexpected reply type ", reply.type));
+                          absl::StrCat(what, ": unexpected reply type ", reply.type));
+}
+
+std::string ScriptName(int script) { return absl::StrCat(kRedisScripts[script].name, " script"); }
+
+// True if `reply` is the {'nostaging'} a write script answers when its staging SET did
+// not happen.
+bool IsNoStaging(const redisReply& reply) {
+  return reply.type == REDIS_REPLY_ARRAY && reply.elements == 1 &&
+         IsString(*reply.element[0]) &&
+         absl::string_view(reply.element[0]->str, reply.element[0]->len) == "nostaging";
 }
 
 // Reads a generation Redis sent as a decimal string into `out`; UNAVAILABLE if the key
 // holds anything else (nothing this store writes).
-absl::Status ParseGeneration(const std::string& store_name, int script,
+absl::Status ParseGeneration(const std::string& store_name, absl::string_view what,
                              const redisReply& reply, int64_t* out) {
   const absl::string_view text(reply.str, reply.len);
   if (absl::SimpleAtoi(text, out) && *out >= 0) return absl::OkStatus();
-  return StoreUnavailable(
-      store_name,
-      absl::StrCat(kRedisScripts[script].name, " script: the generation key holds \"",
-                   absl::CHexEscape(text.substr(0, 40)), "\""));
+  return StoreUnavailable(store_name,
+                          absl::StrCat(what, ": the generation key holds \"",
+                                       absl::CHexEscape(text.substr(0, 40)), "\""));
 }
 
 }  // namespace
@@ -134,15 +144,21 @@ std::string RedisSnapshotStore::LeaseKey(const std::string& id) {
   return absl::StrCat(kLeaseKeyPrefix, id);
 }
 
+std::string RedisSnapshotStore::StagingKey(const std::string& id, const std::string& token) {
+  return absl::StrCat(kStagingKeyPrefix, id, ":", token);
+}
+
 absl::Status RedisSnapshotStore::Put(const std::string& id, std::string_view bytes,
                                      absl::Duration ttl) {
   if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
   if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
-  return Eval(kPut, {Key(id), GenerationKey(id)}, {bytes, TtlMs(ttl)},
-              [&](const redisReply& reply) {
-                if (reply.type == REDIS_REPLY_INTEGER) return absl::OkStatus();
-                return Unexpected(name_, kPut, reply);
-              });
+  const std::string ttl_ms = TtlMs(ttl);
+  const std::string staging = StagingKey(id, NewLeaseToken());
+  return StageAndEval(staging, bytes, ttl_ms, kPut, {Key(id), GenerationKey(id), staging},
+                      {ttl_ms}, [&](const redisReply& reply) {
+                        if (reply.type == REDIS_REPLY_INTEGER) return absl::OkStatus();
+                        return Unexpected(name_, ScriptName(kPut), reply);
+                      });
 }
 
 absl::StatusOr<std::string> RedisSnapshotStore::Get(const std::string& id) {
@@ -180,8 +196,8 @@ absl::StatusOr<LeaseGrant> RedisSnapshotStore::AcquireLease(const std::string& i
       Eval(kAcquire, {LeaseKey(id), GenerationKey(id)}, {grant.token, TtlMs(ttl)},
            [&](const redisReply& reply) {
              if (reply.type == REDIS_REPLY_NIL) return LeaseHeldError(id);
-             if (!IsString(reply)) return Unexpected(name_, kAcquire, reply);
-             return ParseGeneration(name_, kAcquire, reply, &grant.generation);
+             if (!IsString(reply)) return Unexpected(name_, ScriptName(kAcquire), reply);
+             return ParseGeneration(name_, ScriptName(kAcquire), reply, &grant.generation);
            });
   if (!status.ok()) return status;
   return grant;
@@ -192,7 +208,7 @@ absl::Status RedisSnapshotStore::RenewLease(const std::string& id, const std::st
   if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
   if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
   return Eval(kRenew, {LeaseKey(id)}, {token, TtlMs(ttl)}, [&](const redisReply& reply) {
-    if (reply.type != REDIS_REPLY_INTEGER) return Unexpected(name_, kRenew, reply);
+    if (reply.type != REDIS_REPLY_INTEGER) return Unexpected(name_, ScriptName(kRenew), reply);
     return reply.integer == 1 ? absl::OkStatus() : LeaseLostError(id);
   });
 }
@@ -202,7 +218,7 @@ absl::Status RedisSnapshotStore::ReleaseLease(const std::string& id,
   if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
   return Eval(kRelease, {LeaseKey(id)}, {token}, [&](const redisReply& reply) {
     if (reply.type == REDIS_REPLY_INTEGER) return absl::OkStatus();
-    return Unexpected(name_, kRelease, reply);
+    return Unexpected(name_, ScriptName(kRelease), reply);
   });
 }
 
@@ -215,9 +231,11 @@ absl::StatusOr<int64_t> RedisSnapshotStore::PutFenced(const std::string& id,
   if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
   if (absl::Status s = ValidateGeneration(generation); !s.ok()) return s;
   int64_t written = 0;
-  absl::Status status = Eval(
-      kPutFenced, {LeaseKey(id), GenerationKey(id), Key(id)},
-      {token, absl::StrCat(generation), bytes, TtlMs(ttl)}, [&](const redisReply& reply) {
+  const std::string ttl_ms = TtlMs(ttl);
+  const std::string staging = StagingKey(id, token);
+  absl::Status status = StageAndEval(
+      staging, bytes, ttl_ms, kPutFenced, {LeaseKey(id), GenerationKey(id), Key(id), staging},
+      {token, absl::StrCat(generation), ttl_ms}, [&](const redisReply& reply) {
         if (reply.type == REDIS_REPLY_INTEGER) {
           written = reply.integer;
           return absl::OkStatus();
@@ -225,15 +243,16 @@ absl::StatusOr<int64_t> RedisSnapshotStore::PutFenced(const std::string& id,
         // {'lost'} or {'stale', stored generation}.
         if (reply.type != REDIS_REPLY_ARRAY || reply.elements < 1 ||
             !IsString(*reply.element[0])) {
-          return Unexpected(name_, kPutFenced, reply);
+          return Unexpected(name_, ScriptName(kPutFenced), reply);
         }
         const absl::string_view why(reply.element[0]->str, reply.element[0]->len);
         if (why == "lost") return LeaseLostError(id);
         if (why != "stale" || reply.elements != 2 || !IsString(*reply.element[1])) {
-          return Unexpected(name_, kPutFenced, reply);
+          return Unexpected(name_, ScriptName(kPutFenced), reply);
         }
         int64_t stored;
-        if (absl::Status s = ParseGeneration(name_, kPutFenced, *reply.element[1], &stored);
+        if (absl::Status s =
+                ParseGeneration(name_, ScriptName(kPutFenced), *reply.element[1], &stored);
             !s.ok()) {
           return s;
         }
@@ -246,45 +265,44 @@ absl::StatusOr<int64_t> RedisSnapshotStore::PutFenced(const std::string& id,
 absl::StatusOr<std::pair<std::string, int64_t>> RedisSnapshotStore::GetWithGeneration(
     const std::string& id) {
   if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
-  // Plain GETs first: generation, bytes, generation again. Every write replaces the bytes
-  // and bumps the generation in one script, so if the generation did not move around the
-  // GET of the bytes, the bytes are that generation's. Measured on 3.5 MB snapshots: a
-  // plain GET 2.8 ms, the same read returned through a Lua script 9.5 ms (Redis builds
-  // the script's reply slowly, and blocks every other client meanwhile).
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    auto before = GetGeneration(id);
-    if (!before.ok()) return before.status();
-    std::pair<std::string, int64_t> result;
-    bool found = false;
-    absl::Status read = Run({"GET", Key(id)}, [&](const redisReply& reply) {
-      if (reply.type == REDIS_REPLY_NIL) return absl::OkStatus();
-      if (!IsString(reply)) return Unexpected(name_, kGetWithGeneration, reply);
-      result.first.assign(reply.str, reply.len);
-      found = true;
-      return absl::OkStatus();
-    });
-    if (!read.ok()) return read;
-    auto after = GetGeneration(id);
-    if (!after.ok()) return after.status();
-    if (*before != *after) continue;  // a write landed in between: read again
-    if (!found) return NoSnapshot(id, name_);
-    result.second = *after;
-    return result;
+  // MULTI GET GET EXEC, pipelined: one round trip, and Redis runs the two GETs with
+  // nothing in between, so the bytes and the generation are one write's. Measured on
+  // 3.5 MB snapshots (tests/bench/scale_bench.sh): 2.0 ms, against 3.0 ms for a GET
+  // bracketed by two generation GETs and 4.7 ms returned through a Lua script (Redis
+  // builds a script's reply slowly and blocks every other client meanwhile).
+  constexpr absl::string_view kWhat = "MULTI GET GET EXEC";
+  const std::string key = Key(id), generation_key = GenerationKey(id);
+  absl::StatusOr<std::vector<ReplyPtr>> replies;
+  {
+    absl::MutexLock lock(&mu_);
+    replies = PipelineLocked({{"MULTI"}, {"GET", key}, {"GET", generation_key}, {"EXEC"}});
   }
-  // Writes keep landing between the reads: read both at once through the script.
-  std::pair<std::string, int64_t> result;
-  absl::Status status = Eval(
-      kGetWithGeneration, {Key(id), GenerationKey(id)}, {}, [&](const redisReply& reply) {
-        if (reply.type == REDIS_REPLY_NIL) return NoSnapshot(id, name_);
-        if (reply.type != REDIS_REPLY_ARRAY || reply.elements != 2 ||
-            !IsString(*reply.element[0]) || !IsString(*reply.element[1])) {
-          return Unexpected(name_, kGetWithGeneration, reply);
-        }
-        result.first.assign(reply.element[0]->str, reply.element[0]->len);
-        return ParseGeneration(name_, kGetWithGeneration, *reply.element[1],
-                               &result.second);
-      });
-  if (!status.ok()) return status;
+  if (!replies.ok()) return replies.status();
+  for (const ReplyPtr& reply : *replies) {
+    if (reply->type == REDIS_REPLY_ERROR) {
+      return StoreUnavailable(name_, absl::StrCat(kWhat, ": ", ErrorText(*reply)));
+    }
+  }
+  const redisReply& exec = *replies->back();
+  if (exec.type != REDIS_REPLY_ARRAY || exec.elements != 2) {
+    return Unexpected(name_, kWhat, exec);
+  }
+  const redisReply& bytes = *exec.element[0];
+  const redisReply& generation = *exec.element[1];
+  for (const redisReply* r : {&bytes, &generation}) {
+    if (r->type == REDIS_REPLY_ERROR) {
+      return StoreUnavailable(name_, absl::StrCat(kWhat, ": ", ErrorText(*r)));
+    }
+  }
+  if (bytes.type == REDIS_REPLY_NIL) return NoSnapshot(id, name_);
+  if (!IsString(bytes)) return Unexpected(name_, kWhat, bytes);
+  std::pair<std::string, int64_t> result(std::string(bytes.str, bytes.len), 0);
+  if (generation.type != REDIS_REPLY_NIL) {
+    if (!IsString(generation)) return Unexpected(name_, kWhat, generation);
+    if (absl::Status s = ParseGeneration(name_, kWhat, generation, &result.second); !s.ok()) {
+      return s;
+    }
+  }
   return result;
 }
 
@@ -293,8 +311,8 @@ absl::StatusOr<int64_t> RedisSnapshotStore::GetGeneration(const std::string& id)
   int64_t generation = 0;
   absl::Status status = Run({"GET", GenerationKey(id)}, [&](const redisReply& reply) {
     if (reply.type == REDIS_REPLY_NIL) return absl::OkStatus();
-    if (!IsString(reply)) return Unexpected(name_, kGetWithGeneration, reply);
-    return ParseGeneration(name_, kGetWithGeneration, reply, &generation);
+    if (!IsString(reply)) return Unexpected(name_, "GET", reply);
+    return ParseGeneration(name_, "GET", reply, &generation);
   });
   if (!status.ok()) return status;
   return generation;
@@ -320,17 +338,9 @@ absl::Status RedisSnapshotStore::Eval(Script script,
   const RedisScript& text = kRedisScripts[script];
   const std::string num_keys = absl::StrCat(keys.size());
   absl::MutexLock lock(&mu_);
-  std::string& sha = script_sha_[script];
-  if (sha.empty()) {
-    absl::StatusOr<ReplyPtr> loaded = CommandLocked({"SCRIPT", "LOAD", text.source});
-    if (!loaded.ok()) return loaded.status();
-    if (!IsString(**loaded)) {
-      return StoreUnavailable(
-          name_, absl::StrCat(text.name, " script: SCRIPT LOAD: ", ErrorText(**loaded)));
-    }
-    sha.assign((*loaded)->str, (*loaded)->len);
-  }
-  std::vector<std::string_view> argv = {"EVALSHA", sha, num_keys};
+  absl::StatusOr<std::string> sha = ScriptShaLocked(script);
+  if (!sha.ok()) return sha.status();
+  std::vector<std::string_view> argv = {"EVALSHA", *sha, num_keys};
   argv.insert(argv.end(), keys.begin(), keys.end());
   argv.insert(argv.end(), args.begin(), args.end());
   absl::StatusOr<ReplyPtr> reply = CommandLocked(argv);
@@ -349,37 +359,116 @@ absl::Status RedisSnapshotStore::Eval(Script script,
   return on_reply(**reply);
 }
 
+absl::StatusOr<std::string> RedisSnapshotStore::ScriptShaLocked(Script script) {
+  std::string& sha = script_sha_[script];
+  if (sha.empty()) {
+    absl::StatusOr<ReplyPtr> loaded =
+        CommandLocked({"SCRIPT", "LOAD", kRedisScripts[script].source});
+    if (!loaded.ok()) return loaded.status();
+    if (!IsString(**loaded)) {
+      return StoreUnavailable(name_, absl::StrCat(ScriptName(script), ": SCRIPT LOAD: ",
+                                                  ErrorText(**loaded)));
+    }
+    sha.assign((*loaded)->str, (*loaded)->len);
+  }
+  return sha;
+}
+
+absl::Status RedisSnapshotStore::StageAndEval(std::string_view staging, std::string_view bytes,
+                                              std::string_view ttl_ms, Script script,
+                                              std::initializer_list<std::string_view> keys,
+                                              std::initializer_list<std::string_view> args,
+                                              OnReply on_reply) {
+  static_assert(std::size(kRedisScripts) == kScripts, "one text per Script");
+  const RedisScript& text = kRedisScripts[script];
+  const std::string num_keys = absl::StrCat(keys.size());
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::string> sha = ScriptShaLocked(script);
+  if (!sha.ok()) return sha.status();
+  std::vector<std::string_view> eval = {"EVALSHA", *sha, num_keys};
+  eval.insert(eval.end(), keys.begin(), keys.end());
+  eval.insert(eval.end(), args.begin(), args.end());
+  absl::StatusOr<std::vector<ReplyPtr>> replies =
+      PipelineLocked({{"SET", staging, bytes, "PX", ttl_ms}, eval});
+  if (!replies.ok()) return replies.status();
+  const redisReply* set = (*replies)[0].get();
+  ReplyPtr reply = std::move((*replies)[1]);
+  if (reply->type == REDIS_REPLY_ERROR && absl::StartsWith(ErrorText(*reply), "NOSCRIPT")) {
+    // The server forgot it (restarted, or SCRIPT FLUSH): EVAL caches it there again. The
+    // staged bytes are still there (the script did not run).
+    eval[0] = "EVAL";
+    eval[1] = text.source;
+    absl::StatusOr<ReplyPtr> again = CommandLocked(eval);
+    if (!again.ok()) return again.status();
+    reply = *std::move(again);
+  }
+  if (IsNoStaging(*reply)) {
+    if (set->type == REDIS_REPLY_ERROR) {
+      return StoreUnavailable(name_, absl::StrCat(text.name, ": staging SET: ", ErrorText(*set)));
+    }
+    return StoreUnavailable(name_, absl::StrCat(ScriptName(script),
+                                                ": the staged bytes vanished before it ran"));
+  }
+  if (reply->type == REDIS_REPLY_ERROR) {
+    return StoreUnavailable(name_, absl::StrCat(ScriptName(script), ": ", ErrorText(*reply)));
+  }
+  return on_reply(*reply);
+}
+
 absl::StatusOr<RedisSnapshotStore::ReplyPtr> RedisSnapshotStore::CommandLocked(
     const std::vector<std::string_view>& args) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lengths;
-  for (std::string_view arg : args) {
-    argv.push_back(arg.data());
-    lengths.push_back(arg.size());
-  }
+  absl::StatusOr<std::vector<ReplyPtr>> replies = PipelineLocked({args});
+  if (!replies.ok()) return replies.status();
+  return std::move(replies->front());
+}
+
+absl::StatusOr<std::vector<RedisSnapshotStore::ReplyPtr>> RedisSnapshotStore::PipelineLocked(
+    const std::vector<std::vector<std::string_view>>& commands) {
   for (int attempt = 0;; ++attempt) {
     const bool reused = context_ != nullptr;
     if (!reused) {
       if (absl::Status s = ConnectLocked(); !s.ok()) return s;
     }
-    void* raw;
-    int saved_errno;
+    std::vector<ReplyPtr> replies;
+    bool failed = false;
+    int saved_errno = 0;
     {
       ScopedSigpipeBlock no_sigpipe;
-      raw = redisCommandArgv(context_, static_cast<int>(argv.size()), argv.data(),
-                             lengths.data());
+      for (const std::vector<std::string_view>& args : commands) {
+        std::vector<const char*> argv;
+        std::vector<size_t> lengths;
+        for (std::string_view arg : args) {
+          argv.push_back(arg.data());
+          lengths.push_back(arg.size());
+        }
+        if (redisAppendCommandArgv(context_, static_cast<int>(argv.size()), argv.data(),
+                                   lengths.data()) != REDIS_OK) {
+          failed = true;
+          break;
+        }
+      }
+      while (!failed && replies.size() < commands.size()) {
+        void* raw = nullptr;
+        if (redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {
+          failed = true;
+          break;
+        }
+        replies.emplace_back(static_cast<redisReply*>(raw), freeReplyObject);
+      }
       saved_errno = errno;
     }
-    if (raw == nullptr) {
+    if (failed) {
       const int redis_err = context_->err;
-      const std::string reason = context_->errstr;
+      const std::string reason = context_->err != 0 ? context_->errstr : "no reply";
       DisconnectLocked();
-      if (reused && attempt == 0 && ServerClosedConnection(redis_err, saved_errno)) {
+      // Only if nothing came back: a command that answered has run.
+      if (reused && attempt == 0 && replies.empty() &&
+          ServerClosedConnection(redis_err, saved_errno)) {
         continue;
       }
       return StoreUnavailable(name_, reason);
     }
-    return ReplyPtr(static_cast<redisReply*>(raw), freeReplyObject);
+    return replies;
   }
 }
 

@@ -29,10 +29,11 @@ namespace attnserve::store {
 // Leases and generations (DESIGN.md §7, one Redis, fenced writes, not Redlock): the
 // generation is an integer under `attnserve:gen:<id>`, the lease a random token under
 // `attnserve:lease:<id>` with its own expiry. Every operation that touches more than one
-// key is one Lua script, so Redis runs it without anything in between: taking a lease (SET
-// NX PX) reads the generation in the same script; a fenced write checks the lease's token
-// and the generation, then writes the bytes and the raised generation; a plain Put raises
-// the generation too; renewing and releasing compare the token first, so a holder never
+// key is one Lua script or one MULTI/EXEC, so Redis runs it without anything in between:
+// taking a lease (SET NX PX) reads the generation in the same script; a read is MULTI GET
+// GET EXEC; a fenced write stages its bytes under a key of its own, then its script
+// checks the lease's token and the generation and moves the bytes into place with the
+// raised generation (or deletes them); a plain Put raises the generation too; renewing and releasing compare the token first, so a holder never
 // extends or deletes someone else's lease. Writes give the snapshot and its generation the
 // same absolute expiry (PEXPIREAT from the script's TIME), so one never outlives the other.
 // Scripts are loaded once (SCRIPT LOAD) and run by SHA (EVALSHA); a server that forgot them
@@ -86,13 +87,15 @@ class RedisSnapshotStore : public SnapshotStore {
   static std::string Key(const std::string& id);
   static std::string GenerationKey(const std::string& id);
   static std::string LeaseKey(const std::string& id);
+  // Where a write stages its bytes before its script moves them into place:
+  // "attnserve:staging:<id>:<token>", with the write's ttl as its expiry.
+  static std::string StagingKey(const std::string& id, const std::string& token);
 
  private:
   // The Lua scripts: indexes into kRedisScripts (redis_scripts.h).
   enum Script {
     kPut,
     kPutFenced,
-    kGetWithGeneration,
     kAcquire,
     kRenew,
     kRelease,
@@ -111,10 +114,24 @@ class RedisSnapshotStore : public SnapshotStore {
   // non-error reply to `on_reply`; errors as Run, named "<script> script: <error>".
   absl::Status Eval(Script script, std::initializer_list<std::string_view> keys,
                     std::initializer_list<std::string_view> args, OnReply on_reply);
+  // Stages `bytes` under `staging` (SET PX `ttl_ms`) and runs `script` behind it in one
+  // pipeline (one round trip); the script moves them into place or deletes them. If the
+  // script answers {'nostaging'}, the SET's error is returned; otherwise as Eval.
+  absl::Status StageAndEval(std::string_view staging, std::string_view bytes,
+                            std::string_view ttl_ms, Script script,
+                            std::initializer_list<std::string_view> keys,
+                            std::initializer_list<std::string_view> args, OnReply on_reply);
   // Sends `args` (connecting first if needed) and returns the reply, error replies
   // included; UNAVAILABLE if Redis cannot be reached.
   absl::StatusOr<ReplyPtr> CommandLocked(const std::vector<std::string_view>& args)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends every command of `commands` in one write and reads their replies in order
+  // (one round trip); as CommandLocked otherwise.
+  absl::StatusOr<std::vector<ReplyPtr>> PipelineLocked(
+      const std::vector<std::vector<std::string_view>>& commands)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The SHA of `script`, loading it into Redis on first use.
+  absl::StatusOr<std::string> ScriptShaLocked(Script script) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ConnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DisconnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -330,14 +330,14 @@ print("\nStore-side pieces of one load, on 10 snapshots each model's sessions le
       "5 passes, p50 / p99 ms (scale_bench_client store: the server's RedisSnapshotStore on its own "
       "hiredis connection, then raw hiredis; CRC-32C and a copy into a fresh buffer in process; "
       "writes to a key of their own):\n")
-print("| model | snapshot bytes | reads: EVALSHA GetWithGeneration (the server's) | plain GET | pipelined GET+GET | MULTI GET GET EXEC | AcquireLease | CRC-32C | copy | writes: PutFenced (the server's, bytes through Lua) | SET staging + Lua fence/RENAME |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| model | snapshot bytes | read: GetWithGeneration (the server's, MULTI GET GET EXEC) | plain GET (floor) | AcquireLease | CRC-32C | copy | write: PutFenced (the server's, staged SET + Lua fence/RENAME) | plain SET (floor) | bytes through a Lua SET (PutFenced before) |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     s = r["store"]
     f = lambda k: f"{pct(s[k], 50):.2f} / {pct(s[k], 99):.2f}"
-    print(f"| {r['model']} | {s['bytes']:,} | {f('eval_get_with_generation')} | {f('get')} | "
-          f"{f('pipelined_get_get')} | {f('multi_get_get_exec')} | {f('acquire_lease')} | "
-          f"{f('crc32c')} | {f('copy')} | {f('put_fenced')} | {f('set_then_rename')} |")
+    print(f"| {r['model']} | {s['bytes']:,} | {f('get_with_generation')} | {f('get')} | "
+          f"{f('acquire_lease')} | {f('crc32c')} | {f('copy')} | {f('put_fenced')} | "
+          f"{f('set')} | {f('set_through_lua')} |")
 big = [r for r in rows if r["model"] == "taylor2-3.5mb"]
 if big:
     p99 = pct(big[0]["migrate"]["migrate"]["client_ms"], 99)

@@ -12,12 +12,13 @@
 //             and running turns back to back until --stop_file exists; one record per
 //             turn (wall-clock start, TTFT including retries, retries, continuations,
 //             errors) written to --out.
-//   store     Where a migration's time goes on the store side: RedisSnapshotStore's
-//             GetWithGeneration (the Lua script the server uses to load a session) against
-//             a plain GET, a pipelined GET pair and MULTI/EXEC on the same keys, a lease
-//             taken, CRC-32C and a copy of the bytes, on snapshots the replicas wrote; and
-//             the server's fenced write (PutFenced: the bytes go through Lua) against a
-//             plain SET to a staging key plus a small Lua fence that RENAMEs it into place.
+//   store     Where a migration's time goes on the store side, on snapshots the replicas
+//             wrote: RedisSnapshotStore's GetWithGeneration (MULTI GET GET EXEC, what the
+//             server loads a session with) against a plain GET of the bytes (the floor), a
+//             lease taken, CRC-32C and a copy of the bytes; and the server's fenced write
+//             (PutFenced: SET to a staging key, then a Lua fence that RENAMEs it into
+//             place) against a plain SET of the bytes (the floor) and against passing the
+//             bytes through a Lua script that SETs them (how PutFenced wrote before).
 #include <hiredis/hiredis.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -340,17 +341,9 @@ struct Reply {
   }
 };
 
-// KEYS: lease, generation, snapshot, staging. ARGV: token, expected generation. The fence
-// of PutFenced (redis_scripts.h) without the bytes: they were SET to `staging` (with the
-// ttl) just before, and move into place by RENAME, which keeps that ttl.
-constexpr char kFenceAndRename[] =
-    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'lost'} end "
-    "local stored = redis.call('GET', KEYS[2]) or '0' "
-    "if stored ~= ARGV[2] then return {'stale', stored} end "
-    "local gen = redis.call('INCR', KEYS[2]) "
-    "redis.call('RENAME', KEYS[4], KEYS[3]) "
-    "redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[3])) "
-    "return gen";
+// KEYS: snapshot. ARGV: bytes. The bytes pass through Lua, as PutFenced's script took them
+// before it staged them: the comparison for the staged write.
+constexpr char kSetThroughLua[] = "return redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000)";
 
 int RunStore(const std::vector<std::string>& args) {
   client::FlagSet flags;
@@ -367,8 +360,8 @@ int RunStore(const std::vector<std::string>& args) {
   redisContext* raw = redisConnect("127.0.0.1", port);
   if (raw == nullptr || raw->err != 0) Die("store: cannot connect to redis");
 
-  std::vector<double> eval_ms, get_ms, pipelined_ms, multi_ms, lease_ms, crc_ms, copy_ms,
-      put_fenced_ms, set_rename_ms;
+  std::vector<double> read_ms, get_ms, lease_ms, crc_ms, copy_ms, put_fenced_ms, set_ms,
+      through_lua_ms;
   int64_t bytes = 0;
   uint32_t sink = 0;
   // One untimed pass loads the script and warms both connections.
@@ -378,11 +371,9 @@ int RunStore(const std::vector<std::string>& args) {
   }
   for (int rep = 0; rep < reps; ++rep) {
     for (const auto& id : ids) {
-      const std::string key = store::RedisSnapshotStore::Key(id);
-      const std::string gen_key = store::RedisSnapshotStore::GenerationKey(id);
       Clock::time_point t = Clock::now();
       auto got = store->GetWithGeneration(id);
-      eval_ms.push_back(MsSince(t));
+      read_ms.push_back(MsSince(t));
       if (!got.ok()) Die("store: " + std::string(got.status().message()));
       bytes = int64_t(got->first.size());
 
@@ -391,52 +382,14 @@ int RunStore(const std::vector<std::string>& args) {
       get_ms.push_back(MsSince(t));
       if (!plain.ok()) Die("store: " + std::string(plain.status().message()));
 
-      // The same two reads without Lua: GET snapshot, GET generation in one round trip,
-      // bytes copied out of the reply as the store does.
-      t = Clock::now();
-      redisAppendCommand(raw, "GET %b", key.data(), key.size());
-      redisAppendCommand(raw, "GET %b", gen_key.data(), gen_key.size());
-      std::string copy;
-      {
-        Reply r1, r2;
-        if (redisGetReply(raw, reinterpret_cast<void**>(&r1.r)) != REDIS_OK ||
-            redisGetReply(raw, reinterpret_cast<void**>(&r2.r)) != REDIS_OK ||
-            r1.r->type != REDIS_REPLY_STRING) {
-          Die("store: pipelined GET failed");
-        }
-        copy.assign(r1.r->str, r1.r->len);
-      }
-      pipelined_ms.push_back(MsSince(t));
-
-      // Atomic without Lua: MULTI / GET / GET / EXEC, pipelined.
-      t = Clock::now();
-      redisAppendCommand(raw, "MULTI");
-      redisAppendCommand(raw, "GET %b", key.data(), key.size());
-      redisAppendCommand(raw, "GET %b", gen_key.data(), gen_key.size());
-      redisAppendCommand(raw, "EXEC");
-      {
-        Reply q[4];
-        for (Reply& r : q) {
-          if (redisGetReply(raw, reinterpret_cast<void**>(&r.r)) != REDIS_OK) {
-            Die("store: MULTI/EXEC failed");
-          }
-        }
-        if (q[3].r->type != REDIS_REPLY_ARRAY || q[3].r->elements != 2) {
-          Die("store: unexpected EXEC reply");
-        }
-        copy.assign(q[3].r->element[0]->str, q[3].r->element[0]->len);
-      }
-      multi_ms.push_back(MsSince(t));
-
       t = Clock::now();
       auto grant = store->AcquireLease(id, absl::Seconds(5));
       if (!grant.ok()) Die("store: lease: " + std::string(grant.status().message()));
       lease_ms.push_back(MsSince(t));
       (void)store->ReleaseLease(id, grant->token);
 
-      // Writes, on a key of their own: the server's fenced write (the bytes pass through
-      // Lua) against a plain SET of the bytes to a staging key followed by a small Lua
-      // script that checks the same fence and RENAMEs the staging key into place.
+      // Writes, on keys of their own: the server's fenced write, a plain SET of the same
+      // bytes, and the bytes passed through a Lua script that SETs them.
       const std::string wid = absl::StrCat("scale-bench-write-", rep, "-", &id - &ids[0]);
       auto wgrant = store->AcquireLease(wid, absl::Seconds(5));
       if (!wgrant.ok()) Die("store: write lease: " + std::string(wgrant.status().message()));
@@ -445,32 +398,22 @@ int RunStore(const std::vector<std::string>& args) {
                                       wgrant->generation);
       put_fenced_ms.push_back(MsSince(t));
       if (!written.ok()) Die("store: PutFenced: " + std::string(written.status().message()));
-      const std::string lease_key = store::RedisSnapshotStore::LeaseKey(wid);
-      const std::string wgen_key = store::RedisSnapshotStore::GenerationKey(wid);
-      const std::string wkey = store::RedisSnapshotStore::Key(wid);
-      const std::string staging = wkey + ":staging";
-      const std::string expected = absl::StrCat(*written);
-      t = Clock::now();
-      redisAppendCommand(raw, "SET %b %b PX 60000", staging.data(), staging.size(),
-                         got->first.data(), got->first.size());
-      redisAppendCommand(raw, "EVAL %s 4 %b %b %b %b %b %b", kFenceAndRename, lease_key.data(),
-                         lease_key.size(), wgen_key.data(), wgen_key.size(), wkey.data(),
-                         wkey.size(), staging.data(), staging.size(), wgrant->token.data(),
-                         wgrant->token.size(), expected.data(), expected.size());
-      {
-        Reply set, eval;
-        if (redisGetReply(raw, reinterpret_cast<void**>(&set.r)) != REDIS_OK ||
-            redisGetReply(raw, reinterpret_cast<void**>(&eval.r)) != REDIS_OK ||
-            eval.r->type != REDIS_REPLY_INTEGER) {
-          Die(absl::StrCat("store: SET + fence/RENAME failed: ",
-                           eval.r != nullptr && eval.r->type == REDIS_REPLY_ERROR
-                               ? std::string(eval.r->str, eval.r->len)
-                               : "unexpected reply"));
-        }
-      }
-      set_rename_ms.push_back(MsSince(t));
       (void)store->ReleaseLease(wid, wgrant->token);
       (void)store->Delete(wid);
+      const std::string wkey = store::RedisSnapshotStore::Key(wid) + ":raw";
+      for (const bool through_lua : {false, true}) {
+        t = Clock::now();
+        Reply r;
+        r.r = static_cast<redisReply*>(
+            through_lua ? redisCommand(raw, "EVAL %s 1 %b %b", kSetThroughLua, wkey.data(),
+                                       wkey.size(), got->first.data(), got->first.size())
+                        : redisCommand(raw, "SET %b %b PX 60000", wkey.data(), wkey.size(),
+                                       got->first.data(), got->first.size()));
+        (through_lua ? through_lua_ms : set_ms).push_back(MsSince(t));
+        if (r.r == nullptr || r.r->type == REDIS_REPLY_ERROR) Die("store: raw SET failed");
+      }
+      Reply unlinked;
+      unlinked.r = static_cast<redisReply*>(redisCommand(raw, "UNLINK %b", wkey.data(), wkey.size()));
 
       t = Clock::now();
       sink ^= Crc32c(0, got->first.data(), got->first.size());
@@ -489,11 +432,10 @@ int RunStore(const std::vector<std::string>& args) {
   };
   const std::string out = absl::StrCat(
       "{\"bytes\":", bytes, ",\"sink\":", sink & 1, ",",
-      absl::StrJoin({line("eval_get_with_generation", eval_ms), line("get", get_ms),
-                     line("pipelined_get_get", pipelined_ms),
-                     line("multi_get_get_exec", multi_ms), line("acquire_lease", lease_ms),
-                     line("crc32c", crc_ms), line("copy", copy_ms),
-                     line("put_fenced", put_fenced_ms), line("set_then_rename", set_rename_ms)},
+      absl::StrJoin({line("get_with_generation", read_ms), line("get", get_ms),
+                     line("acquire_lease", lease_ms), line("crc32c", crc_ms),
+                     line("copy", copy_ms), line("put_fenced", put_fenced_ms),
+                     line("set", set_ms), line("set_through_lua", through_lua_ms)},
                     ","),
       "}");
   std::printf("%s\n", out.c_str());

@@ -418,7 +418,11 @@ TEST_F(DirSnapshotStoreTest, ProcessesSharingTheDirectoryNeverLoseAWrite) {
   }
   for (std::thread& thread : threads) thread.join();
   for (const absl::Status& result : results) EXPECT_TRUE(result.ok()) << result;
-  for (int h : handoffs) EXPECT_GT(h, 1) << "a writer never met the others";
+  // Each writer counts its first round as a handoff; more than that means the threads
+  // took turns (one may still run all its rounds alone on a loaded machine).
+  int total_handoffs = 0;
+  for (int h : handoffs) total_handoffs += h;
+  EXPECT_GT(total_handoffs, kThreads) << "the writers never met";
   const int status = child.Wait();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "wait status " << status;
   const int total = (kThreads + 1) * kRounds;

@@ -65,6 +65,13 @@ class RedisSnapshotStoreTest : public ::testing::Test {
     return reply != nullptr && reply->type == REDIS_REPLY_INTEGER ? reply->integer : -999;
   }
 
+  // How many staging keys ("attnserve:staging:*") Redis holds.
+  int64_t StagingKeys() {
+    RedisReplyPtr reply = RawCommand(raw_.get(), "KEYS attnserve:staging:*");
+    EXPECT_TRUE(reply != nullptr && reply->type == REDIS_REPLY_ARRAY);
+    return reply != nullptr && reply->type == REDIS_REPLY_ARRAY ? int64_t(reply->elements) : -1;
+  }
+
   std::unique_ptr<RedisServer> redis_;
   std::unique_ptr<SnapshotStore> store_;
   RedisContextPtr raw_{nullptr, redisFree};  // looks behind the store's back
@@ -121,7 +128,7 @@ TEST_F(RedisSnapshotStoreTest, ErrorReplyIsUnavailableNamingTheCommand) {
   ASSERT_NE(RawCommand(raw_.get(), "CONFIG SET maxmemory 1"), nullptr);
   absl::Status status = store_->Put(kId, std::string(1000, 'x'), absl::Hours(1));
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
-  EXPECT_THAT(std::string(status.message()), HasSubstr("Put script: OOM"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("Put: staging SET: OOM"));
   // Scripts that only read still run.
   EXPECT_EQ(store_->PutFenced(kId, "y", absl::Hours(1), "token", 0).status().code(),
             absl::StatusCode::kAborted);
@@ -129,6 +136,27 @@ TEST_F(RedisSnapshotStoreTest, ErrorReplyIsUnavailableNamingTheCommand) {
   RedisReplyPtr generation = RawCommand(raw_.get(), "EXISTS attnserve:gen:%s", kId);
   ASSERT_NE(generation, nullptr);
   EXPECT_EQ(generation->integer, 0) << "a refused script wrote the generation";
+  EXPECT_EQ(StagingKeys(), 0);
+}
+
+TEST_F(RedisSnapshotStoreTest, WritesLeaveNoStagedBytesBehind) {
+  ASSERT_TRUE(store_->Put(kId, "put", kTtl).ok());
+  auto grant = store_->AcquireLease(kId, kTtl);
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  ASSERT_EQ(store_->PutFenced(kId, "fenced", kTtl, grant->token, 1).value_or(-1), 2);
+  EXPECT_THAT(std::string(store_->PutFenced(kId, "stale", kTtl, grant->token, 1)
+                              .status()
+                              .message()),
+              HasSubstr("stale generation"));
+  EXPECT_EQ(store_->PutFenced(kId, "lost", kTtl, "not-the-token", 2).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(StagingKeys(), 0);
+  EXPECT_THAT(store_->GetWithGeneration(kId).value_or(std::make_pair("error", -1)),
+              Pair("fenced", 2));
+  // The staged copy moved into place carries the write's expiry, not its own.
+  RedisReplyPtr pttl = RawCommand(raw_.get(), "PTTL attnserve:session:%s", kId);
+  ASSERT_NE(pttl, nullptr);
+  EXPECT_GT(pttl->integer, absl::ToInt64Milliseconds(kTtl) - 5000);
 }
 
 TEST_F(RedisSnapshotStoreTest, UnavailableWhileRedisIsDownAndRecoversWhenItIsBack) {
@@ -283,6 +311,7 @@ TEST_F(RedisSnapshotStoreTest, GenerationKeyHoldingGarbageIsUnavailable) {
   ExpectUnavailable(put);
   EXPECT_THAT(std::string(put.message()), HasSubstr("Put script: "));
   EXPECT_EQ(store_->Get(kId).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(StagingKeys(), 0) << "the refused write left its staged bytes";
 }
 
 TEST_F(RedisSnapshotStoreTest, LeasesAreUnavailableWhileRedisIsDownAndRecoverWhenItIsBack) {
