@@ -158,6 +158,11 @@ void Scheduler::EngineLoop() {
 bool Scheduler::Step(std::vector<std::unique_ptr<Turn>>& turns) {
   const absl::Time now = absl::Now();
   bool progressed = false;
+  // The step's prompt-token budget, spent on prefilling turns in arrival order (`turns`
+  // keeps it); a turn left without budget waits for the next step.
+  int64_t prefill_budget = options_.prefill_tokens_per_step > 0
+                               ? options_.prefill_tokens_per_step
+                               : std::numeric_limits<int64_t>::max();
   // Decode tokens of every turn, one batch per model.
   std::map<const model::Model*, std::vector<Turn*>> decode;
   for (auto& owned : turns) {
@@ -194,8 +199,10 @@ bool Scheduler::Step(std::vector<std::unique_ptr<Turn>>& turns) {
       continue;
     }
     if (t.prefilling()) {
-      Prefill(t);
-      progressed = true;
+      if (prefill_budget > 0) {
+        prefill_budget -= Prefill(t, prefill_budget);
+        progressed = true;
+      }
     } else if (!t.sink->Full()) {
       decode[&t.model()].push_back(&t);
     }
@@ -207,20 +214,21 @@ bool Scheduler::Step(std::vector<std::unique_ptr<Turn>>& turns) {
   return progressed;
 }
 
-void Scheduler::Prefill(Turn& t) {
+int64_t Scheduler::Prefill(Turn& t, int64_t max_tokens) {
   const model::Model& m = t.model();
-  const size_t n = std::min(t.to_prefill.size() - t.prefilled,
-                            size_t(std::max(1, options_.prefill_chunk_tokens)));
+  const size_t n = std::min({t.to_prefill.size() - t.prefilled,
+                             size_t(std::max(1, options_.prefill_chunk_tokens)),
+                             size_t(std::max<int64_t>(1, max_tokens))});
   model::DecodeState& state = t.session->state();
   if (absl::Status s = options_.store->Charge(*t.session, m.StateBytes(state.position() + n));
       !s.ok()) {
     Finish(t, FinishReason::kError, s);
-    return;
+    return 0;
   }
   auto logits = m.Prefill(state, absl::MakeConstSpan(t.to_prefill).subspan(t.prefilled, n));
   if (!logits.ok()) {
     Finish(t, FinishReason::kError, logits.status());
-    return;
+    return int64_t(n);
   }
   t.prefilled += n;
   t.session->PublishProgress();
@@ -228,6 +236,7 @@ void Scheduler::Prefill(Turn& t) {
     at::Tensor last = (*logits)[-1].contiguous();  // (V)
     Emit(t, last.data_ptr<float>(), last.numel());
   }
+  return int64_t(n);
 }
 
 void Scheduler::DecodeBatch(std::vector<Turn*>& batch) {

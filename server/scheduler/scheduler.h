@@ -23,9 +23,12 @@ namespace attnserve::scheduler {
 class Scheduler {
  public:
   struct Options {
-    // Prompt tokens one turn prefills per engine step; bounds how long decoding turns
-    // wait behind a long prompt.
+    // Prompt tokens one turn prefills per engine step (one model call).
     int prefill_chunk_tokens = 256;
+    // Prompt tokens all prefilling turns together prefill per engine step, oldest turn
+    // first; bounds how long decoding turns wait between their tokens when many prompts
+    // arrive at once. 0: no bound (every prefilling turn runs a chunk each step).
+    int prefill_tokens_per_step = 256;
     // LibTorch intra-op threads for the engine.
     int threads = 1;
     // Not owned; must outlive the scheduler.
@@ -69,7 +72,9 @@ class Scheduler {
   void EngineLoop();
   // One engine step over `turns`; returns false when nothing could run.
   bool Step(std::vector<std::unique_ptr<Turn>>& turns);
-  void Prefill(Turn& turn);
+  // Prefills the turn's next chunk, at most `max_tokens` (>= 1) prompt tokens; returns
+  // how many it spent.
+  int64_t Prefill(Turn& turn, int64_t max_tokens);
   void DecodeBatch(std::vector<Turn*>& batch);
   // Samples from `logits` (V; the engine's scratch copy, may be edited) and streams
   // the token; may finish the turn.

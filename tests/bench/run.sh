@@ -29,6 +29,17 @@ if [[ ${1:-} == scale ]]; then
     scale_bench_client
   exec tests/bench/scale_bench.sh "$build" "$@"
 fi
+# Engine fairness (ITL of a decoding session while 100 long prompts arrive, prefill
+# budget off vs on; real server and client on loopback; ~1 min): tests/bench/run.sh
+# fairness [build-dir] [--rounds=3 --prompts=100 ...] (flags: tests/bench/fairness_bench.sh).
+if [[ ${1:-} == fairness ]]; then
+  shift
+  build=build
+  if [[ $# -gt 0 && ${1} != -* ]]; then build=$1; shift; fi
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$build" --target attnserve_server attnserve_client
+  exec tests/bench/fairness_bench.sh "$build" "$@"
+fi
 build=${1:-build}
 shift || true
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

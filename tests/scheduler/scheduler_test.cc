@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 
@@ -338,6 +339,56 @@ TEST_F(SchedulerTest, StopTurnsEndsRunningTurnsWithShutdownAtAConsistentPosition
   auto next = Run(taylor_, Greedy("", 4), session).second;
   auto fresh = Run(taylor_, Greedy("abc" + sink->text(), 4)).second;
   EXPECT_EQ(next->ids(), fresh->ids());
+}
+
+
+// Records, when its turn's first token arrives (on the engine thread, so nothing runs
+// meanwhile), how far another session has got.
+class FirstTokenProbe : public RecordingSink {
+ public:
+  explicit FirstTokenProbe(std::shared_ptr<session::Session> other) : other_(std::move(other)) {}
+  void OnToken(TokenEvent token) override {
+    if (!seen_) other_position_ = other_->position();
+    seen_ = true;
+    RecordingSink::OnToken(std::move(token));
+  }
+  int64_t other_position() const { return other_position_; }
+
+ private:
+  std::shared_ptr<session::Session> other_;
+  bool seen_ = false;  // engine thread only
+  std::atomic<int64_t> other_position_{-1};
+};
+
+// Two long prompts arriving together: with a budget of one chunk per step the older one
+// is prefilled alone and answers first; without a budget both advance every step.
+TEST_F(SchedulerTest, PrefillBudgetServesTheOldestPromptFirst) {
+  for (const int budget : {16, 0}) {
+    SCOPED_TRACE(absl::StrCat("prefill_tokens_per_step=", budget));
+    scheduler_.reset();
+    Scheduler::Options so;
+    so.store = store_.get();
+    so.prefill_chunk_tokens = 16;
+    so.prefill_tokens_per_step = budget;
+    scheduler_ = std::make_unique<Scheduler>(so);
+    auto first = store_->Create(taylor_, absl::ZeroDuration()).value();
+    auto second = store_->Create(taylor_, absl::ZeroDuration()).value();
+    auto probe = std::make_shared<FirstTokenProbe>(second);
+    auto other = std::make_shared<RecordingSink>();
+    // 30 chunks each: the second turn is queued long before the first one's prompt is in.
+    const std::string prompt(480, 'a');
+    scheduler_->Submit(store_->BeginTurn(first->id()).value(), Greedy(prompt, 1), probe)
+        .IgnoreError();
+    scheduler_->Submit(store_->BeginTurn(second->id()).value(), Greedy(prompt, 1), other)
+        .IgnoreError();
+    EXPECT_EQ(probe->WaitFinish().reason, FinishReason::kLength);
+    EXPECT_EQ(other->WaitFinish().reason, FinishReason::kLength);
+    if (budget > 0) {
+      EXPECT_EQ(probe->other_position(), 0) << "the younger prompt took some of the budget";
+    } else {
+      EXPECT_GT(probe->other_position(), 0) << "without a budget both prompts advance";
+    }
+  }
 }
 
 }  // namespace
