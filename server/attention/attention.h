@@ -32,6 +32,10 @@ class AttentionState {
   virtual int64_t Position() const = 0;
   // Bytes of tensor memory this state holds now (KV caches: allocated capacity).
   virtual int64_t Bytes() const = 0;
+  // Bytes it will hold once `extra` more tokens are appended (what the memory budget
+  // charges before a step): fixed-state modules Bytes(); KV caches their capacity after
+  // growing for them.
+  virtual int64_t BytesAfter(int64_t extra) const { return Bytes(); }
   virtual std::unique_ptr<AttentionState> Clone() const = 0;
   // The tensors a snapshot holds, in a fixed order, with the names and shapes that
   // Attention::StateShapes(Position()) lists: fixed-state modules their whole state,

@@ -15,15 +15,29 @@ class KvState : public AttentionState {
   int64_t Position() const override { return length; }
   int64_t Bytes() const override { return k.nbytes() + v.nbytes(); }
   std::unique_ptr<AttentionState> Clone() const override {
-    return std::make_unique<KvState>(k.clone(), v.clone(), length);
+    // Capacity exactly the used length, so a copy holds what its nominal size says.
+    return std::make_unique<KvState>(Keys().contiguous().clone(), Values().contiguous().clone(),
+                                     length);
   }
   NamedTensors Tensors() const override { return {{"k", Keys()}, {"v", Values()}}; }
 
-  // Makes room for `extra` more tokens, doubling capacity when it runs out.
-  void Reserve(int64_t extra) {
+  int64_t BytesAfter(int64_t extra) const override {
+    const int64_t per_token = (k.size(0) * k.size(2) + v.size(0) * v.size(2)) *
+                              int64_t(k.element_size());
+    return CapacityFor(extra) * per_token;
+  }
+
+  // Tokens of capacity after making room for `extra` more: doubling when it runs out.
+  int64_t CapacityFor(int64_t extra) const {
     const int64_t need = length + extra;
-    if (need <= k.size(1)) return;
-    const int64_t cap = std::max<int64_t>({need, 2 * k.size(1), 16});
+    if (need <= k.size(1)) return k.size(1);
+    return std::max<int64_t>({need, 2 * k.size(1), 16});
+  }
+
+  // Makes room for `extra` more tokens (CapacityFor).
+  void Reserve(int64_t extra) {
+    const int64_t cap = CapacityFor(extra);
+    if (cap == k.size(1)) return;
     at::Tensor nk = at::empty({k.size(0), cap, k.size(2)}, k.options());
     at::Tensor nv = at::empty({v.size(0), cap, v.size(2)}, v.options());
     nk.narrow(1, 0, length).copy_(k.narrow(1, 0, length));

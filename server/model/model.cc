@@ -41,6 +41,12 @@ int64_t DecodeState::Bytes() const {
   return total;
 }
 
+int64_t DecodeState::BytesAfter(int64_t extra) const {
+  int64_t total = 0;
+  for (const auto& l : layers_) total += l->BytesAfter(extra);
+  return total;
+}
+
 std::unique_ptr<DecodeState> DecodeState::Clone() const {
   auto copy = std::make_unique<DecodeState>();
   for (const auto& l : layers_) copy->layers_.push_back(l->Clone());

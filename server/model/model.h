@@ -31,6 +31,8 @@ class DecodeState {
   int64_t position() const { return position_; }
   // Tensor bytes held across all layers.
   int64_t Bytes() const;
+  // Tensor bytes held once `extra` more tokens are in (AttentionState::BytesAfter).
+  int64_t BytesAfter(int64_t extra) const;
   std::unique_ptr<DecodeState> Clone() const;
 
   // Layer `l`'s state, for snapshots (AttentionState::Tensors).

@@ -214,13 +214,24 @@ bool Scheduler::Step(std::vector<std::unique_ptr<Turn>>& turns) {
   return progressed;
 }
 
+namespace {
+
+// What the memory budget charges a session before a step appends `extra` tokens: the
+// memory its state will actually hold (a KV cache's capacity grows by doubling), and
+// never less than the nominal size.
+int64_t ChargeAfter(const model::Model& m, const model::DecodeState& state, int64_t extra) {
+  return std::max(m.StateBytes(state.position() + extra), state.BytesAfter(extra));
+}
+
+}  // namespace
+
 int64_t Scheduler::Prefill(Turn& t, int64_t max_tokens) {
   const model::Model& m = t.model();
   const size_t n = std::min({t.to_prefill.size() - t.prefilled,
                              size_t(std::max(1, options_.prefill_chunk_tokens)),
                              size_t(std::max<int64_t>(1, max_tokens))});
   model::DecodeState& state = t.session->state();
-  if (absl::Status s = options_.store->Charge(*t.session, m.StateBytes(state.position() + n));
+  if (absl::Status s = options_.store->Charge(*t.session, ChargeAfter(m, state, int64_t(n)));
       !s.ok()) {
     Finish(t, FinishReason::kError, s);
     return 0;
@@ -245,8 +256,7 @@ void Scheduler::DecodeBatch(std::vector<Turn*>& batch) {
   std::vector<Turn*> ready;
   for (Turn* t : batch) {
     model::DecodeState& state = t->session->state();
-    if (absl::Status s = options_.store->Charge(
-            *t->session, t->model().StateBytes(state.position() + 1));
+    if (absl::Status s = options_.store->Charge(*t->session, ChargeAfter(t->model(), state, 1));
         !s.ok()) {
       Finish(*t, FinishReason::kError, s);
       continue;

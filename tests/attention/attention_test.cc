@@ -162,6 +162,26 @@ TEST_P(AttentionPaths, StateBytesFixedOrGrowingAsReported) {
   }
 }
 
+// What the memory budget charges before a step is what the state holds after it.
+TEST_P(AttentionPaths, BytesAfterPredictsTheBytesAnAppendLeaves) {
+  const Case c = GetParam();
+  auto attn = Make(c, 64);
+  Qkv x = RandomQkv(1, 300, 5);
+  auto state = attn->NewState();
+  int64_t at = 0;
+  for (const int64_t n : {10, 6, 1, 20, 60, 3, 200}) {
+    const int64_t predicted = state->BytesAfter(n);
+    attn->Prefill(*state, x.q[0].narrow(1, at, n), x.k[0].narrow(1, at, n),
+                  x.v[0].narrow(1, at, n));
+    at += n;
+    EXPECT_EQ(state->Bytes(), predicted) << "after " << at << " tokens";
+  }
+  // A copy holds only what it uses.
+  if (!HasFixedState(attn->options())) {
+    EXPECT_EQ(state->Clone()->Bytes(), StateBytesPerLayer(attn->options(), at));
+  }
+}
+
 TEST_P(AttentionPaths, FusedStepMatchesReferenceStep) {
   Case c = GetParam();
   auto fused = Make(c, 32);

@@ -277,10 +277,12 @@ TEST_F(SchedulerTest, KvCacheOverBudgetEndsWithResourceExhausted) {
   EXPECT_EQ(r.reason, FinishReason::kError);
   EXPECT_EQ(r.error.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(r.error.message().find("memory budget"), std::string::npos);
-  // Positions 0..39 fit: 10 prompt tokens and 30 decode steps; the token sampled from
-  // the last step is streamed and waits as the pending token.
-  EXPECT_EQ(r.generated_tokens, 31);
-  EXPECT_EQ(r.session_position, 41);
+  // The budget charges the cache's allocated capacity, not its used length: 16 tokens for
+  // the 10-token prompt, doubled to 32, and the doubling to 64 that the 33rd token needs
+  // does not fit 40 tokens' worth. So positions 0..31 run: 10 prompt tokens and 22 decode
+  // steps; the token sampled from the last step is streamed and waits as the pending one.
+  EXPECT_EQ(r.generated_tokens, 23);
+  EXPECT_EQ(r.session_position, 33);
 }
 
 TEST_F(SchedulerTest, RefusesTurnsAfterStopAccepting) {
