@@ -37,6 +37,10 @@ class AttentionState {
   // growing for them.
   virtual int64_t BytesAfter(int64_t extra) const { return Bytes(); }
   virtual std::unique_ptr<AttentionState> Clone() const = 0;
+  // A state to go back to if what follows fails: equal to this one as long as nothing
+  // but appends happen to this one meanwhile. Fixed states (updated in place) copy their
+  // tensors; KV caches share theirs (appends write past the length they remember).
+  virtual std::unique_ptr<AttentionState> Checkpoint() const { return Clone(); }
   // The tensors a snapshot holds, in a fixed order, with the names and shapes that
   // Attention::StateShapes(Position()) lists: fixed-state modules their whole state,
   // KV caches only the used length of their caches (never the spare capacity). Views

@@ -21,6 +21,9 @@ class KvState : public AttentionState {
   }
   NamedTensors Tensors() const override { return {{"k", Keys()}, {"v", Values()}}; }
 
+  std::unique_ptr<AttentionState> Checkpoint() const override {
+    return std::make_unique<KvState>(k, v, length);  // shares storage; no copy
+  }
   int64_t BytesAfter(int64_t extra) const override {
     const int64_t per_token = (k.size(0) * k.size(2) + v.size(0) * v.size(2)) *
                               int64_t(k.element_size());

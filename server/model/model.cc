@@ -55,6 +55,19 @@ std::unique_ptr<DecodeState> DecodeState::Clone() const {
   return copy;
 }
 
+std::unique_ptr<DecodeState> DecodeState::Checkpoint() const {
+  auto copy = std::make_unique<DecodeState>();
+  for (const auto& l : layers_) copy->layers_.push_back(l->Checkpoint());
+  copy->position_ = position_;
+  copy->owner_ = owner_;
+  return copy;
+}
+
+void DecodeState::Rewind(std::unique_ptr<DecodeState> checkpoint) {
+  layers_ = std::move(checkpoint->layers_);
+  position_ = checkpoint->position_;
+}
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
                                                      uint64_t seed) {
   if (absl::Status s = ValidateModelConfig(config); !s.ok()) return s;

@@ -34,6 +34,11 @@ class DecodeState {
   // Tensor bytes held once `extra` more tokens are in (AttentionState::BytesAfter).
   int64_t BytesAfter(int64_t extra) const;
   std::unique_ptr<DecodeState> Clone() const;
+  // A state to Rewind to if the appends that follow fail or are abandoned
+  // (AttentionState::Checkpoint: a copy of fixed states, the length of KV caches).
+  std::unique_ptr<DecodeState> Checkpoint() const;
+  // Goes back to `checkpoint`, taken from this state with nothing but appends since.
+  void Rewind(std::unique_ptr<DecodeState> checkpoint);
 
   // Layer `l`'s state, for snapshots (AttentionState::Tensors).
   int num_layers() const { return int(layers_.size()); }

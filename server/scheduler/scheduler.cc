@@ -4,11 +4,13 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <set>
 
 #include "absl/strings/match.h"
+#include "server/common/torch_status.h"
 #include "absl/strings/str_cat.h"
 #include "server/model/tokenizer.h"
 
@@ -25,6 +27,9 @@ struct Scheduler::Turn {
   std::vector<int32_t> to_prefill;  // the session's pending token, then the prompt
   bool had_pending = false;         // to_prefill starts with the session's pending token
   size_t prefilled = 0;
+  // The session's state before the turn's first model call, until the whole prompt is
+  // in: a turn that ends sooner (cancel, deadline, budget, model error) rewinds to it.
+  std::unique_ptr<model::DecodeState> checkpoint;
   std::optional<int32_t> next_input;  // last emitted token, not yet in the state
   int generated = 0;
   std::string tail;  // the last streamed bytes, as long as the longest stop string
@@ -139,7 +144,17 @@ void Scheduler::EngineLoop() {
       }
       progressed = false;
     } else {
-      progressed = Step(turns);
+      // LibTorch throws (an allocation that fails, a bug): a step that throws ends the
+      // turns it was running with INTERNAL, rewinding those still in their prompt; the
+      // engine and the other sessions carry on.
+      absl::StatusOr<bool> stepped = CatchTorch("engine step", [&] { return Step(turns); });
+      if (stepped.ok()) {
+        progressed = *stepped;
+      } else {
+        std::fprintf(stderr, "attnserve: %s\n", std::string(stepped.status().message()).c_str());
+        for (auto& t : turns) Finish(*t, FinishReason::kError, stepped.status());
+        progressed = false;
+      }
     }
     const size_t before = turns.size();
     turns.erase(std::remove_if(turns.begin(), turns.end(),
@@ -236,6 +251,7 @@ int64_t Scheduler::Prefill(Turn& t, int64_t max_tokens) {
     Finish(t, FinishReason::kError, s);
     return 0;
   }
+  if (t.prefilled == 0) t.checkpoint = state.Checkpoint();
   auto logits = m.Prefill(state, absl::MakeConstSpan(t.to_prefill).subspan(t.prefilled, n));
   if (!logits.ok()) {
     Finish(t, FinishReason::kError, logits.status());
@@ -244,6 +260,7 @@ int64_t Scheduler::Prefill(Turn& t, int64_t max_tokens) {
   t.prefilled += n;
   t.session->PublishProgress();
   if (!t.prefilling()) {
+    t.checkpoint.reset();  // the prompt is in: from here on the turn keeps what it did
     at::Tensor last = (*logits)[-1].contiguous();  // (V)
     Emit(t, last.data_ptr<float>(), last.numel());
   }
@@ -324,9 +341,14 @@ void Scheduler::Emit(Turn& t, float* logits, int64_t vocab) {
 void Scheduler::Finish(Turn& t, FinishReason reason, absl::Status error) {
   if (t.done) return;
   t.done = true;
-  // Tokens prefilled or emitted stay in the session; the last emitted one waits as the
-  // pending token of the next turn. A turn that ends before consuming the session's
-  // pending token gives it back; an unconsumed prompt tail is dropped.
+  // A turn that ends before its whole prompt is in leaves the session as it found it:
+  // state rewound, pending token given back, nothing consumed. After that, tokens
+  // emitted stay in the session, and the last one waits as the pending token of the
+  // next turn.
+  if (t.checkpoint) {
+    t.session->state().Rewind(std::move(t.checkpoint));
+    t.prefilled = 0;
+  }
   if (t.next_input) {
     t.session->pending_token() = t.next_input;
   } else if (t.had_pending && t.prefilled == 0) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "server/model/tokenizer.h"
 #include "tests/testing/tiny_model.h"
@@ -389,6 +390,97 @@ TEST_F(SchedulerTest, PrefillBudgetServesTheOldestPromptFirst) {
       EXPECT_EQ(probe->other_position(), 0) << "the younger prompt took some of the budget";
     } else {
       EXPECT_GT(probe->other_position(), 0) << "without a budget both prompts advance";
+    }
+  }
+}
+
+// Every way a turn can end before its prompt is in leaves the session exactly as it was:
+// same position, same pending token, and the same continuation as an untouched twin
+// that ran the same history.
+TEST_F(SchedulerTest, TurnsThatFailBeforeTheirPromptIsInLeaveTheSessionUntouched) {
+  enum class Failure { kBudget, kContext, kCancelBeforeStart, kCancelMidPrefill, kDeadline,
+                       kDeadlineMidPrefill, kModelError };
+  const std::pair<Failure, const char*> failures[] = {
+      {Failure::kBudget, "budget"},
+      {Failure::kContext, "context limit"},
+      {Failure::kCancelBeforeStart, "cancel before start"},
+      {Failure::kCancelMidPrefill, "cancel mid-prefill"},
+      {Failure::kDeadline, "deadline passed"},
+      {Failure::kDeadlineMidPrefill, "deadline mid-prefill"},
+      {Failure::kModelError, "model error in a later chunk"}};
+  for (const std::string module : {"taylor", "softmax"}) {
+    for (const auto& [failure, name] : failures) {
+      SCOPED_TRACE(module + ": " + name);
+      auto model = TinyModel(module, /*max_context=*/4096);
+      session::SessionStore::Options o;
+      o.max_sessions = 10;
+      // kBudget: room for the two short sessions but not for a 3,000-token prompt (KV
+      // caches; a fixed state fits, and then the turn simply runs).
+      o.memory_budget_bytes = failure == Failure::kBudget
+                                  ? 2 * model->model->StateBytes(1024)
+                                  : 4 * model->model->StateBytes(8192);
+      store_ = std::make_unique<session::SessionStore>(std::move(o));
+      scheduler_.reset();
+      Scheduler::Options so;
+      so.store = store_.get();
+      so.prefill_chunk_tokens = 16;
+      so.prefill_tokens_per_step = 16;
+      scheduler_ = std::make_unique<Scheduler>(so);
+
+      auto [session, first] = Run(model, Greedy("In the beginning", 5));
+      auto [twin, twin_first] = Run(model, Greedy("In the beginning", 5));
+      ASSERT_EQ(first->ids(), twin_first->ids());
+      const int64_t position = session->position();
+      const std::optional<int32_t> pending = session->pending_token();
+      ASSERT_TRUE(pending.has_value());
+
+      // The failing turn.
+      TurnRequest request = Greedy(std::string(1500, 'x'), 5);
+      if (failure == Failure::kBudget) request = Greedy(std::string(3000, 'x'), 5);
+      if (failure == Failure::kContext) request = Greedy(std::string(4090, 'x'), 5);
+      if (failure == Failure::kDeadline) request.deadline = absl::Now() - absl::Seconds(1);
+      if (failure == Failure::kDeadlineMidPrefill) {
+        request.deadline = absl::Now() + absl::Milliseconds(20);
+      }
+      if (failure == Failure::kModelError) request.prompt[900] = 1 << 20;  // no such token
+      auto lease = store_->BeginTurn(session->id());
+      ASSERT_TRUE(lease.ok()) << lease.status();
+      auto sink = std::make_shared<RecordingSink>();
+      auto control = scheduler_->Submit(std::move(*lease), std::move(request), sink);
+      ASSERT_TRUE(control.ok()) << control.status();
+      if (failure == Failure::kCancelBeforeStart) (*control)->Cancel();
+      if (failure == Failure::kCancelMidPrefill) {
+        while (session->position() == position && !sink->finished()) std::this_thread::yield();
+        (*control)->Cancel();
+      }
+      TurnResult r = sink->WaitFinish();
+      if (failure == Failure::kBudget && module != "softmax") {
+        EXPECT_EQ(r.reason, FinishReason::kLength);  // fixed state: the prompt fits
+        continue;
+      }
+      EXPECT_TRUE(r.reason == FinishReason::kCancelled || r.reason == FinishReason::kError)
+          << int(r.reason);
+      EXPECT_EQ(r.generated_tokens, 0);
+      EXPECT_EQ(r.prompt_tokens, 0);
+      EXPECT_EQ(r.session_position, position);
+      EXPECT_EQ(session->position(), position);
+      EXPECT_EQ(session->pending_token(), pending);
+      if (failure == Failure::kBudget) {
+        EXPECT_EQ(r.error.code(), absl::StatusCode::kResourceExhausted) << r.error;
+      }
+      if (failure == Failure::kContext) {
+        EXPECT_EQ(r.error.code(), absl::StatusCode::kOutOfRange) << r.error;
+      }
+      if (failure == Failure::kModelError) {
+        EXPECT_EQ(r.error.code(), absl::StatusCode::kInvalidArgument) << r.error;
+      }
+      // The same continuation as the twin.
+      auto next = Run(model, Greedy(" and", 8), session).second->WaitFinish();
+      auto twin_next_sink = Run(model, Greedy(" and", 8), twin).second;
+      EXPECT_EQ(next.session_position, twin_next_sink->WaitFinish().session_position);
+      auto again = Run(model, Greedy("", 6), session).second;
+      auto twin_again = Run(model, Greedy("", 6), twin).second;
+      EXPECT_EQ(again->ids(), twin_again->ids());
     }
   }
 }
