@@ -36,6 +36,8 @@ struct Scheduler::Turn {
   size_t longest_stop = 0;
   absl::Time first_token = absl::InfinitePast();
   absl::Time last_token = absl::InfinitePast();
+  absl::Time full_since = absl::InfiniteFuture();  // when the sink was first seen full
+  bool reader_stalled = false;
   bool done = false;
 
   bool prefilling() const { return prefilled < to_prefill.size(); }
@@ -219,7 +221,17 @@ bool Scheduler::Step(std::vector<std::unique_ptr<Turn>>& turns) {
         progressed = true;
       }
     } else if (!t.sink->Full()) {
+      t.full_since = absl::InfiniteFuture();
       decode[&t.model()].push_back(&t);
+    } else if (t.full_since == absl::InfiniteFuture()) {
+      t.full_since = now;
+    } else if (now - t.full_since >= options_.stream_idle_timeout) {
+      t.reader_stalled = true;
+      Finish(t, FinishReason::kCancelled,
+             absl::DeadlineExceededError(absl::StrCat(
+                 "the client read nothing for ",
+                 absl::FormatDuration(options_.stream_idle_timeout),
+                 " (--stream_idle_timeout); the turn was stopped")));
     }
   }
   for (auto& [model, batch] : decode) {
@@ -362,6 +374,7 @@ void Scheduler::Finish(Turn& t, FinishReason reason, absl::Status error) {
   result.prompt_tokens = int(t.sampler ? consumed : 0);
   result.generated_tokens = t.generated;
   result.session_position = t.session->position();
+  result.reader_stalled = t.reader_stalled;
   if (t.generated > 0) result.time_to_first_token = t.first_token - t.request.arrival;
   if (t.metrics) t.metrics->ObserveRequestDuration(absl::Now() - t.request.arrival);
   // Release the session (saving it first when the store persists every turn) before

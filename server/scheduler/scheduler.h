@@ -29,6 +29,9 @@ class Scheduler {
     // first; bounds how long decoding turns wait between their tokens when many prompts
     // arrive at once. 0: no bound (every prefilling turn runs a chunk each step).
     int prefill_tokens_per_step = 256;
+    // A turn whose sink stays full (its client reads nothing) this long ends with
+    // DEADLINE_EXCEEDED and TurnResult::reader_stalled, releasing its session.
+    absl::Duration stream_idle_timeout = absl::Seconds(60);
     // LibTorch intra-op threads for the engine.
     int threads = 1;
     // Not owned; must outlive the scheduler.

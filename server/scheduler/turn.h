@@ -55,6 +55,9 @@ struct TurnResult {
   int generated_tokens = 0;
   int64_t session_position = 0;
   absl::Duration time_to_first_token = absl::ZeroDuration();
+  // The turn ended because its sink stayed full for Options::stream_idle_timeout: the
+  // client stopped reading, and the sink should end the call rather than wait for it.
+  bool reader_stalled = false;
 };
 
 // Where a turn's tokens go: the gRPC stream in the server, a recorder in tests.

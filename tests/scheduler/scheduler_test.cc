@@ -485,5 +485,31 @@ TEST_F(SchedulerTest, TurnsThatFailBeforeTheirPromptIsInLeaveTheSessionUntouched
   }
 }
 
+TEST_F(SchedulerTest, ReaderThatStopsReadingIsCutOffAfterTheIdleTimeout) {
+  scheduler_.reset();
+  Scheduler::Options so;
+  so.store = store_.get();
+  so.stream_idle_timeout = absl::Milliseconds(300);
+  scheduler_ = std::make_unique<Scheduler>(so);
+  auto session = store_->Create(taylor_, absl::ZeroDuration()).value();
+  auto sink = std::make_shared<RecordingSink>();
+  sink->SetCapacity(3);  // reads 3 tokens, then nothing
+  const absl::Time start = absl::Now();
+  scheduler_->Submit(store_->BeginTurn(session->id()).value(), Greedy("abc", 100), sink)
+      .IgnoreError();
+  TurnResult r = sink->WaitFinish();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  EXPECT_EQ(r.reason, FinishReason::kCancelled);
+  EXPECT_EQ(r.error.code(), absl::StatusCode::kDeadlineExceeded) << r.error;
+  EXPECT_TRUE(r.reader_stalled);
+  EXPECT_EQ(r.generated_tokens, 3);
+  EXPECT_FALSE(store_->Get(session->id())->busy) << "the session is still held";
+  // A reader that keeps up is never cut off, however long the turn.
+  auto reader = std::make_shared<RecordingSink>();
+  scheduler_->Submit(store_->BeginTurn(session->id()).value(), Greedy("", 50), reader)
+      .IgnoreError();
+  EXPECT_FALSE(reader->WaitFinish().reader_stalled);
+}
+
 }  // namespace
 }  // namespace attnserve::scheduler

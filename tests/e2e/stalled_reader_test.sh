@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# A client that stops reading its stream: the real server, a Python gRPC client (Debian's
+# grpcio) whose channel keeps HTTP/2 flow control at its initial 64 KiB window so the
+# server's writes stall. After --stream_idle_timeout the server must end the turn,
+# release the session (the next turn on it runs at once) and end the call, which the
+# stalled client then sees as CANCELLED after the tokens it had not read.
+# Usage: stalled_reader_test.sh SERVER_BINARY CLIENT_BINARY
+set -euo pipefail
+server_bin=$1 client_bin=$2
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+test_name=stalled_reader_test
+work=$(mktemp -d)
+source "$(dirname "$0")/lib.sh"
+trap 'stop "$server_pid"; rm -rf "$work"' EXIT
+
+plugin=$(command -v grpc_python_plugin) || fail "grpc_python_plugin not found (protobuf-compiler-grpc)"
+mkdir "$work/stubs"
+protoc --python_out="$work/stubs" --grpc_python_out="$work/stubs" \
+  --plugin=protoc-gen-grpc_python="$plugin" -I "$repo/proto" \
+  attnserve/v1/attnserve.proto attnserve/v1/model_config.proto || fail "protoc"
+
+addr=127.0.0.1:$(free_port)
+start_server "$addr" 127.0.0.1:$(free_port) --stream_idle_timeout=1s --max_generated_tokens=1000000
+
+step "a stream whose client stops reading after one message is cut off after 1 s"
+session=$("$client_bin" --server="$addr" sessions create) || fail "sessions create"
+PYTHONPATH="$work/stubs" "$py" - "$addr" "$session" "$client_bin" <<'PY' || fail "see above"
+import subprocess, sys, time
+import grpc
+from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as rpc
+
+addr, session, client_bin = sys.argv[1:4]
+channel = grpc.insecure_channel(addr, options=[("grpc.http2.bdp_probe", 0),
+                                               ("grpc.http2.lookahead_bytes", 1024)])
+stub = rpc.AttnServeStub(channel)
+request = pb.GenerateRequest(
+    session_id=session, text=b"In the beginning",
+    sampling=pb.SamplingParams(temperature=0, max_tokens=100000, ignore_eos=True))
+stream = stub.Generate(request, metadata=[("x-session-id", session)], timeout=60)
+first = next(stream)
+assert first.HasField("token"), first
+start = time.monotonic()
+time.sleep(4)  # reads nothing: the window fills and the server's writes stall
+
+# The session was released: a turn on it from another client runs now.
+turn = subprocess.run([client_bin, f"--server={addr}", "generate", f"--session={session}",
+                       "--max_tokens=3", "--timeout=5", " and"], capture_output=True, text=True)
+assert turn.returncode == 0, f"the session is still held: {turn.stderr}"
+print(f"  the next turn ran: {turn.stderr.strip()}")
+
+# The stalled call was ended: draining it ends in CANCELLED, never in a final message.
+tokens = 0
+try:
+    for message in stream:
+        assert not message.HasField("final"), message
+        tokens += 1
+    raise AssertionError("the stream ended without an error")
+except grpc.RpcError as e:
+    assert e.code() == grpc.StatusCode.CANCELLED, e
+    print(f"  stalled call ended: {e.code().name} after {tokens} unread tokens")
+PY
+
+step "the server is healthy afterwards"
+[ "$("$client_bin" --server="$addr" health)" = SERVING ] || fail "not SERVING"
+echo "$test_name: PASS"
