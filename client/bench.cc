@@ -116,7 +116,8 @@ std::string JsonString(const std::string& s) {
 std::string JsonPercentiles(const Percentiles& p) {
   return absl::StrCat(
       "{\"p50\":", JsonNumber(p.p50), ",\"p95\":", JsonNumber(p.p95),
-      ",\"p99\":", JsonNumber(p.p99), ",\"count\":", p.count, "}");
+      ",\"p99\":", JsonNumber(p.p99), ",\"max\":", JsonNumber(p.max),
+      ",\"count\":", p.count, "}");
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ struct Percentiles {
   double p50 = std::numeric_limits<double>::quiet_NaN();
   double p95 = std::numeric_limits<double>::quiet_NaN();
   double p99 = std::numeric_limits<double>::quiet_NaN();
+  double max = std::numeric_limits<double>::quiet_NaN();
   size_t count = 0;
 };
 
@@ -38,6 +39,7 @@ inline Percentiles SummarizeSamples(std::vector<double> samples) {
   out.p50 = NearestRankPercentile(samples, 50);
   out.p95 = NearestRankPercentile(samples, 95);
   out.p99 = NearestRankPercentile(samples, 99);
+  out.max = NearestRankPercentile(samples, 100);
   out.count = samples.size();
   return out;
 }
