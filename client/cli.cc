@@ -74,7 +74,8 @@ bool ParseCommandLine(const CommandHelp& help, FlagSet& flags,
         io.out,
         "usage: attnserve_client [global flags] %s %s\n\n%s\nflags:\n%s\n"
         "global flags (before or after the command): --server, --timeout,\n"
-        "--connect_timeout; see attnserve_client --help\n",
+        "--connect_timeout, --tls, --tls_ca, --tls_cert, --tls_key,\n"
+        "--tls_server_name; see attnserve_client --help\n",
         help.name, help.synopsis, help.description, flags.Help());
     *exit_code = kExitOk;
     return false;

@@ -1,9 +1,15 @@
 #include "client/connection.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include <grpcpp/support/client_interceptor.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -56,6 +62,108 @@ std::string ConnectFailureReason(const std::shared_ptr<grpc::Channel>& channel,
                          waited_seconds, StateName(state));
 }
 
+bool WantsTls(const GlobalOptions& options) {
+  return options.tls || !options.tls_ca.empty() || !options.tls_cert.empty() ||
+         !options.tls_key.empty() || !options.tls_server_name.empty();
+}
+
+// The bytes of the file a --tls_* flag names; InvalidArgument naming both if unreadable.
+absl::StatusOr<std::string> ReadTlsFile(const char* flag,
+                                        const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  std::string text;
+  bool failed = file == nullptr;
+  int error = errno;
+  if (file != nullptr) {
+    char buffer[4096];
+    size_t n;
+    while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) {
+      text.append(buffer, n);
+    }
+    failed = std::ferror(file) != 0;
+    error = errno;
+    std::fclose(file);
+  }
+  if (failed) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attnserve: cannot read --", flag, " file ", path, ": ", std::strerror(error)));
+  }
+  return text;
+}
+
+// Insecure credentials, or TLS ones when `options` asks for TLS (any tls_* set),
+// with the server-name override put in `args`.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const GlobalOptions& options, grpc::ChannelArguments* args) {
+  if (!WantsTls(options)) return grpc::InsecureChannelCredentials();
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "attnserve: --tls_cert and --tls_key go together (the client certificate "
+        "and its key)");
+  }
+  grpc::SslCredentialsOptions ssl;
+  const struct {
+    const char* flag;
+    const std::string& path;
+    std::string* pem;
+  } files[] = {{"tls_ca", options.tls_ca, &ssl.pem_root_certs},
+               {"tls_cert", options.tls_cert, &ssl.pem_cert_chain},
+               {"tls_key", options.tls_key, &ssl.pem_private_key}};
+  for (const auto& file : files) {
+    if (file.path.empty()) continue;
+    absl::StatusOr<std::string> text = ReadTlsFile(file.flag, file.path);
+    if (!text.ok()) return text.status();
+    *file.pem = *std::move(text);
+  }
+  if (!options.tls_server_name.empty()) {
+    args->SetSslTargetNameOverride(options.tls_server_name);
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+// Puts `authorization: Bearer KEY` on every call of the channel it is installed on.
+class BearerInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerInterceptor(std::string value) : value_(std::move(value)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace("authorization", value_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string value_;
+};
+
+class BearerInterceptorFactory
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerInterceptorFactory(const std::string& key) : value_("Bearer " + key) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new BearerInterceptor(value_);
+  }
+
+ private:
+  const std::string value_;
+};
+
+// A channel whose every call carries options.api_key, if set. An interceptor rather
+// than call credentials, which gRPC sends over TLS only.
+std::shared_ptr<grpc::Channel> CreateChannelWithKey(
+    const GlobalOptions& options, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    const grpc::ChannelArguments& args) {
+  if (options.api_key.empty()) {
+    return grpc::CreateCustomChannel(options.server, credentials, args);
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
+  factories.push_back(std::make_unique<BearerInterceptorFactory>(options.api_key));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(options.server, credentials,
+                                                                 args, std::move(factories));
+}
+
 }  // namespace
 
 void AddGlobalFlags(FlagSet* flags, GlobalOptions* options, bool top_level) {
@@ -72,6 +180,41 @@ void AddGlobalFlags(FlagSet* flags, GlobalOptions* options, bool top_level) {
              "seconds to wait for the connection before giving up",
              top_level ? "ATTNSERVE_CONNECT_TIMEOUT" : "");
   if (!top_level) flags->HideLast();
+  flags->Add("api_key", &options->api_key,
+             "API key of a server run with --api_keys_file, sent as "
+             "'authorization: Bearer KEY' (prefer the environment variable: a "
+             "command line is visible to other users)",
+             top_level ? "ATTNSERVE_API_KEY" : "");
+  if (!top_level) flags->HideLast();
+  struct TlsFlag {
+    const char* name;
+    std::string* value;
+    const char* help;
+    const char* env;
+  };
+  flags->Add("tls", &options->tls,
+             "connect over TLS (implied by the other --tls_* flags)",
+             top_level ? "ATTNSERVE_TLS" : "");
+  if (!top_level) flags->HideLast();
+  for (const TlsFlag& flag : {
+           TlsFlag{"tls_ca", &options->tls_ca,
+                   "PEM CA certificates that verify the server (default: the "
+                   "system's)",
+                   "ATTNSERVE_TLS_CA"},
+           TlsFlag{"tls_cert", &options->tls_cert,
+                   "PEM client certificate, for a server that requires one "
+                   "(mutual TLS)",
+                   "ATTNSERVE_TLS_CLIENT_CERT"},
+           TlsFlag{"tls_key", &options->tls_key, "PEM private key of --tls_cert",
+                   "ATTNSERVE_TLS_CLIENT_KEY"},
+           TlsFlag{"tls_server_name", &options->tls_server_name,
+                   "name the server's certificate must carry, if not the host of "
+                   "--server",
+                   "ATTNSERVE_TLS_SERVER_NAME"},
+       }) {
+    flags->Add(flag.name, flag.value, flag.help, top_level ? flag.env : "");
+    if (!top_level) flags->HideLast();
+  }
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(
@@ -86,11 +229,24 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      options.server, grpc::InsecureChannelCredentials(), args);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentialsFor(options, &args);
+  if (!credentials.ok()) return credentials.status();
+  std::shared_ptr<grpc::Channel> channel =
+      CreateChannelWithKey(options, *credentials, args);
   const double wait = std::max(0.0, options.connect_timeout_seconds);
   if (!channel->WaitForConnected(After(wait))) {
-    return absl::UnavailableError(prefix + ConnectFailureReason(channel, wait));
+    std::string reason = ConnectFailureReason(channel, wait);
+    // The server hangs up at once: what a TLS server does to a plaintext client, and a
+    // mutual-TLS server to a client without a certificate it accepts.
+    if (absl::EndsWith(reason, "Socket closed")) {
+      if (!WantsTls(options)) {
+        reason += " (a TLS server? pass --tls, or --tls_ca=FILE)";
+      } else if (options.tls_cert.empty()) {
+        reason += " (a server that requires client certificates? pass --tls_cert and --tls_key)";
+      }
+    }
+    return absl::UnavailableError(prefix + reason);
   }
   return channel;
 }
@@ -165,7 +321,7 @@ int ReportRpcError(const Io& io, const grpc::Status& status) {
 
 int ReportUnreachable(const Io& io, const absl::Status& status) {
   absl::FPrintF(io.err, "%s\n", status.message());
-  return kExitUnreachable;
+  return absl::IsUnavailable(status) ? kExitUnreachable : kExitFailure;
 }
 
 int ReportUsageError(const Io& io, const std::string& message,

@@ -63,6 +63,19 @@ struct GlobalOptions {
   double timeout_seconds = 0;
   // How long to wait for the connection before giving up.
   double connect_timeout_seconds = 3;
+  // API key sent as `authorization: Bearer KEY` on every call (empty: none).
+  std::string api_key;
+  // Connect over TLS. Setting any tls_* field below implies it.
+  bool tls = false;
+  // PEM CA certificates that verify the server; empty: the system's roots.
+  std::string tls_ca;
+  // PEM client certificate chain and its key, for servers that require client
+  // certificates (mutual TLS). Both or neither.
+  std::string tls_cert;
+  std::string tls_key;
+  // The name the server's certificate must carry, when it is not the host in `server`
+  // (e.g. connecting to 127.0.0.1 through a tunnel).
+  std::string tls_server_name;
 };
 
 // Per-call deadline defaults, in seconds: streaming calls (generate, chat,
@@ -70,17 +83,21 @@ struct GlobalOptions {
 inline constexpr double kStreamingTimeoutSeconds = 300;
 inline constexpr double kUnaryTimeoutSeconds = 10;
 
-// Declares --server, --timeout and --connect_timeout on `flags`, bound to
+// Declares --server, --timeout, --connect_timeout and the TLS flags (--tls,
+// --tls_ca, --tls_cert, --tls_key, --tls_server_name) on `flags`, bound to
 // `*options`. At `top_level` (before the command) they are listed by --help and
-// mirror the environment variables ATTNSERVE_SERVER, ATTNSERVE_TIMEOUT and
-// ATTNSERVE_CONNECT_TIMEOUT. After the command they are hidden and read no
-// environment, so that the environment does not override a flag given before
-// the command.
+// mirror the environment variables ATTNSERVE_SERVER, ATTNSERVE_TIMEOUT,
+// ATTNSERVE_CONNECT_TIMEOUT, ATTNSERVE_TLS, ATTNSERVE_TLS_CA,
+// ATTNSERVE_TLS_CLIENT_CERT, ATTNSERVE_TLS_CLIENT_KEY and ATTNSERVE_TLS_SERVER_NAME
+// (not ATTNSERVE_TLS_CERT and _KEY: those are the server's own certificate). After
+// the command they are hidden and read no environment, so that the environment does
+// not override a flag given before the command.
 void AddGlobalFlags(FlagSet* flags, GlobalOptions* options, bool top_level);
 
-// Opens a channel to options.server and waits until it is connected. On failure
-// the status message is the full line to print: "cannot reach attnserve at
-// ADDR: reason".
+// Opens a channel to options.server (over TLS when options ask for it) and waits
+// until it is connected. On failure the status message is the full line to print:
+// UNAVAILABLE "cannot reach attnserve at ADDR: reason", or INVALID_ARGUMENT
+// "attnserve: cannot read --tls_ca file PATH: reason" (and the like) for a TLS file.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(
     const GlobalOptions& options);
 
@@ -104,7 +121,7 @@ std::string FormatRpcError(const grpc::Status& status);
 int ReportRpcError(const Io& io, const grpc::Status& status);
 
 // Prints the status from a failed Connect() to io.err and returns
-// kExitUnreachable.
+// kExitUnreachable, or kExitFailure when a local TLS file was the problem.
 int ReportUnreachable(const Io& io, const absl::Status& status);
 
 // Prints "attnserve_client: message" to io.err, points at --help, returns

@@ -29,10 +29,17 @@ PACKAGES=(
   prometheus-cpp-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # tests/sanitizers/run.sh: libFuzzer targets need clang and its runtimes
+  # (libclang-rt-14-dev holds libclang_rt.fuzzer/asan/ubsan, only "recommended" by
+  # clang-14); llvm-14 has llvm-symbolizer for readable sanitizer stacks. The GCC
+  # sanitizer runtimes (libasan8, libubsan1, libtsan2) come with build-essential's gcc-12.
+  clang-14 libclang-rt-14-dev llvm-14
   # training corpus: the King James Bible (public domain), printed by `bible`
   bible-kjv bible-kjv-text
   # tests/e2e: a real Prometheus, compose-file validation, the Python client
   prometheus docker-compose python3-grpcio python3-protobuf
+  # tests/e2e/tls_test.sh: throw-away CA, server and client certificates
+  openssl
   # session store: the Redis backend (client library) and its tests (a real redis-server)
   libhiredis-dev redis-server
   # tests/e2e: the gRPC proxies in front of several replicas (deploy/haproxy, deploy/nginx)

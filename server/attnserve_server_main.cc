@@ -10,8 +10,34 @@
 #include <iostream>
 
 #include "absl/strings/str_join.h"
+#include "server/config/listen_policy.h"
 #include "server/config/server_options.h"
 #include "server/service/server.h"
+
+namespace {
+
+// How clients reach the gRPC port, for the start-up line.
+std::string TransportDescription(const attnserve::config::ServerOptions& options) {
+  if (!options.tls_client_ca.empty()) {
+    return "mutual TLS (client certificates signed by " + options.tls_client_ca + ")";
+  }
+  if (attnserve::config::TlsConfigured(options)) return "TLS";
+  if (attnserve::config::IsLoopbackAddress(options.listen_address)) return "plaintext on loopback";
+  return options.insecure ? "plaintext (--insecure)" : "plaintext";
+}
+
+// Who may call, for the start-up line.
+std::string TenancyDescription(const attnserve::service::ApiKeys& keys,
+                               const std::string& file) {
+  if (!keys.enabled()) {
+    return "one tenant, no API keys (no --api_keys_file): every caller sees every session";
+  }
+  return std::to_string(keys.tenant_count()) + " tenants, " +
+         std::to_string(keys.key_count()) + " API keys from " + file +
+         " (calls need 'authorization: Bearer KEY')";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Block the shutdown signals in every thread (threads inherit the mask); the main
@@ -35,6 +61,10 @@ int main(int argc, char** argv) {
     std::cerr << "attnserve_server: " << options.status().message() << "\n";
     return 2;
   }
+  if (absl::Status status = attnserve::config::CheckListenSecurity(*options); !status.ok()) {
+    std::cerr << "attnserve_server: " << status.message() << "\n";
+    return 2;
+  }
   if (options->model_dirs.empty()) options->model_dirs = {ATTNSERVE_DEFAULT_MODEL_DIR};
   auto models = attnserve::session::ModelCatalogue::Load(options->model_dirs);
   if (!models.ok()) {
@@ -54,8 +84,10 @@ int main(int argc, char** argv) {
   std::cout << "attnserve_server: serving " << absl::StrJoin(names, ", ") << " on "
             << options->listen_address.substr(0, options->listen_address.rfind(':')) << ":"
             << (*server)->port() << "; metrics on port " << (*server)->metrics_port()
-            << "; sessions in " << options->session_store
-            << (options->session_store == "memory" ? " (lost on exit)" : "") << std::endl;
+            << "; " << TransportDescription(*options) << "; sessions in "
+            << options->session_store
+            << (options->session_store == "memory" ? " (lost on exit)" : "") << "; "
+            << TenancyDescription((*server)->api_keys(), options->api_keys_file) << std::endl;
 
   int sig = 0;
   sigwait(&signals, &sig);

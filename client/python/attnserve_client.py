@@ -23,11 +23,17 @@ a named session (--session, chat) that a server's shutdown stopped after some to
 continued by up to 3 turns with an empty prompt and max_tokens less the tokens received;
 greedy output is then the same as without the stop, seeded output is not (each
 continuation starts its sampler from the seed again).
+TLS: --tls (system roots) or --tls_ca=FILE to verify the server, --tls_cert and --tls_key
+for a client certificate (mutual TLS), --tls_server_name to override the name checked;
+environment ATTNSERVE_TLS, ATTNSERVE_TLS_CA, ATTNSERVE_TLS_CLIENT_CERT, _KEY, _SERVER_NAME.
+API keys: --api_key=KEY, or better ATTNSERVE_API_KEY (a command line is visible to other
+users), is sent as `authorization: Bearer KEY` on every call.
 Exit status: 0 ok; 1 an error status ("attnserve: CODE: message"), a turn that ended in
 error, cancelled or stopped by a shutdown it could not continue, or a file that could not
 be read or written; 2 bad command line; 3 no connection within --connect_timeout.
 """
 import argparse
+import collections
 import contextlib
 import errno
 import os
@@ -55,6 +61,32 @@ MAX_CONTINUATIONS = 3  # turns continuing one that a server's shutdown stopped
 
 class Failed(Exception):  # no error status, but a turn did not end by stop or length, an
     pass                  # export came up short, or a file could not be read or written
+
+
+class _CallDetails(collections.namedtuple(
+        "_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready",
+                         "compression")), grpc.ClientCallDetails):
+    pass
+
+
+class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+              grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Adds `authorization: Bearer KEY` to every call, as the C++ client does."""
+
+    def __init__(self, key):
+        self._header = ("authorization", f"Bearer {key}")
+
+    def _with_key(self, d):
+        return _CallDetails(d.method, d.timeout, tuple(d.metadata or ()) + (self._header,),
+                            d.credentials, getattr(d, "wait_for_ready", None),
+                            getattr(d, "compression", None))
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._with_key(details), request)
+
+    intercept_unary_stream = intercept_unary_unary
+    intercept_stream_unary = intercept_unary_unary
+    intercept_stream_stream = intercept_unary_unary
 
 
 def routed(session_id):
@@ -281,6 +313,24 @@ def parse_args():
     parser.add_argument("--timeout", type=float, default=300,
                         help="deadline of a turn, an export or an import, s")
     parser.add_argument("--connect_timeout", type=float, default=3)
+    parser.add_argument("--api_key", default=os.environ.get("ATTNSERVE_API_KEY", ""),
+                        metavar="KEY",
+                        help="API key of a server run with --api_keys_file (env "
+                             "ATTNSERVE_API_KEY, which other users cannot see)")
+    env = os.environ.get
+    parser.add_argument("--tls", action="store_true",
+                        default=env("ATTNSERVE_TLS", "").lower() in ("1", "true", "yes"),
+                        help="connect over TLS (implied by the other --tls_* flags)")
+    parser.add_argument("--tls_ca", default=env("ATTNSERVE_TLS_CA", ""), metavar="FILE",
+                        help="PEM CA certificates that verify the server (default: "
+                             "grpcio's roots)")
+    parser.add_argument("--tls_cert", default=env("ATTNSERVE_TLS_CLIENT_CERT", ""),
+                        metavar="FILE", help="PEM client certificate (mutual TLS)")
+    parser.add_argument("--tls_key", default=env("ATTNSERVE_TLS_CLIENT_KEY", ""),
+                        metavar="FILE", help="PEM private key of --tls_cert")
+    parser.add_argument("--tls_server_name", default=env("ATTNSERVE_TLS_SERVER_NAME", ""),
+                        help="name the server's certificate must carry, if not the host "
+                             "of --server")
     commands = parser.add_subparsers(dest="command", required=True)
     generate, chat_parser = commands.add_parser("generate"), commands.add_parser("chat")
     for p in (generate, chat_parser):
@@ -305,6 +355,33 @@ def parse_args():
     return parser.parse_args()
 
 
+def open_channel(args):
+    """A channel to args.server: plaintext, or TLS when any --tls* flag is given (as the
+    C++ client). Raises Failed when a TLS file cannot be read."""
+    if not (args.tls or args.tls_ca or args.tls_cert or args.tls_key or args.tls_server_name):
+        return grpc.insecure_channel(args.server, options=RECONNECT)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise Failed("attnserve: --tls_cert and --tls_key go together (the client "
+                     "certificate and its key)")
+    pem = {}
+    for flag in ("tls_ca", "tls_cert", "tls_key"):
+        path = getattr(args, flag)
+        try:
+            if path:
+                with open(path, "rb") as file:
+                    pem[flag] = file.read()
+            else:
+                pem[flag] = None
+        except OSError as error:
+            raise Failed(f"attnserve: cannot read --{flag} file {path}: "
+                         f"{error.strerror}") from None
+    credentials = grpc.ssl_channel_credentials(pem["tls_ca"], pem["tls_key"], pem["tls_cert"])
+    options = RECONNECT
+    if args.tls_server_name:
+        options += (("grpc.ssl_target_name_override", args.tls_server_name),)
+    return grpc.secure_channel(args.server, credentials, options=options)
+
+
 def run(stub, args, snapshot_file, temp):
     if args.command == "generate":
         run_turn(stub, args, args.prompt.encode(), args.session)
@@ -326,7 +403,10 @@ def main():
     try:
         if args.command == "sessions" and args.action != "fork":
             snapshot_file, temp = open_snapshot_file(args)  # a bad FILE fails at once
-        with grpc.insecure_channel(args.server, options=RECONNECT) as channel:
+        channel = open_channel(args)
+        if args.api_key:
+            channel = grpc.intercept_channel(channel, _Bearer(args.api_key))
+        with channel:
             try:
                 grpc.channel_ready_future(channel).result(timeout=args.connect_timeout)
             except grpc.FutureTimeoutError:

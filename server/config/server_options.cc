@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -14,11 +15,18 @@
 namespace attnserve::config {
 namespace {
 
+// A file flag's value for the usage text.
+std::string ShowPath(const std::string& path) {
+  return path.empty() ? std::string("none") : path;
+}
+
 // One command-line flag. Its environment variable, ATTNSERVE_<UPPER_NAME>, is
 // derived from `name` by EnvVarName so the two cannot drift apart.
 struct Flag {
   const char* name;        // Without the leading "--".
-  const char* value_name;  // Placeholder shown in the usage text.
+  // Placeholder shown in the usage text; nullptr for a switch, which takes no
+  // value (`--name` means true) but accepts `--name=true|false`.
+  const char* value_name;
   const char* help;        // One-line description for the usage text.
   // Renders this flag's field of `options`; applied to ServerOptions{} for the
   // default.
@@ -39,6 +47,46 @@ const Flag kFlags[] = {
      [](const ServerOptions& o) { return o.metrics_address; },
      [](absl::string_view v, ServerOptions* o) {
        return ParseHostPort(v, &o->metrics_address);
+     }},
+    {"tls_cert", "FILE",
+     "PEM certificate chain of the server; with --tls_key, gRPC is served over TLS.",
+     [](const ServerOptions& o) { return ShowPath(o.tls_cert); },
+     [](absl::string_view v, ServerOptions* o) {
+       o->tls_cert = std::string(v);
+       return absl::OkStatus();
+     }},
+    {"tls_key", "FILE", "PEM private key of --tls_cert.",
+     [](const ServerOptions& o) { return ShowPath(o.tls_key); },
+     [](absl::string_view v, ServerOptions* o) {
+       o->tls_key = std::string(v);
+       return absl::OkStatus();
+     }},
+    {"tls_client_ca", "FILE",
+     "PEM CA certificates for mutual TLS: clients must present a certificate they "
+     "signed. Needs --tls_cert and --tls_key.",
+     [](const ServerOptions& o) { return ShowPath(o.tls_client_ca); },
+     [](absl::string_view v, ServerOptions* o) {
+       o->tls_client_ca = std::string(v);
+       return absl::OkStatus();
+     }},
+    {"insecure", nullptr,
+     "Allow --listen on a non-loopback address with neither TLS nor API keys (a "
+     "network private by design, e.g. behind a proxy that authenticates).",
+     [](const ServerOptions& o) { return std::string(o.insecure ? "true" : "false"); },
+     [](absl::string_view v, ServerOptions* o) {
+       if (!absl::SimpleAtob(v, &o->insecure)) {
+         return absl::InvalidArgumentError("expected true or false");
+       }
+       return absl::OkStatus();
+     }},
+    {"api_keys_file", "FILE",
+     "API keys and their tenants, one per line: KEY TENANT [max_sessions=N] "
+     "[max_state_bytes=BYTES]. Calls must then send 'authorization: Bearer KEY', and "
+     "each tenant sees only its own sessions. None: one tenant, no keys.",
+     [](const ServerOptions& o) { return ShowPath(o.api_keys_file); },
+     [](absl::string_view v, ServerOptions* o) {
+       o->api_keys_file = std::string(v);
+       return absl::OkStatus();
      }},
     {"model_dirs", "DIR[,DIR...]",
      "Comma-separated model directories to load; empty loads the shipped "
@@ -113,6 +161,34 @@ const Flag kFlags[] = {
      [](const ServerOptions& o) { return absl::StrCat(o.threads); },
      [](absl::string_view v, ServerOptions* o) {
        return ParseIntAtLeast(v, 1, &o->threads);
+     }},
+    {"prefill_chunk_tokens", "N",
+     "Prompt tokens one turn prefills in one model call.",
+     [](const ServerOptions& o) { return absl::StrCat(o.prefill_chunk_tokens); },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseIntAtLeast(v, 1, &o->prefill_chunk_tokens);
+     }},
+    {"prefill_tokens_per_step", "N",
+     "Prompt tokens all prefilling turns together get per engine step, oldest first; "
+     "bounds the pause decoding sessions see when many prompts arrive (0: no bound).",
+     [](const ServerOptions& o) { return absl::StrCat(o.prefill_tokens_per_step); },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseIntAtLeast(v, 0, &o->prefill_tokens_per_step);
+     }},
+    {"stream_idle_timeout", "DURATION",
+     "A stream whose client reads nothing this long is ended (DEADLINE_EXCEEDED) and "
+     "its session released.",
+     [](const ServerOptions& o) { return absl::FormatDuration(o.stream_idle_timeout); },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseDurationAtLeast(v, absl::Milliseconds(100), &o->stream_idle_timeout);
+     }},
+    {"keepalive", "DURATION",
+     "How often the server pings an idle connection to find dead clients (gRPC "
+     "keepalive; a client gone silent for 20 s more is dropped). Connections with no "
+     "call for 30 min are closed.",
+     [](const ServerOptions& o) { return absl::FormatDuration(o.keepalive); },
+     [](absl::string_view v, ServerOptions* o) {
+       return ParseDurationAtLeast(v, absl::Seconds(1), &o->keepalive);
      }},
     {"shutdown_grace", "DURATION",
      "How long running turns may continue after SIGTERM (0s stops at once).",
@@ -220,6 +296,8 @@ absl::Status CollectArgv(int argc, char** argv,
     setting.origin = "the command line";
     if (eq != absl::string_view::npos) {
       setting.value = std::string(arg.substr(eq + 1));
+    } else if (flag->value_name == nullptr) {
+      setting.value = "true";
     } else if (i + 1 < argc && !absl::StartsWith(argv[i + 1], "--")) {
       setting.value = argv[++i];
     } else {
@@ -256,6 +334,16 @@ absl::Status CheckCrossFlagLimits(const ServerOptions& options,
   }
   if (options.default_ttl > options.max_ttl)
     return exceeds("default_ttl", "max_ttl");
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe("tls_cert", options, settings), " and ",
+                     Describe("tls_key", options, settings), ": TLS needs both"));
+  }
+  if (!options.tls_client_ca.empty() && options.tls_cert.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe("tls_client_ca", options, settings),
+                     " (mutual TLS) needs --tls_cert and --tls_key"));
+  }
   if (options.session_store == "memory") {
     if (options.persist_each_turn) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -330,7 +418,9 @@ std::string ServerUsage(const std::string& program) {
                    "a flag on the command line wins over the environment.\n\n",
                    "  -h, --help\n      Print this help and exit.\n");
   for (const Flag& flag : kFlags) {
-    absl::StrAppend(&usage, "  --", flag.name, "=", flag.value_name, "\n      ",
+    const std::string value =
+        flag.value_name == nullptr ? "" : absl::StrCat("=", flag.value_name);
+    absl::StrAppend(&usage, "  --", flag.name, value, "\n      ",
                     flag.help, "\n      env ", EnvVarName(flag), ", default ",
                     flag.show(defaults), "\n");
   }

@@ -21,6 +21,19 @@ struct ServerOptions {
   std::string listen_address = "127.0.0.1:50051";
   // host:port serving Prometheus /metrics (--metrics_listen).
   std::string metrics_address = "127.0.0.1:9464";
+  // PEM certificate chain and private key: set both to serve gRPC over TLS
+  // (--tls_cert, --tls_key). Empty: plaintext.
+  std::string tls_cert;
+  std::string tls_key;
+  // PEM CA certificates for mutual TLS (--tls_client_ca): clients must present a
+  // certificate signed by one of them. Empty: no client certificate is asked for.
+  std::string tls_client_ca;
+  // Allow listening on a non-loopback address with neither TLS nor API keys
+  // (--insecure), for networks that are private by design. See CheckListenSecurity.
+  bool insecure = false;
+  // API keys and the tenants they name (--api_keys_file; format in
+  // server/service/api_keys.h). Empty: one tenant, no authentication.
+  std::string api_keys_file;
   // Model directories to load (--model_dirs, comma-separated). Empty means the
   // shipped default model(s); the caller decides what that is.
   std::vector<std::string> model_dirs;
@@ -48,6 +61,13 @@ struct ServerOptions {
   // LibTorch intra-op threads for the engine (--threads). One is fastest for small
   // models: measured 1,780 vs 1,057 tokens/s for one session with 2 (README).
   int threads = 1;
+  // Scheduler::Options: prompt tokens per model call, and per engine step in all.
+  int prefill_chunk_tokens = 256;
+  int prefill_tokens_per_step = 256;
+  // A stream whose client reads nothing this long ends (--stream_idle_timeout).
+  absl::Duration stream_idle_timeout = absl::Seconds(60);
+  // gRPC keepalive ping interval on idle connections (--keepalive).
+  absl::Duration keepalive = absl::Minutes(2);
   // How long running turns may continue after SIGTERM before the server stops
   // (--shutdown_grace).
   absl::Duration shutdown_grace = absl::Seconds(10);

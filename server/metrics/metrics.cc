@@ -166,6 +166,15 @@ struct Families {
                           .Help("Sessions loaded whose stored copy another server wrote "
                                 "(or that replaced a stale copy held here).")
                           .Register(r)),
+        tenant_sessions(prometheus::BuildGauge()
+                            .Name("attnserve_tenant_sessions")
+                            .Help("Sessions of each tenant (API keys) held in memory.")
+                            .Register(r)),
+        tenant_state_bytes(
+            prometheus::BuildGauge()
+                .Name("attnserve_tenant_session_state_bytes")
+                .Help("Bytes of session state charged to each tenant in memory.")
+                .Register(r)),
         leases(prometheus::BuildCounter()
                    .Name("attnserve_store_leases_total")
                    .Help("Store leases on sessions by outcome: taken (at once), waited "
@@ -193,6 +202,8 @@ struct Families {
   Family<Counter>& sessions_spilled;
   Family<Counter>& sessions_loaded;
   Family<Counter>& migrations_in;
+  Family<Gauge>& tenant_sessions;
+  Family<Gauge>& tenant_state_bytes;
   Family<Counter>& leases;
 };
 
@@ -354,6 +365,12 @@ void Metrics::RecordRequest(const std::string& method, const std::string& code,
             {"model", model},
             {"attention", attention}})
       .Increment();
+}
+
+void Metrics::SetTenantUsage(const std::string& tenant, int sessions, int64_t bytes) {
+  // Tenants come from the keys file: a handful of series, found again by Add.
+  families_->tenant_sessions.Add({{"tenant", tenant}}).Set(double(sessions));
+  families_->tenant_state_bytes.Add({{"tenant", tenant}}).Set(double(bytes));
 }
 
 std::string Metrics::Serialize() const {

@@ -160,6 +160,10 @@ class Metrics {
   void RecordRequest(const std::string& method, const std::string& code,
                      const std::string& model, const std::string& attention);
 
+  // Sets tenant_sessions{tenant} and tenant_session_state_bytes{tenant}: what the
+  // tenant holds in memory now. The label space is the keys file's tenants.
+  void SetTenantUsage(const std::string& tenant, int sessions, int64_t bytes);
+
   // The text exposition of every attnserve family (what a scrape returns, minus
   // the HTTP exposer's own exposer_* metrics), for tests and debugging.
   std::string Serialize() const;

@@ -126,7 +126,7 @@ absl::Status CheckTurnFits(const ParsedGenerate& request, const session::Session
   const session::ServedModel& served = session.served();
   if (!request.model_name.empty() && request.model_name != served.name) {
     return Invalid(absl::StrCat("model: session '", session.id(), "' runs model '",
-                                served.name, "', not '", request.model_name, "'"));
+                                served.name, "', not '", Excerpt(request.model_name), "'"));
   }
   if (absl::Status s = CheckPromptFits(request.turn, served); !s.ok()) return s;
   const int64_t position = session.position();  // the pending token included

@@ -9,13 +9,19 @@ namespace attnserve::service {
 AttnServeService::AttnServeService(const session::ModelCatalogue* models, session::SessionStore* store,
                                    scheduler::Scheduler* scheduler,
                                    metrics::Metrics* metrics, RequestLimits limits,
-                                   BlockingPool* pool)
+                                   BlockingPool* pool, const ApiKeys* keys)
     : models_(models),
       store_(store),
       scheduler_(scheduler),
       metrics_(metrics),
       limits_(limits),
-      pool_(pool) {}
+      pool_(pool),
+      keys_(keys != nullptr ? keys : &no_keys_) {}
+
+absl::StatusOr<std::string> AttnServeService::Authenticate(
+    const grpc::CallbackServerContext* context) const {
+  return keys_->Authenticate(context->client_metadata());
+}
 
 bool AttnServeService::RunBlocking(std::function<void()> work) {
   if (!store_->durable()) {
@@ -70,6 +76,8 @@ grpc::ServerUnaryReactor* AttnServeService::CreateSession(
     grpc::CallbackServerContext* context, const v1::CreateSessionRequest* request,
     v1::Session* response) {
   return Defer(context, "CreateSession", [=](const session::ServedModel** model) {
+    auto tenant = Authenticate(context);
+    if (!tenant.ok()) return tenant.status();
     auto served = models_->Resolve(request->model(), request->attention_module(),
                                    request->attention_order());
     if (!served.ok()) return served.status();
@@ -78,9 +86,10 @@ grpc::ServerUnaryReactor* AttnServeService::CreateSession(
       return absl::InvalidArgumentError("ttl_seconds must be >= 0 (0 = default)");
     }
     // With a durable store, admission may spill idle sessions to make room.
-    auto session = store_->Create(*served, absl::Seconds(request->ttl_seconds()));
+    auto session = store_->Create(*served, absl::Seconds(request->ttl_seconds()),
+                                  /*ephemeral=*/false, *tenant);
     if (!session.ok()) return session.status();
-    auto info = store_->Get((*session)->id());
+    auto info = store_->Get((*session)->id(), *tenant);
     if (info.ok()) *response = ToProto(*info);
     return info.status();
   });
@@ -90,11 +99,13 @@ grpc::ServerUnaryReactor* AttnServeService::GetSession(grpc::CallbackServerConte
                                                        const v1::GetSessionRequest* request,
                                                        v1::Session* response) {
   return Defer(context, "GetSession", [=](const session::ServedModel**) {
+    auto tenant = Authenticate(context);
+    if (!tenant.ok()) return tenant.status();
     if (absl::Status s = CheckSessionMetadata(context->client_metadata(), request->session_id());
         !s.ok()) {
       return s;
     }
-    auto info = store_->Get(request->session_id());  // loads a spilled session
+    auto info = store_->Get(request->session_id(), *tenant);  // loads a spilled session
     if (info.ok()) *response = ToProto(*info);
     return info.status();
   });
@@ -104,8 +115,10 @@ grpc::ServerUnaryReactor* AttnServeService::CloseSession(
     grpc::CallbackServerContext* context, const v1::CloseSessionRequest* request,
     v1::CloseSessionResponse*) {
   return Defer(context, "CloseSession", [=](const session::ServedModel**) {
+    auto tenant = Authenticate(context);
+    if (!tenant.ok()) return tenant.status();
     absl::Status s = CheckSessionMetadata(context->client_metadata(), request->session_id());
-    if (s.ok()) s = store_->Close(request->session_id());
+    if (s.ok()) s = store_->Close(request->session_id(), *tenant);
     if (s.ok()) scheduler_->Wake();  // a running turn on it stops at the next step
     return s;
   });
@@ -114,7 +127,9 @@ grpc::ServerUnaryReactor* AttnServeService::CloseSession(
 grpc::ServerUnaryReactor* AttnServeService::ListSessions(grpc::CallbackServerContext* context,
                                                          const v1::ListSessionsRequest*,
                                                          v1::ListSessionsResponse* response) {
-  for (const auto& info : store_->List()) *response->add_sessions() = ToProto(info);
+  auto tenant = Authenticate(context);
+  if (!tenant.ok()) return Reply(context, "ListSessions", tenant.status());
+  for (const auto& info : store_->List(*tenant)) *response->add_sessions() = ToProto(info);
   return Reply(context, "ListSessions", absl::OkStatus());
 }
 
@@ -132,6 +147,8 @@ grpc::ServerUnaryReactor* AttnServeService::ForkSession(grpc::CallbackServerCont
                                                         const v1::ForkSessionRequest* request,
                                                         v1::Session* response) {
   return Defer(context, "ForkSession", [=](const session::ServedModel** model) {
+    auto tenant = Authenticate(context);
+    if (!tenant.ok()) return tenant.status();
     if (request->ttl_seconds() < 0) {
       return absl::InvalidArgumentError("ttl_seconds must be >= 0 (0 = the original's)");
     }
@@ -139,10 +156,11 @@ grpc::ServerUnaryReactor* AttnServeService::ForkSession(grpc::CallbackServerCont
         !s.ok()) {
       return s;
     }
-    auto fork = store_->Fork(request->session_id(), absl::Seconds(request->ttl_seconds()));
+    auto fork = store_->Fork(request->session_id(), absl::Seconds(request->ttl_seconds()),
+                             *tenant);
     if (!fork.ok()) return fork.status();
     *model = &(*fork)->served();
-    auto info = store_->Get((*fork)->id());
+    auto info = store_->Get((*fork)->id(), *tenant);
     if (info.ok()) *response = ToProto(*info);
     return info.status();
   });
@@ -151,6 +169,9 @@ grpc::ServerUnaryReactor* AttnServeService::ForkSession(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* AttnServeService::ListModels(grpc::CallbackServerContext* context,
                                                        const v1::ListModelsRequest*,
                                                        v1::ListModelsResponse* response) {
+  if (auto tenant = Authenticate(context); !tenant.ok()) {
+    return Reply(context, "ListModels", tenant.status());
+  }
   for (const auto& m : models_->all()) *response->add_models() = ToProto(*m);
   return Reply(context, "ListModels", absl::OkStatus());
 }
@@ -158,6 +179,9 @@ grpc::ServerUnaryReactor* AttnServeService::ListModels(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* AttnServeService::DescribeModel(
     grpc::CallbackServerContext* context, const v1::DescribeModelRequest* request,
     v1::ModelInfo* response) {
+  if (auto tenant = Authenticate(context); !tenant.ok()) {
+    return Reply(context, "DescribeModel", tenant.status());
+  }
   auto model = models_->Find(request->name());
   if (model.ok()) *response = ToProto(**model);
   return Reply(context, "DescribeModel", model.status(), model.ok() ? model->get() : nullptr);

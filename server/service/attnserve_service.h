@@ -9,6 +9,7 @@
 #include "server/metrics/metrics.h"
 #include "server/scheduler/scheduler.h"
 #include "server/service/admission.h"
+#include "server/service/api_keys.h"
 #include "server/service/blocking_pool.h"
 #include "server/service/convert.h"
 #include "server/session/session_store.h"
@@ -19,10 +20,11 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
  public:
   // All pointers are not owned and must outlive the service; metrics may be null.
   // `pool` runs the handler work that may wait on a durable session store; it must
-  // outlive every call (destroy it after the gRPC server has shut down).
+  // outlive every call (destroy it after the gRPC server has shut down). `keys` null or
+  // empty: one tenant, no authentication.
   AttnServeService(const session::ModelCatalogue* models, session::SessionStore* store,
                    scheduler::Scheduler* scheduler, metrics::Metrics* metrics,
-                   RequestLimits limits, BlockingPool* pool);
+                   RequestLimits limits, BlockingPool* pool, const ApiKeys* keys = nullptr);
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -60,6 +62,9 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
   // store is durable, inline otherwise. False (work not run) when the pool is full.
   bool RunBlocking(std::function<void()> work);
 
+  // The calling tenant (ApiKeys::Authenticate on the call's metadata).
+  absl::StatusOr<std::string> Authenticate(const grpc::CallbackServerContext* context) const;
+
  private:
   friend class GenerateReactor;
   // The work of a unary call that may touch the store: returns the call's status and
@@ -80,6 +85,8 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
   metrics::Metrics* metrics_;
   const RequestLimits limits_;
   BlockingPool* const pool_;
+  const ApiKeys no_keys_;
+  const ApiKeys* const keys_;
 };
 
 }  // namespace attnserve::service

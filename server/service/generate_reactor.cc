@@ -1,6 +1,7 @@
 #include "server/service/generate_reactor.h"
 
 #include <deque>
+#include <functional>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +50,9 @@ class StreamSink : public scheduler::TurnSink {
       final_status_ = ToGrpcStatus(r.error);
     }
     Push(std::move(m), /*final=*/true);
+    // The client reads nothing: the final message would wait behind a write that never
+    // completes. End the call, which frees it and everything it holds.
+    if (r.reader_stalled) CancelCall();
   }
 
   // --- reactor side ---
@@ -95,12 +99,28 @@ class StreamSink : public scheduler::TurnSink {
     if (wake) scheduler_->Wake();
     StartNextWrite();
   }
+  // How to cancel the call (ServerContext::TryCancel); valid until Detach.
+  void SetCallCanceller(std::function<void()> cancel_call) {
+    std::lock_guard<std::mutex> lock(call_mu_);
+    cancel_call_ = std::move(cancel_call);
+  }
   void Detach() {
+    {
+      // Waits for a CancelCall in progress: the context lives until OnDone returns.
+      std::lock_guard<std::mutex> lock(call_mu_);
+      cancel_call_ = nullptr;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     detached_ = true;
   }
 
  private:
+  void CancelCall() {
+    // Not under mu_: cancelling runs the reactor's OnCancel, which takes it.
+    std::lock_guard<std::mutex> lock(call_mu_);
+    if (cancel_call_) cancel_call_();
+  }
+
   void Push(v1::GenerateResponse m, bool final) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -132,6 +152,8 @@ class StreamSink : public scheduler::TurnSink {
   const std::shared_ptr<const session::ServedModel> model_;
   std::string session_id_;  // set before submission, read-only afterwards
 
+  std::mutex call_mu_;  // guards cancel_call_; never held with mu_ by the same thread
+  std::function<void()> cancel_call_;
   mutable std::mutex mu_;
   std::deque<std::pair<v1::GenerateResponse, bool>> queue_;  // (message, is final)
   int unsent_tokens_ = 0;
@@ -188,6 +210,8 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   absl::Status Start(const session::ModelCatalogue* models, session::SessionStore* store,
                      scheduler::Scheduler* scheduler, const RequestLimits& limits,
                      grpc::CallbackServerContext* context, const v1::GenerateRequest& r) {
+    auto tenant = service_->Authenticate(context);
+    if (!tenant.ok()) return tenant.status();
     if (absl::Status s = CheckSessionMetadata(context->client_metadata(), r.session_id());
         !s.ok()) {
       return s;
@@ -196,14 +220,15 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     if (!parsed.ok()) return parsed.status();
     session::TurnLease lease;
     if (parsed->session_id.empty()) {
-      auto created = store->Create(parsed->model, absl::ZeroDuration(), /*ephemeral=*/true);
+      auto created =
+          store->Create(parsed->model, absl::ZeroDuration(), /*ephemeral=*/true, *tenant);
       if (!created.ok()) return created.status();
-      auto begun = store->BeginTurn((*created)->id());
+      auto begun = store->BeginTurn((*created)->id(), *tenant);
       if (!begun.ok()) return begun.status();
       lease = std::move(begun).value();
       lease.CloseOnRelease();
     } else {
-      auto begun = store->BeginTurn(parsed->session_id);
+      auto begun = store->BeginTurn(parsed->session_id, *tenant);
       if (!begun.ok()) return begun.status();
       lease = std::move(begun).value();
     }
@@ -216,6 +241,7 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
     parsed->turn.deadline = absl::FromChrono(context->deadline());
     auto sink = std::make_shared<StreamSink>(this, service_, scheduler, model_);
     sink->set_session_id(session->id());
+    sink->SetCallCanceller([context] { context->TryCancel(); });
     bool cancelled;
     {
       std::lock_guard<std::mutex> lock(mu_);

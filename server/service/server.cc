@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.pb.h"
+#include "server/service/tls_credentials.h"
 #include "server/store/snapshot_store.h"
 
 namespace attnserve::service {
@@ -20,6 +21,9 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   if (catalogue == nullptr || catalogue->all().empty()) {
     return absl::InvalidArgumentError("no model to serve");
   }
+  // First: a bad certificate file fails before any port is bound.
+  auto credentials = ServerCredentialsFor(options);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<AttnServer> s(new AttnServer);
   s->options_ = options;
   auto metrics = metrics::Metrics::Create(options.metrics_address);
@@ -27,6 +31,14 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   s->metrics_ = std::move(metrics).value();
   for (const auto& m : catalogue->all()) s->metrics_->ForModel(m->name, m->attention());
   s->models_ = std::move(catalogue);
+  if (!options.api_keys_file.empty()) {
+    auto keys = ApiKeys::Load(options.api_keys_file);
+    if (!keys.ok()) {
+      return absl::Status(keys.status().code(),
+                          absl::StrCat("--api_keys_file: ", keys.status().message()));
+    }
+    s->api_keys_ = *std::move(keys);
+  }
 
   session::SessionStore::Options store;
   store.max_sessions = options.max_sessions;
@@ -35,6 +47,8 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   store.max_ttl = options.max_ttl;
   store.catalogue = s->models_.get();
   store.metrics = s->metrics_.get();
+  store.tenant_limits = s->api_keys_.limits();
+  for (const std::string& tenant : s->Tenants()) s->metrics_->SetTenantUsage(tenant, 0, 0);
   if (options.session_store != "memory") {
     auto durable = store::OpenSnapshotStore(options.session_store);
     if (!durable.ok()) return durable.status();
@@ -51,6 +65,9 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
 
   scheduler::Scheduler::Options sched;
   sched.threads = options.threads;
+  sched.prefill_chunk_tokens = options.prefill_chunk_tokens;
+  sched.prefill_tokens_per_step = options.prefill_tokens_per_step;
+  sched.stream_idle_timeout = options.stream_idle_timeout;
   sched.store = s->store_.get();
   sched.metrics = s->metrics_.get();
   s->scheduler_ = std::make_unique<scheduler::Scheduler>(sched);
@@ -66,7 +83,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   s->pool_ = std::make_unique<BlockingPool>(4, 1024);
   s->service_ = std::make_unique<AttnServeService>(s->models_.get(), s->store_.get(),
                                                    s->scheduler_.get(), s->metrics_.get(),
-                                                   limits, s->pool_.get());
+                                                   limits, s->pool_.get(), &s->api_keys_);
 
   grpc::EnableDefaultHealthCheckService(true);
   // gRPC's built-in health service carries no protobuf descriptors; touching ours puts
@@ -74,10 +91,18 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
-                           &s->port_);
+  builder.AddListeningPort(options.listen_address, *credentials, &s->port_);
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(MaxRequestMessageBytes(limits));
+  // Dead clients (a peer gone without closing) are found by keepalive pings: their
+  // streams end and their sessions are released. Clients may ping every 10 s or less
+  // often (attnserve_client does not ping); idle connections close after 30 min.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             int(absl::ToInt64Milliseconds(options.keepalive)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 30 * 60 * 1000);
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
     return absl::UnavailableError(
@@ -129,6 +154,13 @@ void AttnServer::Shutdown(absl::Duration grace) {
   scheduler_.reset();
 }
 
+std::vector<std::string> AttnServer::Tenants() const {
+  if (!api_keys_.enabled()) return {session::kDefaultTenant};
+  std::vector<std::string> out;
+  for (const auto& [tenant, limits] : api_keys_.limits()) out.push_back(tenant);
+  return out;
+}
+
 void AttnServer::Housekeeping() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
@@ -140,7 +172,8 @@ void AttnServer::Housekeeping() {
     for (const auto& m : models_->all()) totals[m.get()] = {0, 0};
     std::map<std::string, const session::ServedModel*> by_name;
     for (const auto& m : models_->all()) by_name[m->name] = m.get();
-    for (const auto& info : store_->List()) {
+    const std::vector<session::SessionInfo> sessions = store_->List();
+    for (const auto& info : sessions) {
       auto& t = totals[by_name[info.model]];
       t.first += 1;
       t.second += info.state_bytes;
@@ -151,6 +184,16 @@ void AttnServer::Housekeeping() {
       mm.SetActiveSessions(t.first);
       mm.SetSessionStateBytes(t.second);
     }
+    // Per-tenant gauges, zero for tenants with no session.
+    std::map<std::string, std::pair<int, int64_t>> tenants;
+    for (const std::string& tenant : Tenants()) tenants[tenant] = {0, 0};
+    for (const auto& info : sessions) {
+      auto it = tenants.find(info.owner);
+      if (it == tenants.end()) continue;  // a session of no configured tenant
+      it->second.first += 1;
+      it->second.second += info.state_bytes;
+    }
+    for (const auto& [tenant, t] : tenants) metrics_->SetTenantUsage(tenant, t.first, t.second);
     lock.lock();
     cv_.wait_for(lock, std::chrono::milliseconds(500), [this] { return stopping_; });
   }

@@ -36,6 +36,8 @@ class AttnServer {
 
   int port() const { return port_; }
   int metrics_port() const { return metrics_->port(); }
+  // The API keys from --api_keys_file (none: one tenant).
+  const ApiKeys& api_keys() const { return api_keys_; }
 
   // Drain: health goes NOT_SERVING; new sessions and turns are refused with
   // UNAVAILABLE; running turns get `grace` to finish; turns still running then stop at
@@ -46,6 +48,8 @@ class AttnServer {
  private:
   AttnServer() = default;
   void Housekeeping();
+  // The tenants of the keys file, or the one default tenant without keys.
+  std::vector<std::string> Tenants() const;
 
   config::ServerOptions options_;
   std::unique_ptr<metrics::Metrics> metrics_;
@@ -53,6 +57,7 @@ class AttnServer {
   std::unique_ptr<session::SessionStore> store_;
   std::unique_ptr<scheduler::Scheduler> scheduler_;
   std::unique_ptr<BlockingPool> pool_;  // outlives every call: reset after server_ stops
+  ApiKeys api_keys_;                    // read by service_
   std::unique_ptr<AttnServeService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -17,11 +17,16 @@ class ExportReactor : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
       : service_(service) {
     // Exporting may load the session from a durable store: off gRPC's threads.
     auto start = [this, store, context, id = request.session_id()] {
+      auto tenant = service_->Authenticate(context);
+      if (!tenant.ok()) {
+        Done(ToGrpcStatus(tenant.status()));
+        return;
+      }
       if (absl::Status s = CheckSessionMetadata(context->client_metadata(), id); !s.ok()) {
         Done(ToGrpcStatus(s));
         return;
       }
-      auto bytes = store->Export(id);
+      auto bytes = store->Export(id, *tenant);
       if (!bytes.ok()) {
         Done(ToGrpcStatus(bytes.status()));
         return;
@@ -70,8 +75,16 @@ class ExportReactor : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
 
 class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
  public:
-  ImportReactor(AttnServeService* service, session::SessionStore* store, v1::Session* response)
+  ImportReactor(AttnServeService* service, session::SessionStore* store,
+                grpc::CallbackServerContext* context, v1::Session* response)
       : service_(service), store_(store), response_(response) {
+    // Before reading a byte: an unauthenticated caller does not get to upload.
+    auto tenant = service_->Authenticate(context);
+    if (!tenant.ok()) {
+      Done(tenant.status());
+      return;
+    }
+    tenant_ = *std::move(tenant);
     StartRead(&request_);
   }
 
@@ -120,13 +133,14 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
 
  private:
   void Import() {
+    // The session is the importer's, whoever the snapshot names.
     auto session =
-        store_->Import(std::make_shared<const std::string>(std::move(bytes_)), ttl_);
+        store_->Import(std::make_shared<const std::string>(std::move(bytes_)), ttl_, tenant_);
     if (!session.ok()) {
       Done(session.status());
       return;
     }
-    auto info = store_->Get((*session)->id());
+    auto info = store_->Get((*session)->id(), tenant_);
     if (info.ok()) *response_ = ToProto(*info);
     Done(info.status(), &(*session)->served());
   }
@@ -140,6 +154,7 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
   session::SessionStore* const store_;
   v1::Session* const response_;
   v1::ImportSessionRequest request_;
+  std::string tenant_;  // the caller's, set before the first read
   std::string bytes_;
   uint64_t declared_ = 0;
   bool first_ = true;
@@ -157,7 +172,7 @@ grpc::ServerWriteReactor<v1::SnapshotChunk>* StartExport(
 grpc::ServerReadReactor<v1::ImportSessionRequest>* StartImport(
     AttnServeService* service, session::SessionStore* store,
     grpc::CallbackServerContext* context, v1::Session* response) {
-  return new ImportReactor(service, store, response);
+  return new ImportReactor(service, store, context, response);
 }
 
 }  // namespace attnserve::service

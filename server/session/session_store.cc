@@ -18,6 +18,9 @@ using internal::Draining;
 using internal::NotFound;
 namespace {
 
+// How long a turn waits for the session's previous turn to end (SessionStore::Claim).
+constexpr absl::Duration kBusyWait = absl::Milliseconds(500);
+
 // 128 bits from the kernel's CSPRNG, as 32 lowercase hex digits. Session ids are the
 // only handle on a session, so they must not be guessable from earlier ones.
 std::string NewSessionId() {
@@ -73,12 +76,13 @@ void Session::PublishProgress() {
 
 std::shared_ptr<const std::string> Session::Snapshot() {
   if (!state_ && restore_ && restore_->info.pending_token == pending_token_ &&
-      restore_->info.ttl == ttl_) {
+      restore_->info.ttl == ttl_ && restore_->info.owner == owner_) {
     return restore_->bytes;  // unchanged since it was loaded
   }
   SnapshotInfo info;
   info.pending_token = pending_token_;
   info.ttl = ttl_;
+  info.owner = owner_;
   return std::make_shared<const std::string>(EncodeSnapshot(*model_, &state(), info));
 }
 
@@ -87,6 +91,7 @@ std::shared_ptr<Session> SessionStore::FromSnapshot(std::string id, VerifiedSnap
   auto session = std::make_shared<Session>(std::move(id), verified.model,
                                            options_.clock->Now(), ttl);
   session->pending_token_ = verified.info.pending_token;
+  session->owner_ = verified.info.owner;
   session->restore_ = std::make_shared<const VerifiedSnapshot>(std::move(verified));
   session->PublishProgress();
   return session;
@@ -168,20 +173,52 @@ std::string SessionStore::store_name() const {
   return options_.durable ? options_.durable->name() : "memory";
 }
 
+absl::Status SessionStore::CheckTenantLocked(const Session& s, int sessions,
+                                             int64_t bytes) const {
+  auto limits = options_.tenant_limits.find(s.owner());
+  if (limits == options_.tenant_limits.end()) return absl::OkStatus();
+  TenantUsage used;
+  if (auto it = usage_.find(s.owner()); it != usage_.end()) used = it->second;
+  const TenantLimits& l = limits->second;
+  if (sessions > 0 && l.max_sessions > 0 && used.sessions + sessions > l.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "max_sessions: tenant '", s.owner(), "' already holds ", used.sessions,
+        " sessions on this server, its limit; close idle sessions or wait for their TTL"));
+  }
+  if (bytes > 0 && l.max_state_bytes > 0 && used.bytes + bytes > l.max_state_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "max_state_bytes: tenant '", s.owner(), "' would hold ", used.bytes + bytes,
+        " bytes of session state on this server; its limit is ", l.max_state_bytes));
+  }
+  return absl::OkStatus();
+}
+
+void SessionStore::AccountLocked(const Session& s, int sessions, int64_t bytes) {
+  auto it = usage_.find(s.owner());
+  if (it == usage_.end()) it = usage_.emplace(s.owner(), TenantUsage{}).first;
+  it->second.sessions += sessions;
+  it->second.bytes += bytes;
+  if (it->second.sessions == 0 && it->second.bytes == 0) usage_.erase(it);
+}
+
 absl::Status SessionStore::Admit(const std::shared_ptr<Session>& session, int64_t bytes) {
   while (true) {
+    absl::Status tenant_full;
     {
       absl::MutexLock lock(&mu_);
       if (!accepting_) return Draining();
+      tenant_full = CheckTenantLocked(*session, 1, bytes);
       const bool over_count = int(sessions_.size()) >= options_.max_sessions;
       const bool over_bytes = charged_bytes_ + bytes > options_.memory_budget_bytes;
-      if (!over_count && !over_bytes) {
+      if (tenant_full.ok() && !over_count && !over_bytes) {
         session->charged_bytes_ = bytes;
         charged_bytes_ += bytes;
         sessions_[session->id()] = session;
+        AccountLocked(*session, 1, bytes);
         return absl::OkStatus();
       }
-      if (!options_.durable || sessions_.empty()) {
+      if (!tenant_full.ok() && !options_.durable) return tenant_full;
+      if (tenant_full.ok() && (!options_.durable || sessions_.empty())) {
         if (over_count) {
           return absl::ResourceExhaustedError(absl::StrCat(
               "max_sessions: the server already holds ", sessions_.size(),
@@ -194,7 +231,12 @@ absl::Status SessionStore::Admit(const std::shared_ptr<Session>& session, int64_
       }
     }
     // With a durable store, memory is a cache: make room by spilling the least recently
-    // used idle session, then look again.
+    // used idle session (the tenant's own when its limits are in the way), then look
+    // again.
+    if (!tenant_full.ok()) {
+      if (!SpillOne(session->owner())) return tenant_full;
+      continue;
+    }
     if (!SpillOne()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "memory budget: every session in memory is busy or could not be saved to ",
@@ -205,7 +247,8 @@ absl::Status SessionStore::Admit(const std::shared_ptr<Session>& session, int64_
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
-    std::shared_ptr<const ServedModel> model, absl::Duration ttl, bool ephemeral) {
+    std::shared_ptr<const ServedModel> model, absl::Duration ttl, bool ephemeral,
+    std::string_view tenant) {
   if (ttl <= absl::ZeroDuration()) ttl = options_.default_ttl;
   if (ttl > options_.max_ttl) {
     return absl::InvalidArgumentError(absl::StrCat("ttl_seconds: ", absl::FormatDuration(ttl),
@@ -215,6 +258,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
   const int64_t bytes = ChargeFor(*model, 0);
   auto session = std::make_shared<Session>(NewSessionId(), model, options_.clock->Now(), ttl);
   session->ephemeral_ = ephemeral;
+  session->owner_ = std::string(tenant);
   if (options_.durable && !ephemeral) {
     // Written at once, so that every server sharing the store can find it.
     if (absl::Status s = Publish(*session); !s.ok()) return s;
@@ -223,7 +267,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
   return session;
 }
 
-absl::StatusOr<TurnLease> SessionStore::Claim(const std::string& id) {
+absl::StatusOr<TurnLease> SessionStore::Claim(const std::string& id, std::string_view tenant) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::shared_ptr<Session> found;
     {
@@ -232,9 +276,20 @@ absl::StatusOr<TurnLease> SessionStore::Claim(const std::string& id) {
       auto it = sessions_.find(id);
       if (it != sessions_.end()) {
         Session& s = *it->second;
+        if (s.owner() != tenant) return NotFound(id);  // before anything that tells it apart
         if (s.busy_) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "session '", id, "' already has a turn in flight; wait for it to end"));
+          // The turn in flight may be ending (its client cancelled it or its deadline
+          // passed, and the engine stops it at its next step): a client that sends its
+          // next turn at once should not be refused for that. Wait a little.
+          std::shared_ptr<Session> busy = it->second;
+          auto idle = [](Session* session) { return !session->busy_; };
+          if (!mu_.AwaitWithTimeout(absl::Condition(+idle, busy.get()), kBusyWait)) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "session '", id, "' already has a turn in flight; wait for it to end"));
+          }
+          // Closed, spilled or replaced meanwhile: look again.
+          auto again = sessions_.find(id);
+          if (again == sessions_.end() || again->second != busy || !accepting_) continue;
         }
         s.busy_ = true;
         s.last_used_ = options_.clock->Now();
@@ -251,7 +306,7 @@ absl::StatusOr<TurnLease> SessionStore::Claim(const std::string& id) {
       }
       return lease;
     }
-    auto loaded = Load(id);
+    auto loaded = Load(id, tenant);
     if (!loaded.ok()) return loaded.status();
     // Loaded and admitted: claim it on the next pass (it may have been claimed or
     // spilled again meanwhile, in which case that pass says so or loads it again).
@@ -260,7 +315,10 @@ absl::StatusOr<TurnLease> SessionStore::Claim(const std::string& id) {
                                              store_name(), "; retry"));
 }
 
-absl::StatusOr<TurnLease> SessionStore::BeginTurn(const std::string& id) { return Claim(id); }
+absl::StatusOr<TurnLease> SessionStore::BeginTurn(const std::string& id,
+                                                  std::string_view tenant) {
+  return Claim(id, tenant);
+}
 
 absl::Status SessionStore::Charge(Session& s, int64_t bytes) {
   absl::MutexLock lock(&mu_);
@@ -271,10 +329,11 @@ absl::Status SessionStore::Charge(Session& s, int64_t bytes) {
         " bytes of state; the server's budget of ", options_.memory_budget_bytes,
         " bytes would be exceeded by ", total - options_.memory_budget_bytes));
   }
-  if (!s.closed()) {
-    charged_bytes_ = total;
-    s.charged_bytes_ = bytes;
-  }
+  if (s.closed()) return absl::OkStatus();
+  if (absl::Status t = CheckTenantLocked(s, 0, bytes - s.charged_bytes_); !t.ok()) return t;
+  AccountLocked(s, 0, bytes - s.charged_bytes_);
+  charged_bytes_ = total;
+  s.charged_bytes_ = bytes;
   return absl::OkStatus();
 }
 
@@ -288,17 +347,19 @@ void SessionStore::EndTurn(Session& s) {
 
 void SessionStore::RemoveLocked(Session& s) {
   s.closed_.store(true);
+  AccountLocked(s, -1, -s.charged_bytes_);
   charged_bytes_ -= s.charged_bytes_;
   s.charged_bytes_ = 0;
   sessions_.erase(s.id());
 }
 
-absl::Status SessionStore::Close(const std::string& id) {
+absl::Status SessionStore::Close(const std::string& id, std::string_view tenant) {
   bool in_memory = false, ephemeral = false;
   {
     absl::ReaderMutexLock lock(&mu_);
     auto it = sessions_.find(id);
     if (it != sessions_.end()) {
+      if (it->second->owner() != tenant) return NotFound(id);
       in_memory = true;
       ephemeral = it->second->ephemeral_;
     }
@@ -307,9 +368,9 @@ absl::Status SessionStore::Close(const std::string& id) {
     // The stored copy goes first: if the store cannot be reached, nothing changes and
     // the client may retry, rather than the session coming back later from the store.
     if (!in_memory) {
-      auto generation = options_.durable->GetGeneration(id);
-      if (!generation.ok()) return generation.status();
-      if (*generation == 0) return NotFound(id);
+      auto owner = StoredOwner(id);
+      if (!owner.ok()) return owner.status();
+      if (*owner != tenant) return NotFound(id);
     }
     if (absl::Status s = DeleteStored(id); !s.ok()) return s;
   }
@@ -333,6 +394,7 @@ absl::Status SessionStore::Close(const std::string& id) {
 SessionInfo SessionStore::Info(const Session& s) const {
   SessionInfo info;
   info.id = s.id();
+  info.owner = s.owner();
   info.model = s.served().name;
   info.attention = s.served().attention();
   info.attention_order = s.served().attention_order();
@@ -345,7 +407,7 @@ SessionInfo SessionStore::Info(const Session& s) const {
   return info;
 }
 
-absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id) {
+absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id, std::string_view tenant) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::shared_ptr<Session> check;
     int64_t generation = 0;
@@ -354,6 +416,7 @@ absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id) {
       auto it = sessions_.find(id);
       if (it != sessions_.end()) {
         const Session& s = *it->second;
+        if (s.owner() != tenant) return NotFound(id);
         // A copy that is clean and idle here may be stale: another server sharing the
         // store may have run turns since. Busy or dirty copies are the newest.
         if (!options_.durable || s.ephemeral_ || s.busy_ || s.dirty_) return Info(s);
@@ -371,7 +434,7 @@ absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id) {
       }
       EvictIfStale(check, generation);
     }
-    auto loaded = Load(id);
+    auto loaded = Load(id, tenant);
     if (!loaded.ok()) return loaded.status();
   }
   return absl::UnavailableError(absl::StrCat("session '", id, "' is moving; retry"));
@@ -384,6 +447,7 @@ void SessionStore::EvictIfStale(const std::shared_ptr<Session>& s, int64_t gener
       s->generation_ != generation) {
     return;  // changed meanwhile: the next look decides again
   }
+  AccountLocked(*s, -1, -s->charged_bytes_);
   charged_bytes_ -= s->charged_bytes_;
   s->charged_bytes_ = 0;
   sessions_.erase(it);
@@ -397,14 +461,24 @@ std::vector<SessionInfo> SessionStore::List() const {
   return out;
 }
 
-absl::StatusOr<std::shared_ptr<const std::string>> SessionStore::Export(const std::string& id) {
-  auto lease = Claim(id);
+std::vector<SessionInfo> SessionStore::List(std::string_view tenant) const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<SessionInfo> out;
+  for (const auto& [id, s] : sessions_) {
+    if (s->owner() == tenant) out.push_back(Info(*s));
+  }
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<const std::string>> SessionStore::Export(
+    const std::string& id, std::string_view tenant) {
+  auto lease = Claim(id, tenant);
   if (!lease.ok()) return lease.status();
   return (*lease)->Snapshot();  // the lease is released on return
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Import(
-    std::shared_ptr<const std::string> bytes, absl::Duration ttl) {
+    std::shared_ptr<const std::string> bytes, absl::Duration ttl, std::string_view tenant) {
   if (options_.catalogue == nullptr) {
     return absl::FailedPreconditionError("this server has no model catalogue to import into");
   }
@@ -419,6 +493,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Import(
   }
   const int64_t charge = ChargeFor(*verified->model, verified->info.position);
   auto session = FromSnapshot(NewSessionId(), *std::move(verified), ttl);
+  session->owner_ = std::string(tenant);  // the importer's, whoever exported it
   if (options_.durable) {
     if (absl::Status s = Publish(*session); !s.ok()) return s;
   }
@@ -427,18 +502,19 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Import(
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Fork(const std::string& id,
-                                                            absl::Duration ttl) {
+                                                            absl::Duration ttl,
+                                                            std::string_view tenant) {
   std::shared_ptr<const std::string> bytes;
   absl::Duration original_ttl;
   {
-    auto lease = Claim(id);
+    auto lease = Claim(id, tenant);
     if (!lease.ok()) return lease.status();
     bytes = (*lease)->Snapshot();
     original_ttl = (*lease)->ttl_;
   }
   // The copy goes through the snapshot codec: one path for every way a session is
   // duplicated, and the fork's tensors are made by its first turn, not here.
-  return Import(std::move(bytes), ttl > absl::ZeroDuration() ? ttl : original_ttl);
+  return Import(std::move(bytes), ttl > absl::ZeroDuration() ? ttl : original_ttl, tenant);
 }
 
 int SessionStore::ExpireIdle() {

@@ -3,6 +3,11 @@
 // durable backend from server/store/) snapshots written after turns, on idle spill and
 // at drain, and loaded back on demand.
 //
+// Every session belongs to the tenant that created (or imported, or forked) it; the
+// methods that name a session take the caller's tenant and answer NOT_FOUND, exactly as
+// for an id that never existed, when the session is another tenant's. The tenant is
+// kept in the session's snapshot, so it survives the durable store.
+//
 // Thread-safety: every SessionStore method may be called from any thread. A Session's
 // state and pending token belong to whoever holds its TurnLease: the scheduler's engine
 // thread for a turn, or the store itself while it exports, forks or spills the session.
@@ -13,11 +18,13 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -36,9 +43,19 @@
 
 namespace attnserve::session {
 
+// A tenant's share of this server's memory, on top of the server-wide limits. Zero
+// means no limit of the tenant's own.
+struct TenantLimits {
+  // Most sessions of the tenant in memory at once.
+  int max_sessions = 0;
+  // Most bytes of session state of the tenant in memory at once.
+  int64_t max_state_bytes = 0;
+};
+
 // What Get/List report about a session.
 struct SessionInfo {
   std::string id;
+  std::string owner;  // the tenant
   std::string model;
   std::string attention;
   int attention_order = 0;
@@ -56,6 +73,8 @@ class Session {
           absl::Duration ttl);
 
   const std::string& id() const { return id_; }
+  // The tenant the session belongs to; fixed before the store shares the session.
+  const std::string& owner() const { return owner_; }
   const ServedModel& served() const { return *model_; }
   const model::Model& model() const { return *model_->model; }
 
@@ -82,6 +101,7 @@ class Session {
   friend class SessionStore;
 
   const std::string id_;
+  std::string owner_ = kDefaultTenant;
   const std::shared_ptr<const ServedModel> model_;
   std::unique_ptr<model::DecodeState> state_;
   // Set when the session came from a snapshot and its state is not materialised yet.
@@ -177,6 +197,8 @@ class SessionStore {
     LeaseKeeper::Options leases;
     // Not owned; may be null.
     metrics::Metrics* metrics = nullptr;
+    // Limits of each tenant, by name; a tenant not listed has only the server's.
+    std::map<std::string, TenantLimits, std::less<>> tenant_limits;
   };
 
   // INVALID_ARGUMENT when persist or spill_after is set without a durable store.
@@ -187,20 +209,26 @@ class SessionStore {
   // A new idle session with a fresh 128-bit random id. A fixed-state module is charged
   // its whole state now. ttl <= 0 means the default; over max_ttl is INVALID_ARGUMENT.
   // With a durable store the session is written at once, so any server sharing the
-  // store can find it; an `ephemeral` session (one turn, then closed) never is.
+  // store can find it; an `ephemeral` session (one turn, then closed) never is. The
+  // session belongs to `tenant`; over the tenant's limits is RESOURCE_EXHAUSTED naming
+  // the limit (with a durable store, the tenant's own idle sessions are spilled first).
   absl::StatusOr<std::shared_ptr<Session>> Create(std::shared_ptr<const ServedModel> model,
-                                                  absl::Duration ttl, bool ephemeral = false);
+                                                  absl::Duration ttl, bool ephemeral = false,
+                                                  std::string_view tenant = kDefaultTenant);
 
   // Claims the session for one turn, loading it from the durable store if it is not in
   // memory: NOT_FOUND if unknown (or expired or closed), FAILED_PRECONDITION if a turn
   // is already in flight here, UNAVAILABLE naming the store if it cannot be read, while
   // draining, or while another server sharing the store runs a turn on it (after a
   // short wait). With a durable store the claim holds the session's store lease, and a
-  // copy in memory older than the stored one is replaced by it first.
-  absl::StatusOr<TurnLease> BeginTurn(const std::string& id);
+  // copy in memory older than the stored one is replaced by it first. Another tenant's
+  // session is NOT_FOUND (this holds for every method below that takes a tenant).
+  absl::StatusOr<TurnLease> BeginTurn(const std::string& id,
+                                      std::string_view tenant = kDefaultTenant);
 
   // Charges the session at `bytes` of state (its nominal size after growing), or
-  // RESOURCE_EXHAUSTED naming the budget, leaving the charge unchanged.
+  // RESOURCE_EXHAUSTED naming the budget (the server's, or its tenant's
+  // max_state_bytes), leaving the charge unchanged.
   absl::Status Charge(Session& session, int64_t bytes);
 
   // Ends the turn `lease` holds. With a durable store, under PersistMode::kEachTurn or
@@ -215,25 +243,32 @@ class SessionStore {
 
   // Removes the session (from memory and the durable store) and frees its charge;
   // NOT_FOUND if unknown. A turn in flight sees closed() and stops at its next step.
-  absl::Status Close(const std::string& id);
+  absl::Status Close(const std::string& id, std::string_view tenant = kDefaultTenant);
 
   // Loads the session if it is not in memory (errors as BeginTurn). With a durable
   // store, a copy in memory that another server has since written past is replaced by
   // the stored one first (one generation read).
-  absl::StatusOr<SessionInfo> Get(const std::string& id);
-  // Sessions in this process's memory (spilled ones are not listed).
+  absl::StatusOr<SessionInfo> Get(const std::string& id,
+                                  std::string_view tenant = kDefaultTenant);
+  // Sessions in this process's memory (spilled ones are not listed): every tenant's, or
+  // `tenant`'s only.
   std::vector<SessionInfo> List() const;
+  std::vector<SessionInfo> List(std::string_view tenant) const;
 
   // The session's snapshot (loads it if needed; FAILED_PRECONDITION while a turn runs).
-  absl::StatusOr<std::shared_ptr<const std::string>> Export(const std::string& id);
+  absl::StatusOr<std::shared_ptr<const std::string>> Export(
+      const std::string& id, std::string_view tenant = kDefaultTenant);
   // Verifies `bytes` completely (SNAPSHOT.md), then creates a session from it, charged
-  // like any other. ttl <= 0: the snapshot's TTL (or the default). Nothing is charged or
-  // created when verification fails.
+  // like any other and belonging to `tenant` (whoever the snapshot names). ttl <= 0: the
+  // snapshot's TTL (or the default). Nothing is charged or created when verification
+  // fails.
   absl::StatusOr<std::shared_ptr<Session>> Import(std::shared_ptr<const std::string> bytes,
-                                                  absl::Duration ttl);
-  // A new session holding a copy of `id`'s state and pending token; the original is
-  // untouched. ttl <= 0: the original's.
-  absl::StatusOr<std::shared_ptr<Session>> Fork(const std::string& id, absl::Duration ttl);
+                                                  absl::Duration ttl,
+                                                  std::string_view tenant = kDefaultTenant);
+  // A new session of `tenant` holding a copy of `id`'s state and pending token; the
+  // original is untouched. ttl <= 0: the original's.
+  absl::StatusOr<std::shared_ptr<Session>> Fork(const std::string& id, absl::Duration ttl,
+                                                std::string_view tenant = kDefaultTenant);
 
   // Closes every idle session whose TTL has passed; returns how many left memory. Their
   // stored copies expire by themselves (a copy's TTL runs from its last write, never
@@ -285,15 +320,28 @@ class SessionStore {
   SessionInfo Info(const Session& s) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void RemoveLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Claims an in-memory session or loads it; see BeginTurn.
-  absl::StatusOr<TurnLease> Claim(const std::string& id);
-  absl::StatusOr<std::shared_ptr<Session>> Load(const std::string& id);
-  // Admits a new session charged `bytes`: checks draining, the session count and the
-  // budget (spilling idle sessions to make room when there is a durable store).
+  absl::StatusOr<TurnLease> Claim(const std::string& id, std::string_view tenant);
+  // Loads a stored session of `tenant` (NOT_FOUND if the store holds another tenant's).
+  absl::StatusOr<std::shared_ptr<Session>> Load(const std::string& id, std::string_view tenant);
+  // The owner of the stored copy of `id`, read from its header; NOT_FOUND if none.
+  absl::StatusOr<std::string> StoredOwner(const std::string& id);
+  // Admits a new session charged `bytes`: checks draining, its tenant's limits, the
+  // session count and the budget (spilling idle sessions to make room when there is a
+  // durable store).
   absl::Status Admit(const std::shared_ptr<Session>& session, int64_t bytes);
+  // RESOURCE_EXHAUSTED naming the tenant's limit if `session` does not fit its tenant's
+  // limits with `sessions` more sessions and `bytes` more bytes.
+  absl::Status CheckTenantLocked(const Session& session, int sessions, int64_t bytes) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Adds to the session's tenant's usage (negative: subtracts); keeps usage_ in step
+  // with sessions_ and charged_bytes_.
+  void AccountLocked(const Session& s, int sessions, int64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a saved session from memory and frees its charge (it lives on in the store).
   void LeaveMemoryLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Spills the least recently used idle session; false if there is none to spill.
-  bool SpillOne();
+  // Spills the least recently used idle session (of `owner` only, if given); false if
+  // there is none to spill.
+  bool SpillOne(std::optional<std::string_view> owner = std::nullopt);
   absl::Status Write(const std::string& id, const std::string& bytes, absl::Duration ttl);
   absl::Status DeleteStored(const std::string& id);
   void WriterLoop();
@@ -305,6 +353,12 @@ class SessionStore {
   mutable absl::Mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t charged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Sessions in memory and their charged bytes, per tenant.
+  struct TenantUsage {
+    int sessions = 0;
+    int64_t bytes = 0;
+  };
+  std::map<std::string, TenantUsage, std::less<>> usage_ ABSL_GUARDED_BY(mu_);
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   // Sessions this process spilled and has not loaded back (a load of any other stored
   // session is a migration in).

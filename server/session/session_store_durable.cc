@@ -50,7 +50,22 @@ absl::Status SessionStore::Publish(Session& s) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(const std::string& id) {
+absl::StatusOr<std::string> SessionStore::StoredOwner(const std::string& id) {
+  if (!options_.durable) return NotFound(id);
+  auto got = options_.durable->GetWithGeneration(id);
+  if (absl::IsNotFound(got.status())) return NotFound(id);
+  if (!got.ok()) return got.status();
+  auto owner = SnapshotOwner(got->first);
+  if (!owner.ok()) {
+    return absl::Status(owner.status().code(), absl::StrCat("session '", id, "' in ",
+                                                            store_name(), ": ",
+                                                            owner.status().message()));
+  }
+  return owner;
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(const std::string& id,
+                                                            std::string_view tenant) {
   if (!options_.durable || options_.catalogue == nullptr) return NotFound(id);
   // No lease: stored copies are replaced atomically, and a claim compares generations
   // under the lease before it runs anything.
@@ -63,6 +78,11 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(const std::string& i
   }
   if (absl::IsNotFound(got.status())) return NotFound(id);
   if (!got.ok()) return got.status();
+  // Another tenant's session does not exist for this caller: decided from the header,
+  // before verification could say anything else about it.
+  if (auto owner = SnapshotOwner(got->first); owner.ok() && *owner != tenant) {
+    return NotFound(id);
+  }
   auto verified = VerifySnapshot(std::make_shared<const std::string>(std::move(got->first)),
                                  *options_.catalogue, max_snapshot_bytes_);
   if (!verified.ok()) {
@@ -70,6 +90,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(const std::string& i
                         absl::StrCat("session '", id, "' in ", store_name(), ": ",
                                      verified.status().message()));
   }
+  if (verified->info.owner != tenant) return NotFound(id);
   absl::Duration ttl = verified->info.ttl;
   if (ttl <= absl::ZeroDuration() || ttl > options_.max_ttl) ttl = options_.default_ttl;
   const int64_t charge = ChargeFor(*verified->model, verified->info.position);
@@ -274,12 +295,12 @@ void SessionStore::WriterLoop() {
   }
 }
 
-bool SessionStore::SpillOne() {
+bool SessionStore::SpillOne(std::optional<std::string_view> owner) {
   std::shared_ptr<Session> victim;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, s] : sessions_) {
-      if (s->busy_) continue;
+      if (s->busy_ || (owner && s->owner() != *owner)) continue;
       if (!victim || s->last_used_ < victim->last_used_) victim = s;
     }
     if (!victim) return false;
@@ -300,6 +321,7 @@ bool SessionStore::SpillOne() {
 
 void SessionStore::LeaveMemoryLocked(Session& s) {
   // Out of memory now; it lives on in the store, so it is not closed.
+  AccountLocked(s, -1, -s.charged_bytes_);
   charged_bytes_ -= s.charged_bytes_;
   s.charged_bytes_ = 0;
   sessions_.erase(s.id());

@@ -2,10 +2,13 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "server/common/crc32c.h"
+#include "server/common/excerpt.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the snapshot codec writes host integers and floats as little-endian");
@@ -105,9 +108,11 @@ std::string EncodeSnapshot(const ServedModel& served, const model::DecodeState* 
   Put<uint16_t>(out, uint16_t(module.size()));
   Put<uint32_t>(out, uint32_t(m.config().attention.order));
   Put<uint32_t>(out, 0);  // sampler_bytes: each turn seeds its own sampler
-  Put<uint32_t>(out, 0);  // reserved
+  const size_t owner_bytes = std::min(info.owner.size(), kMaxSnapshotOwnerBytes);
+  Put<uint32_t>(out, uint32_t(owner_bytes));  // version 1: reserved, 0
   out += served.name;
   out += module;
+  out.append(info.owner, 0, owner_bytes);
   PutAt<uint32_t>(out, 12, uint32_t(out.size()));
   for (int l = 0; l < state->num_layers(); ++l) {
     const attention::NamedTensors tensors = state->layer(l).Tensors();
@@ -142,9 +147,10 @@ absl::StatusOr<uint64_t> SnapshotTotalBytes(std::string_view prefix, uint64_t ma
   r.Read(&version);
   r.Read(&header_bytes);
   r.Read(&total);
-  if (version != kSnapshotVersion) {
+  if (version < kOldestSnapshotVersion || version > kSnapshotVersion) {
     return Invalid(absl::StrCat("format version ", version, " is not supported; this server "
-                                "reads version ", kSnapshotVersion));
+                                "reads versions ", kOldestSnapshotVersion, " to ",
+                                kSnapshotVersion));
   }
   if (total > max_bytes) {
     return Invalid(absl::StrCat("declares ", total, " bytes, over this server's limit of ",
@@ -156,6 +162,28 @@ absl::StatusOr<uint64_t> SnapshotTotalBytes(std::string_view prefix, uint64_t ma
                                 " bytes, total ", total));
   }
   return total;
+}
+
+absl::StatusOr<std::string> SnapshotOwner(std::string_view bytes) {
+  auto total = SnapshotTotalBytes(bytes, std::numeric_limits<uint64_t>::max());
+  if (!total.ok()) return total.status();
+  uint32_t version, header_bytes, sampler_bytes, owner_bytes;
+  uint16_t name_bytes = 0, module_bytes = 0;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  std::memcpy(&header_bytes, bytes.data() + 12, 4);
+  std::memcpy(&name_bytes, bytes.data() + 80, 2);
+  std::memcpy(&module_bytes, bytes.data() + 82, 2);
+  std::memcpy(&sampler_bytes, bytes.data() + 88, 4);
+  std::memcpy(&owner_bytes, bytes.data() + 92, 4);
+  if (version == 1) return std::string(kDefaultTenant);
+  const uint64_t at = uint64_t(kSnapshotFixedHeaderBytes) + name_bytes + module_bytes +
+                      sampler_bytes;
+  if (owner_bytes > kMaxSnapshotOwnerBytes || at + owner_bytes != header_bytes ||
+      header_bytes > bytes.size()) {
+    return Invalid(absl::StrCat("header fields disagree with header_bytes ", header_bytes));
+  }
+  if (owner_bytes == 0) return std::string(kDefaultTenant);
+  return std::string(bytes.substr(at, owner_bytes));
 }
 
 absl::StatusOr<VerifiedSnapshot> VerifySnapshot(std::shared_ptr<const std::string> owned,
@@ -181,13 +209,15 @@ absl::StatusOr<VerifiedSnapshot> VerifySnapshot(std::shared_ptr<const std::strin
         absl::Hex(stored_crc, absl::kZeroPad8), "): the bytes were damaged"));
   }
   const std::string_view body = bytes.substr(0, *total - 4);
+  uint32_t version;
+  std::memcpy(&version, body.data() + 8, 4);
   Reader r(body, 12);
-  uint32_t header_bytes, num_layers, order, sampler_bytes, reserved;
+  uint32_t header_bytes = 0, num_layers = 0, order = 0, sampler_bytes = 0, owner_bytes = 0;
   uint64_t total_field;
   Sha256Digest fingerprint;
-  int64_t position, ttl_ms;
-  int32_t pending;
-  uint16_t name_bytes, module_bytes;
+  int64_t position = 0, ttl_ms = 0;
+  int32_t pending = 0;
+  uint16_t name_bytes = 0, module_bytes = 0;
   r.Read(&header_bytes);
   r.Read(&total_field);
   r.Read(&fingerprint);
@@ -199,22 +229,30 @@ absl::StatusOr<VerifiedSnapshot> VerifySnapshot(std::shared_ptr<const std::strin
   r.Read(&module_bytes);
   r.Read(&order);
   r.Read(&sampler_bytes);
-  r.Read(&reserved);
-  std::string_view name, module, sampler;
+  r.Read(&owner_bytes);
+  if (version == 1) owner_bytes = 0;  // reserved in version 1: no owner
+  if (owner_bytes > kMaxSnapshotOwnerBytes) {
+    return Invalid(absl::StrCat("owner of ", owner_bytes, " bytes is over the limit of ",
+                                kMaxSnapshotOwnerBytes));
+  }
+  std::string_view name, module, sampler, owner;
   if (!r.Skip(name_bytes, &name) || !r.Skip(module_bytes, &module) ||
-      !r.Skip(sampler_bytes, &sampler) || r.offset() != header_bytes) {
+      !r.Skip(sampler_bytes, &sampler) || !r.Skip(owner_bytes, &owner) ||
+      r.offset() != header_bytes) {
     return Invalid(absl::StrCat("header fields disagree with header_bytes ", header_bytes));
   }
   VerifiedSnapshot out;
   out.model = catalogue.FindByFingerprint(fingerprint);
   if (out.model == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "snapshot: of model '", std::string(name), "' served as ", std::string(module), " order ", order,
+        "snapshot: of model '", Excerpt(name), "' served as ", Excerpt(module), " order ", order,
         " (fingerprint ", DigestHex(fingerprint, 6),
         "), which this server does not serve with these weights and options"));
   }
   const model::Model& m = *out.model->model;
-  if (sampler_bytes != 0) return Invalid("carries sampler state, which version 1 does not");
+  if (sampler_bytes != 0) {
+    return Invalid(absl::StrCat("carries sampler state, which version ", version, " does not"));
+  }
   if (position < 0 || position > m.config().max_context) {
     return Invalid(absl::StrCat("position ", position, " is outside [0, ",
                                 m.config().max_context, "] of model '", out.model->name, "'"));
@@ -272,6 +310,7 @@ absl::StatusOr<VerifiedSnapshot> VerifySnapshot(std::shared_ptr<const std::strin
   out.info.position = position;
   if (pending >= 0) out.info.pending_token = pending;
   out.info.ttl = absl::Milliseconds(ttl_ms);
+  out.info.owner = owner.empty() ? std::string(kDefaultTenant) : std::string(owner);
   out.bytes = std::move(owned);
   return out;
 }

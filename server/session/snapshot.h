@@ -17,7 +17,14 @@
 
 namespace attnserve::session {
 
-inline constexpr uint32_t kSnapshotVersion = 1;
+// The version EncodeSnapshot writes. Readers also accept version 1 (no owner; such a
+// snapshot belongs to kDefaultTenant).
+inline constexpr uint32_t kSnapshotVersion = 2;
+inline constexpr uint32_t kOldestSnapshotVersion = 1;
+// The tenant of a server without API keys, and the owner of a version 1 snapshot.
+inline constexpr char kDefaultTenant[] = "default";
+// Longest owner (tenant name) a snapshot may carry.
+inline constexpr size_t kMaxSnapshotOwnerBytes = 255;
 // Bytes of the fixed header; SnapshotTotalBytes needs this many to answer.
 inline constexpr size_t kSnapshotFixedHeaderBytes = 96;
 
@@ -29,6 +36,8 @@ struct SnapshotInfo {
   std::optional<int32_t> pending_token;
   // The session's idle time-to-live.
   absl::Duration ttl = absl::ZeroDuration();
+  // The tenant the session belongs to (at most kMaxSnapshotOwnerBytes bytes).
+  std::string owner = kDefaultTenant;
 };
 
 // Encodes a session on `model` whose state is `state` (null: a session that has not run
@@ -51,8 +60,14 @@ struct VerifiedSnapshot {
 
 // The size a snapshot declares in its first kSnapshotFixedHeaderBytes bytes, so a reader
 // can refuse an absurd one before buffering it. INVALID_ARGUMENT when `prefix` is not a
-// snapshot, another format version, or declares more than `max_bytes`.
+// snapshot, a format version this server does not read, or declares more than
+// `max_bytes`.
 absl::StatusOr<uint64_t> SnapshotTotalBytes(std::string_view prefix, uint64_t max_bytes);
+
+// The owner (tenant) a snapshot's header names, without verifying the rest:
+// kDefaultTenant for version 1. INVALID_ARGUMENT or DATA_LOSS as SnapshotTotalBytes, or
+// when the header's variable fields run past header_bytes.
+absl::StatusOr<std::string> SnapshotOwner(std::string_view bytes);
 
 // Verifies `bytes` against the models of `catalogue`, in the order SNAPSHOT.md lists:
 // INVALID_ARGUMENT (not a snapshot, version, limit, sections), DATA_LOSS (truncated,

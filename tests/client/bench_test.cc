@@ -35,6 +35,7 @@ TEST(SummarizeBenchTest, MergesThreadsAndComputesRate) {
   EXPECT_EQ(report.ttft_ms.count, 3u);
   EXPECT_EQ(report.ttft_ms.p50, 20);
   EXPECT_EQ(report.ttft_ms.p99, 30);
+  EXPECT_EQ(report.ttft_ms.max, 30);
   EXPECT_EQ(report.itl_ms.p50, 2);
 }
 
@@ -47,8 +48,8 @@ TEST(FormatBenchTest, JsonIsOneLineWithNullForMissingPercentiles) {
       "{\"sessions\":4,\"turns\":4,\"max_tokens\":64,\"temperature\":0.000,"
       "\"model\":\"a\\\"b\",\"generated_tokens\":0,\"wall_s\":0.500,"
       "\"tokens_per_s\":0.000,\"ttft_ms\":{\"p50\":null,\"p95\":null,\"p99\":"
-      "null,"
-      "\"count\":0},\"itl_ms\":{\"p50\":null,\"p95\":null,\"p99\":null,"
+      "null,\"max\":null,"
+      "\"count\":0},\"itl_ms\":{\"p50\":null,\"p95\":null,\"p99\":null,\"max\":null,"
       "\"count\":0},"
       "\"errors\":0,\"retries\":0,\"continuations\":0}");
 }

@@ -242,6 +242,36 @@ TEST_F(ClientTest, HealthExitsZeroOnlyWhenServing) {
   EXPECT_EQ(run.out, "NOT_SERVING\n");
 }
 
+TEST_F(ClientTest, AnApiKeyGoesOnEveryCallAsABearerHeader) {
+  ASSERT_EQ(Client({"--api_key=flag-key-0123456789abcdef", "sessions", "create"}).code, kExitOk);
+  ASSERT_EQ(Client({"sessions", "get", "s1", "--api_key=after-key-0123456789abcd"}).code,
+            kExitOk);
+  ASSERT_EQ(Client({"sessions", "list"}).code, kExitOk);  // no key: no header
+  // From the environment, the way a key should be given (argv is visible to others).
+  std::istringstream in;
+  Io io;
+  io.out = std::tmpfile();
+  io.err = std::tmpfile();
+  io.in = &in;
+  io.env = [](const char* name) -> const char* {
+    return std::string(name) == "ATTNSERVE_API_KEY" ? "env-key-0123456789abcdef" : nullptr;
+  };
+  const int code = RunClient({server_flag_, "generate", "hi"}, io);
+  ReadAll(io.out);
+  EXPECT_EQ(code, kExitOk) << ReadAll(io.err);
+  const std::vector<Call> calls = service_.calls();
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_EQ(calls[0].authorization, "Bearer flag-key-0123456789abcdef");
+  EXPECT_EQ(calls[1].authorization, "Bearer after-key-0123456789abcd");
+  EXPECT_EQ(calls[2].authorization, std::nullopt);
+  EXPECT_EQ(calls[3].method, "Generate");
+  EXPECT_EQ(calls[3].authorization, "Bearer env-key-0123456789abcdef");
+  // --help lists the flag and its variable, never a key's value.
+  const Outcome help = RunArgs({"--help"});
+  EXPECT_THAT(help.out, HasSubstr("--api_key="));
+  EXPECT_THAT(help.out, HasSubstr("ATTNSERVE_API_KEY"));
+}
+
 TEST_F(ClientTest, GlobalFlagsAlsoWorkAfterTheCommand) {
   const Outcome run = RunArgs({"health", server_flag_, "--timeout=5"});
   EXPECT_EQ(run.code, kExitOk) << run.err;
@@ -292,6 +322,23 @@ TEST(ClientUnreachableTest, SaysSoAndExitsThree) {
         << command;
     EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
   }
+}
+
+TEST(ClientTlsTest, UnreadableTlsFileExitsOneNamingIt) {
+  const std::string server = "--server=127.0.0.1:" + std::to_string(UnusedPort());
+  for (const char* flag : {"tls_ca", "tls_cert"}) {
+    std::vector<std::string> args = {server, "health"};
+    const std::string missing = "/nonexistent/attnserve-" + std::string(flag) + ".pem";
+    args.push_back("--" + std::string(flag) + "=" + missing);
+    if (std::string(flag) == "tls_cert") args.push_back("--tls_key=" + missing);
+    const Outcome run = RunArgs(args);
+    EXPECT_EQ(run.code, kExitFailure) << flag;
+    EXPECT_EQ(run.err, "attnserve: cannot read --" + std::string(flag) + " file " + missing +
+                           ": No such file or directory\n");
+  }
+  const Outcome run = RunArgs({server, "--tls_cert=c.pem", "health"});
+  EXPECT_EQ(run.code, kExitFailure);
+  EXPECT_THAT(run.err, HasSubstr("--tls_cert and --tls_key go together"));
 }
 
 TEST(ClientUsageTest, BadCommandLinesExitTwoWithoutConnecting) {

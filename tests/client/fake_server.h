@@ -36,6 +36,7 @@ namespace health = ::grpc::health::v1;
 struct Call {
   std::string method;                         // "Generate", "GetSession", ...
   std::optional<std::string> session_header;  // x-session-id, if sent
+  std::optional<std::string> authorization;   // authorization, if sent
 };
 
 // Answers every AttnServe method from a script and records the requests.
@@ -301,6 +302,9 @@ class FakeAttnServe final : public v1::AttnServe::Service {
     const auto& metadata = context->client_metadata();
     if (auto it = metadata.find("x-session-id"); it != metadata.end()) {
       call.session_header = std::string(it->second.data(), it->second.size());
+    }
+    if (auto it = metadata.find("authorization"); it != metadata.end()) {
+      call.authorization = std::string(it->second.data(), it->second.size());
     }
     std::lock_guard<std::mutex> lock(mu_);
     calls_.push_back(std::move(call));

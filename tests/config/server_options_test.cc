@@ -63,6 +63,7 @@ const std::vector<std::pair<std::string, std::string>> kEveryFlag = {
     {"max_ttl", "2h"},
     {"threads", "4"},
     {"shutdown_grace", "3s"},
+    {"api_keys_file", "/etc/attnserve/keys.txt"},
 };
 
 void ExpectEveryFlagApplied(const ServerOptions& options) {
@@ -78,6 +79,7 @@ void ExpectEveryFlagApplied(const ServerOptions& options) {
   EXPECT_EQ(options.max_ttl, absl::Hours(2));
   EXPECT_EQ(options.threads, 4);
   EXPECT_EQ(options.shutdown_grace, absl::Seconds(3));
+  EXPECT_EQ(options.api_keys_file, "/etc/attnserve/keys.txt");
 }
 
 std::string EnvName(const std::string& flag) {
@@ -101,6 +103,7 @@ TEST(ParseServerOptionsTest, DefaultsWithNoFlagsAndEmptyEnv) {
   EXPECT_EQ(options->max_ttl, absl::Hours(24));
   EXPECT_EQ(options->threads, 1);
   EXPECT_EQ(options->shutdown_grace, absl::Seconds(10));
+  EXPECT_EQ(options->api_keys_file, "");
 }
 
 TEST(ParseServerOptionsTest, ParsesEveryFlagInBothSyntaxes) {

@@ -141,6 +141,11 @@ def validate(resolved, kind):
     if not servers or not all(m in mounts for m in needed):
         check(False, f"an attnserve service and the mounts {needed}: cannot check further")
         return services, mounts, {}
+    for name in servers:  # the image listens on 0.0.0.0: plaintext needs --insecure
+        environment = services[name].get("environment") or {}
+        check(str(environment.get("ATTNSERVE_INSECURE")).lower() == "true" or
+              (environment.get("ATTNSERVE_TLS_CERT") and environment.get("ATTNSERVE_TLS_KEY")),
+              f"{name}: ATTNSERVE_INSECURE=true or TLS (the server refuses 0.0.0.0 otherwise)")
     build = services[servers[0]]["build"]
     env = check_dockerfile(build["context"], os.path.join(build["context"], build["dockerfile"]))
     metrics_port = env.get("ATTNSERVE_METRICS_LISTEN", ":").rsplit(":", 1)[1]

@@ -202,6 +202,10 @@ check(bool(match) and match.group(1) in services and
       int(match.group(2)) in [p["port"] for p in services[match.group(1)]["spec"]["ports"]],
       f"ATTNSERVE_SESSION_STORE={store}: a Service and its port")
 check(env.get("ATTNSERVE_PERSIST") == "each_turn", "ATTNSERVE_PERSIST=each_turn")
+# The image listens on 0.0.0.0: in plaintext the server refuses that without --insecure.
+check(env.get("ATTNSERVE_INSECURE") == "true" or
+      ("ATTNSERVE_TLS_CERT" in env and "ATTNSERVE_TLS_KEY" in env),
+      "the replicas (on the image's 0.0.0.0) set ATTNSERVE_INSECURE=true or TLS")
 help_path = os.path.join(work, "help.txt")
 if os.path.exists(help_path):
     flags = set(re.findall(r"env (ATTNSERVE_\w+)", open(help_path).read()))

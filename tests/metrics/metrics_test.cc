@@ -239,6 +239,19 @@ TEST(Metrics, GaugesHoldTheLastValueSet) {
                               "{attention=\"kv\",model=\"m\"} 21474836480\n"));
 }
 
+TEST(Metrics, TenantGaugesHoldWhatEachTenantHoldsNow) {
+  auto metrics = MakeMetrics("");
+  ASSERT_NE(metrics, nullptr);
+  metrics->SetTenantUsage("alice", 0, 0);
+  metrics->SetTenantUsage("bob", 4, 1000);
+  metrics->SetTenantUsage("bob", 2, 500);
+  const std::string text = metrics->Serialize();
+  EXPECT_THAT(text, HasSubstr("attnserve_tenant_sessions{tenant=\"alice\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("attnserve_tenant_sessions{tenant=\"bob\"} 2\n"));
+  EXPECT_THAT(text,
+              HasSubstr("attnserve_tenant_session_state_bytes{tenant=\"bob\"} 500\n"));
+}
+
 TEST(Metrics, ForModelReturnsOneChildSetPerLabelPair) {
   auto metrics = MakeMetrics("");
   ASSERT_NE(metrics, nullptr);

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cstring>
 #include <fstream>
 
 #include "absl/synchronization/notification.h"
 
+#include "server/common/crc32c.h"
 #include "server/session/session_store.h"
 #include "tests/testing/tiny_model.h"
 
@@ -40,6 +42,7 @@ class DurableSessionStoreTest : public testing::Test {
     o.persist = persist;
     o.memory_budget_bytes = budget;
     o.spill_after = spill_after;
+    o.tenant_limits = tenant_limits_;
     return SessionStore::Create(std::move(o)).value();
   }
   // Runs a "turn" by hand: prefill `n` tokens and leave `pending` waiting.
@@ -49,8 +52,9 @@ class DurableSessionStoreTest : public testing::Test {
     lease->pending_token() = pending;
   }
   // A whole hand-run turn, ended the way the scheduler ends turns.
-  static void Turn(SessionStore& store, const std::string& id, int n, int32_t pending) {
-    auto lease = store.BeginTurn(id);
+  static void Turn(SessionStore& store, const std::string& id, int n, int32_t pending,
+                   std::string_view tenant = kDefaultTenant) {
+    auto lease = store.BeginTurn(id, tenant);
     ASSERT_TRUE(lease.ok()) << lease.status();
     Advance(*lease, n, pending);
     ASSERT_TRUE(store.Charge(lease->session(),
@@ -66,6 +70,7 @@ class DurableSessionStoreTest : public testing::Test {
   std::shared_ptr<const ServedModel> taylor_ = test_util::TinyServedModel("taylor");
   std::shared_ptr<const ServedModel> softmax_ = test_util::TinyServedModel("softmax");
   std::unique_ptr<ModelCatalogue> catalogue_;
+  std::map<std::string, TenantLimits, std::less<>> tenant_limits_;  // for MakeStore
 };
 
 TEST_F(DurableSessionStoreTest, ForkCopiesTheSessionAndLeavesTheOriginalAlone) {
@@ -205,6 +210,94 @@ TEST_F(DurableSessionStoreTest, ExpiryLeavesMemoryAndCloseRemovesTheStoredCopy) 
   ASSERT_TRUE(store->Close(b->id()).ok());
   EXPECT_FALSE(Stored(b->id()));
   EXPECT_EQ(store->Close(b->id()).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(DurableSessionStoreTest, TheOwnerSurvivesTheStoreAndOtherTenantsCannotLoadOrClose) {
+  std::string id;
+  {
+    auto first = MakeStore();
+    auto s = first->Create(taylor_, absl::ZeroDuration(), false, "alice").value();
+    Turn(*first, s->id(), 5, 71, "alice");
+    id = s->id();
+    ASSERT_TRUE(first->SaveAll(absl::Seconds(5)).ok());
+  }
+  auto replica = MakeStore();  // another server sharing the store: loads on demand
+  std::string want(replica->Get("ffffffffffffffffffffffffffffffff", "bob").status().message());
+  want.replace(want.find("ffffffffffffffffffffffffffffffff"), 32, id);
+  for (const absl::Status& s :
+       {replica->Get(id, "bob").status(), replica->BeginTurn(id, "bob").status(),
+        replica->Export(id, "bob").status(),
+        replica->Fork(id, absl::ZeroDuration(), "bob").status(), replica->Close(id, "bob")}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+    EXPECT_EQ(s.message(), want);
+  }
+  EXPECT_EQ(replica->size(), 0);  // bob loaded nothing into memory
+  EXPECT_TRUE(Stored(id));        // and deleted nothing
+  auto info = replica->Get(id, "alice");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->owner, "alice");
+  EXPECT_EQ(info->position, 6);
+  ASSERT_TRUE(replica->Close(id, "alice").ok());
+  EXPECT_FALSE(Stored(id));
+}
+
+TEST_F(DurableSessionStoreTest, AVersion1StoredSnapshotBelongsToTheDefaultTenant) {
+  std::string id;
+  {
+    auto store = MakeStore();
+    id = store->Create(taylor_, absl::ZeroDuration()).value()->id();
+  }
+  // Rewrite the stored file as a version 1 snapshot (what servers before owners wrote).
+  auto raw = store::OpenSnapshotStore("dir:" + dir_.string()).value();
+  std::string bytes = raw->Get(id).value();
+  auto header = [&](size_t at) {
+    uint32_t v;
+    std::memcpy(&v, bytes.data() + at, 4);
+    return v;
+  };
+  const uint32_t header_bytes = header(12), owner_bytes = header(92);
+  ASSERT_EQ(header(8), 2u);
+  bytes.erase(header_bytes - owner_bytes, owner_bytes);
+  const uint32_t one = 1, zero = 0, new_header = header_bytes - owner_bytes;
+  const uint64_t total = bytes.size();
+  std::memcpy(bytes.data() + 8, &one, 4);
+  std::memcpy(bytes.data() + 12, &new_header, 4);
+  std::memcpy(bytes.data() + 16, &total, 8);
+  std::memcpy(bytes.data() + 92, &zero, 4);
+  const uint32_t crc = Crc32c(0, bytes.data(), bytes.size() - 4);
+  std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
+  ASSERT_TRUE(raw->Put(id, bytes, absl::Minutes(10)).ok());
+  auto store = MakeStore();
+  EXPECT_EQ(store->Get(id, "alice").status().code(), absl::StatusCode::kNotFound);
+  auto info = store->Get(id);  // the default tenant
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->owner, kDefaultTenant);
+}
+
+TEST_F(DurableSessionStoreTest, ATenantAtItsLimitSpillsItsOwnIdleSessionsNotOthers) {
+  tenant_limits_["alice"] = TenantLimits{2, 0};
+  auto store = MakeStore();
+  auto other = store->Create(taylor_, absl::ZeroDuration(), false, "bob").value();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    auto s = store->Create(taylor_, absl::ZeroDuration(), false, "alice");
+    ASSERT_TRUE(s.ok()) << s.status();
+    ids.push_back((*s)->id());
+  }
+  EXPECT_EQ(store->List("alice").size(), 2u);  // the oldest went to the store
+  EXPECT_EQ(store->List("bob").size(), 1u);    // bob's older session stayed
+  EXPECT_TRUE(store->Get(ids[0], "alice").ok());  // loaded back, spilling another
+  EXPECT_EQ(store->List("alice").size(), 2u);
+  // Busy sessions cannot be spilled: then the limit answers.
+  auto l1 = store->BeginTurn(store->List("alice")[0].id, "alice");
+  auto l2 = store->BeginTurn(store->List("alice")[1].id, "alice");
+  ASSERT_TRUE(l1.ok() && l2.ok());
+  auto over = store->Create(taylor_, absl::ZeroDuration(), false, "alice");
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("max_sessions: tenant 'alice'"), std::string::npos)
+      << over.status();
+  EXPECT_FALSE(other->closed());
 }
 
 TEST_F(DurableSessionStoreTest, AFailingStoreIsUnavailableAndSessionsInMemoryKeepWorking) {

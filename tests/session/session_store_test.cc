@@ -141,6 +141,96 @@ TEST_F(SessionStoreTest, MaxSessionsSaysWhichLimit) {
   EXPECT_NE(s.status().message().find("max_sessions"), std::string::npos);
 }
 
+TEST_F(SessionStoreTest, AnotherTenantsSessionIsNotFoundExactlyLikeANeverCreatedOne) {
+  SessionStore store(Opts());
+  auto mine = store.Create(taylor_, absl::ZeroDuration(), false, "alice").value();
+  EXPECT_EQ(mine->owner(), "alice");
+  const std::string never = "00000000000000000000000000000000";
+  // What bob is told about alice's session is what anyone is told about an id that never
+  // existed (the message names the id it was given).
+  std::string want(store.Get(never, "alice").status().message());
+  want.replace(want.find(never), never.size(), mine->id());
+  auto same = [&](const absl::Status& got) {
+    EXPECT_EQ(got.code(), absl::StatusCode::kNotFound) << got;
+    EXPECT_EQ(got.message(), want);
+  };
+  same(store.Get(mine->id(), "bob").status());
+  same(store.BeginTurn(mine->id(), "bob").status());
+  same(store.Export(mine->id(), "bob").status());
+  same(store.Fork(mine->id(), absl::ZeroDuration(), "bob").status());
+  same(store.Close(mine->id(), "bob"));
+  // Even while a turn runs on it (no FAILED_PRECONDITION that would tell it apart).
+  auto lease = store.BeginTurn(mine->id(), "alice");
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  same(store.BeginTurn(mine->id(), "bob").status());
+  lease->Release();
+  EXPECT_TRUE(store.List("bob").empty());
+  ASSERT_EQ(store.List("alice").size(), 1u);
+  EXPECT_EQ(store.List("alice")[0].owner, "alice");
+  EXPECT_EQ(store.List().size(), 1u);  // every tenant's, for the server itself
+  // Nothing bob did touched it.
+  EXPECT_FALSE(mine->closed());
+  EXPECT_TRUE(store.Get(mine->id(), "alice").ok());
+  EXPECT_TRUE(store.Close(mine->id(), "alice").ok());
+}
+
+TEST_F(SessionStoreTest, ForksAndImportsBelongToTheCaller) {
+  SessionStore::Options o = Opts();
+  std::vector<std::shared_ptr<const ServedModel>> models = {taylor_};
+  ModelCatalogue catalogue(models);
+  o.catalogue = &catalogue;
+  SessionStore store(std::move(o));
+  auto a = store.Create(taylor_, absl::ZeroDuration(), false, "alice").value();
+  auto fork = store.Fork(a->id(), absl::ZeroDuration(), "alice").value();
+  EXPECT_EQ(fork->owner(), "alice");
+  auto bytes = store.Export(a->id(), "alice").value();
+  auto imported = store.Import(bytes, absl::ZeroDuration(), "bob").value();
+  EXPECT_EQ(imported->owner(), "bob");
+  EXPECT_EQ(store.Get(imported->id(), "alice").status().code(), absl::StatusCode::kNotFound);
+  // Its snapshot now names bob, not the exporter.
+  EXPECT_EQ(SnapshotOwner(*store.Export(imported->id(), "bob").value()).value(), "bob");
+}
+
+TEST_F(SessionStoreTest, TenantLimitsNameTheLimitAndLeaveOtherTenantsAlone) {
+  const int64_t bytes = taylor_->model->StateBytes(0);
+  SessionStore::Options o = Opts();
+  o.tenant_limits["small"] = TenantLimits{2, 0};
+  o.tenant_limits["thin"] = TenantLimits{0, bytes + bytes / 2};
+  SessionStore store(std::move(o));
+  auto s1 = store.Create(taylor_, absl::ZeroDuration(), false, "small").value();
+  ASSERT_TRUE(store.Create(taylor_, absl::ZeroDuration(), false, "small").ok());
+  auto over = store.Create(taylor_, absl::ZeroDuration(), true, "small");  // ephemeral too
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("max_sessions: tenant 'small'"), std::string::npos)
+      << over.status();
+  EXPECT_TRUE(store.Create(taylor_, absl::ZeroDuration(), false, "other").ok());
+  ASSERT_TRUE(store.Close(s1->id(), "small").ok());
+  EXPECT_TRUE(store.Create(taylor_, absl::ZeroDuration(), false, "small").ok());
+
+  ASSERT_TRUE(store.Create(taylor_, absl::ZeroDuration(), false, "thin").ok());
+  auto thin = store.Create(taylor_, absl::ZeroDuration(), false, "thin");
+  EXPECT_EQ(thin.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(thin.status().message().find("max_state_bytes: tenant 'thin'"), std::string::npos)
+      << thin.status();
+  EXPECT_EQ(store.size(), 4);
+}
+
+TEST_F(SessionStoreTest, TenantStateBytesLimitStopsAGrowingKvCache) {
+  SessionStore::Options o = Opts();
+  o.tenant_limits["t"] = TenantLimits{0, softmax_->model->StateBytes(100)};
+  SessionStore store(std::move(o));
+  auto a = store.Create(softmax_, absl::ZeroDuration(), false, "t").value();
+  EXPECT_TRUE(store.Charge(*a, softmax_->model->StateBytes(100)).ok());
+  auto over = store.Charge(*a, softmax_->model->StateBytes(101));
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.message().find("max_state_bytes"), std::string::npos) << over;
+  EXPECT_EQ(store.charged_bytes(), softmax_->model->StateBytes(100));
+  // Shrinking and closing give the tenant its room back.
+  ASSERT_TRUE(store.Close(a->id(), "t").ok());
+  auto b = store.Create(softmax_, absl::ZeroDuration(), false, "t").value();
+  EXPECT_TRUE(store.Charge(*b, softmax_->model->StateBytes(100)).ok());
+}
+
 TEST_F(SessionStoreTest, CloseMarksARunningTurnAndFreesItsCharge) {
   SessionStore store(Opts());
   auto s = store.Create(taylor_, absl::ZeroDuration()).value();

@@ -144,12 +144,92 @@ TEST_F(SnapshotTest, RefusesAnotherModelsSnapshot) {
 TEST_F(SnapshotTest, RefusesAFutureFormatVersion) {
   auto m = Model("linear");
   std::string bytes = *Encode(*m, *StateAfter(*m, 4));
-  const uint32_t version = 2;
+  const uint32_t version = kSnapshotVersion + 1;
   std::memcpy(bytes.data() + 8, &version, 4);
   Reseal(bytes);
   auto v = Verify(bytes);
   EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(v.status().message().find("format version 2"), std::string::npos) << v.status();
+  EXPECT_NE(v.status().message().find("format version 3"), std::string::npos) << v.status();
+}
+
+// A version 1 snapshot of the same session: what servers before owners wrote (the
+// owner's bytes dropped, the owner_bytes field back to reserved 0, sizes fixed up).
+std::string AsVersion1(std::string v2) {
+  uint32_t header_bytes, owner_bytes;
+  std::memcpy(&header_bytes, v2.data() + 12, 4);
+  std::memcpy(&owner_bytes, v2.data() + 92, 4);
+  v2.erase(header_bytes - owner_bytes, owner_bytes);
+  const uint32_t version = 1, zero = 0, header = header_bytes - owner_bytes;
+  const uint64_t total = v2.size();
+  std::memcpy(v2.data() + 8, &version, 4);
+  std::memcpy(v2.data() + 12, &header, 4);
+  std::memcpy(v2.data() + 16, &total, 8);
+  std::memcpy(v2.data() + 92, &zero, 4);
+  const uint32_t crc = Crc32c(0, v2.data(), v2.size() - 4);
+  std::memcpy(v2.data() + v2.size() - 4, &crc, 4);
+  return v2;
+}
+
+TEST_F(SnapshotTest, OwnerSurvivesTheRoundTrip) {
+  auto m = Model("taylor");
+  auto state = StateAfter(*m, 9);
+  SnapshotInfo info;
+  info.owner = "acme-research";
+  const std::string bytes = EncodeSnapshot(*m, state.get(), info);
+  uint32_t version;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  EXPECT_EQ(version, 2u);
+  auto verified = Verify(bytes);
+  ASSERT_TRUE(verified.ok()) << verified.status();
+  EXPECT_EQ(verified->info.owner, "acme-research");
+  EXPECT_EQ(SnapshotOwner(bytes).value(), "acme-research");
+  // The default tenant is written out like any other.
+  auto plain = Verify(*Encode(*m, *state));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->info.owner, kDefaultTenant);
+}
+
+TEST_F(SnapshotTest, Version1SnapshotsLoadAsTheDefaultTenantsAndContinueIdentically) {
+  auto m = Model("softmax");
+  auto state = StateAfter(*m, 11);
+  SnapshotInfo info;
+  info.owner = "someone";
+  info.pending_token = 66;
+  info.ttl = absl::Minutes(3);
+  const std::string v1 = AsVersion1(EncodeSnapshot(*m, state.get(), info));
+  uint32_t version;
+  std::memcpy(&version, v1.data() + 8, 4);
+  ASSERT_EQ(version, 1u);
+  EXPECT_EQ(SnapshotOwner(v1).value(), kDefaultTenant);
+  auto verified = Verify(v1);
+  ASSERT_TRUE(verified.ok()) << verified.status();
+  EXPECT_EQ(verified->info.owner, kDefaultTenant);
+  EXPECT_EQ(verified->info.position, 11);
+  EXPECT_EQ(verified->info.pending_token, 66);
+  EXPECT_EQ(verified->info.ttl, absl::Minutes(3));
+  auto restored = RestoreSnapshotState(*verified);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  std::vector<model::DecodeState*> a = {state.get()}, b = {restored->get()};
+  EXPECT_TRUE(at::equal(m->model->Step(a, {70}).value(), m->model->Step(b, {70}).value()));
+}
+
+TEST_F(SnapshotTest, RefusesAnOwnerThatDisagreesWithTheHeaderSize) {
+  auto m = Model("linear");
+  SnapshotInfo info;
+  info.owner = "abc";
+  std::string bytes = EncodeSnapshot(*m, StateAfter(*m, 2).get(), info);
+  const uint32_t owner_bytes = 300;  // over the limit, and past header_bytes
+  std::memcpy(bytes.data() + 92, &owner_bytes, 4);
+  Reseal(bytes);
+  EXPECT_EQ(Verify(bytes).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SnapshotOwner(bytes).status().code(), absl::StatusCode::kInvalidArgument);
+  const uint32_t two = 2;  // within the limit, but the header ends elsewhere
+  std::memcpy(bytes.data() + 92, &two, 4);
+  Reseal(bytes);
+  auto v = Verify(bytes);
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(v.status().message().find("header_bytes"), std::string::npos) << v.status();
+  EXPECT_FALSE(SnapshotOwner(bytes).ok());
 }
 
 TEST_F(SnapshotTest, RefusesAbsurdDeclaredSizesBeforeReadingThem) {
