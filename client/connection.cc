@@ -167,54 +167,51 @@ std::shared_ptr<grpc::Channel> CreateChannelWithKey(
 }  // namespace
 
 void AddGlobalFlags(FlagSet* flags, GlobalOptions* options, bool top_level) {
-  flags->Add("server", &options->server, "server address HOST:PORT",
-             top_level ? "ATTNSERVE_SERVER" : "");
-  if (!top_level) flags->HideLast();
-  flags->Add(
+  // At top level each flag mirrors EnvVarFor(name) (ATTNSERVE_SERVER, ...),
+  // except the client's certificate and key, which have their own names.
+  // After the command the same flags are hidden and read no environment.
+  auto global = [top_level](FlagSet::FlagRef flag,
+                            const char* env_exception = nullptr) {
+    if (!top_level) {
+      flag.Hidden();
+    } else if (env_exception != nullptr) {
+      flag.Env(env_exception);
+    } else {
+      flag.DerivedEnv();
+    }
+  };
+  global(flags->Add("server", &options->server, "server address HOST:PORT")
+             .ValueName("HOST:PORT"));
+  global(flags->Add(
       "timeout", &options->timeout_seconds,
       "deadline of each call in seconds; 0: 300 for generate, chat, bench and "
-      "sessions export and import, 10 for the others",
-      top_level ? "ATTNSERVE_TIMEOUT" : "");
-  if (!top_level) flags->HideLast();
-  flags->Add("connect_timeout", &options->connect_timeout_seconds,
-             "seconds to wait for the connection before giving up",
-             top_level ? "ATTNSERVE_CONNECT_TIMEOUT" : "");
-  if (!top_level) flags->HideLast();
-  flags->Add("api_key", &options->api_key,
-             "API key of a server run with --api_keys_file, sent as "
-             "'authorization: Bearer KEY' (prefer the environment variable: a "
-             "command line is visible to other users)",
-             top_level ? "ATTNSERVE_API_KEY" : "");
-  if (!top_level) flags->HideLast();
-  struct TlsFlag {
-    const char* name;
-    std::string* value;
-    const char* help;
-    const char* env;
-  };
-  flags->Add("tls", &options->tls,
-             "connect over TLS (implied by the other --tls_* flags)",
-             top_level ? "ATTNSERVE_TLS" : "");
-  if (!top_level) flags->HideLast();
-  for (const TlsFlag& flag : {
-           TlsFlag{"tls_ca", &options->tls_ca,
-                   "PEM CA certificates that verify the server (default: the "
-                   "system's)",
-                   "ATTNSERVE_TLS_CA"},
-           TlsFlag{"tls_cert", &options->tls_cert,
-                   "PEM client certificate, for a server that requires one "
-                   "(mutual TLS)",
-                   "ATTNSERVE_TLS_CLIENT_CERT"},
-           TlsFlag{"tls_key", &options->tls_key, "PEM private key of --tls_cert",
-                   "ATTNSERVE_TLS_CLIENT_KEY"},
-           TlsFlag{"tls_server_name", &options->tls_server_name,
-                   "name the server's certificate must carry, if not the host of "
-                   "--server",
-                   "ATTNSERVE_TLS_SERVER_NAME"},
-       }) {
-    flags->Add(flag.name, flag.value, flag.help, top_level ? flag.env : "");
-    if (!top_level) flags->HideLast();
-  }
+      "sessions export and import, 10 for the others"));
+  global(flags->Add("connect_timeout", &options->connect_timeout_seconds,
+                    "seconds to wait for the connection before giving up"));
+  global(flags->Add("api_key", &options->api_key,
+                    "API key of a server run with --api_keys_file, sent as "
+                    "'authorization: Bearer KEY' (prefer the environment "
+                    "variable: a command line is visible to other users)")
+             .ValueName("KEY"));
+  global(flags->Add("tls", &options->tls,
+                    "connect over TLS (implied by the other --tls_* flags)"));
+  global(flags->Add("tls_ca", &options->tls_ca,
+                    "PEM CA certificates that verify the server (default: the "
+                    "system's)")
+             .ValueName("FILE"));
+  global(flags->Add("tls_cert", &options->tls_cert,
+                    "PEM client certificate, for a server that requires one "
+                    "(mutual TLS)")
+             .ValueName("FILE"),
+         "ATTNSERVE_TLS_CLIENT_CERT");
+  global(flags->Add("tls_key", &options->tls_key,
+                    "PEM private key of --tls_cert")
+             .ValueName("FILE"),
+         "ATTNSERVE_TLS_CLIENT_KEY");
+  global(flags->Add("tls_server_name", &options->tls_server_name,
+                    "name the server's certificate must carry, if not the "
+                    "host of --server")
+             .ValueName("NAME"));
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(

@@ -23,7 +23,9 @@ PACKAGES=(
   libabsl-dev
   # SHA-256 of model fingerprints (OpenSSL libcrypto)
   libssl-dev
-  # LibTorch (CPU) and a fast BLAS for it
+  # LibTorch (CPU) and a fast BLAS for it. libopenblas-serial-dev also provides cblas.h
+  # and libblas.so (SONAME libblas.so.3) for the fused decode step's direct BLAS calls
+  # (server/model/step_kernels.cc), so they go to the same libblas.so.3 LibTorch loads.
   libtorch-dev libopenblas0-serial libopenblas-serial-dev
   # metrics
   prometheus-cpp-dev

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace attnserve::attention {
@@ -29,6 +30,26 @@ std::pair<at::Tensor, at::Tensor> Attention::ScaleQK(const at::Tensor& q,
     return x / x.norm(2, {-1}, /*keepdim=*/true).clamp_min(1e-6);
   };
   return {unit(q) * temperature_, unit(k)};
+}
+
+void Attention::ScaleQKInPlace(float* q, float* k, int64_t rows) const {
+  const int64_t d = options_.head_dim;
+  if (!options_.qk_norm) {
+    const float scale = float(1.0 / std::sqrt(double(d)));
+    for (int64_t i = 0; i < rows * d; ++i) q[i] *= scale;
+    return;
+  }
+  const float t = temperature_.item<float>();
+  auto unit = [d](float* x, float gain) {
+    float ss = 0;
+    for (int64_t j = 0; j < d; ++j) ss += x[j] * x[j];
+    const float s = gain / std::max(std::sqrt(ss), 1e-6f);
+    for (int64_t j = 0; j < d; ++j) x[j] *= s;
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    unit(q + r * d, t);
+    unit(k + r * d, 1.0f);
+  }
 }
 
 }  // namespace attnserve::attention

@@ -83,6 +83,16 @@ class Attention {
   virtual at::Tensor Step(absl::Span<AttentionState* const> states, const at::Tensor& q,
                           const at::Tensor& k, const at::Tensor& v) const = 0;
 
+  // Fused decode for Model's torch-free step, where HasRawStep() (every module unless
+  // options().reference_kernels). Same contract as Step on raw fp32
+  // row-major buffers: q, k: (B, H, D) rotated, scaled in place; v: (B, H, Dv) ->
+  // out: (B, H, Dv). scratch holds StepScratchFloats(B) floats. Ties to Step in
+  // tests/model/model_test.cc (FusedStep).
+  virtual bool HasRawStep() const { return false; }
+  virtual int64_t StepScratchFloats(int64_t batch) const { return 0; }
+  virtual void StepRaw(absl::Span<AttentionState* const> states, float* q, float* k,
+                       const float* v, float* out, float* scratch) const {}
+
   const AttentionOptions& options() const { return options_; }
 
   // Trained parameters of this module (the qk_norm temperature when learned), by name.
@@ -95,6 +105,8 @@ class Attention {
   // (q / sqrt(d), k), or (temperature * q / |q|, k / |k|) under qk_norm. Shapes kept.
   std::pair<at::Tensor, at::Tensor> ScaleQK(const at::Tensor& q,
                                             const at::Tensor& k) const;
+  // ScaleQK on raw fp32 rows, in place: q, k (rows, D).
+  void ScaleQKInPlace(float* q, float* k, int64_t rows) const;
 
  private:
   AttentionOptions options_;

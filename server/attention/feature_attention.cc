@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "server/attention/feature_kernels.h"
 #include "server/attention/taylor_features.h"
 
@@ -41,6 +44,12 @@ class TaylorMap : public FeatureMap {
   at::Tensor Kernel(const at::Tensor& q, const at::Tensor& k) const override {
     return TaylorKernel(at::matmul(q, k.transpose(-1, -2)), order_);
   }
+  void QueriesInto(const float* x, int64_t rows, float* out) const override {
+    map_.QueriesInto(x, rows, out);
+  }
+  void KeysInto(const float* x, int64_t rows, float* out) const override {
+    map_.KeysInto(x, rows, out);
+  }
 
  private:
   TaylorFeatureMap map_;
@@ -55,6 +64,13 @@ class EluMap : public FeatureMap {
   at::Tensor Keys(const at::Tensor& k) const override { return at::elu(k) + 1; }
   at::Tensor Kernel(const at::Tensor& q, const at::Tensor& k) const override {
     return at::matmul(Queries(q), Keys(k).transpose(-1, -2));
+  }
+  // elu(x) + 1 = x + 1 for x > 0, exp(x) otherwise.
+  void QueriesInto(const float* x, int64_t rows, float* out) const override {
+    for (int64_t i = 0; i < rows * dim_; ++i) out[i] = x[i] > 0 ? x[i] + 1.0f : std::exp(x[i]);
+  }
+  void KeysInto(const float* x, int64_t rows, float* out) const override {
+    QueriesInto(x, rows, out);
   }
 
  private:
@@ -216,6 +232,46 @@ at::Tensor FeatureAttention::StepFused(absl::Span<AttentionState* const> states,
     st.position += 1;
   }
   return Normalise(normaliser_, num, sum ? den : at::Tensor());  // (B, H, Dv)
+}
+
+int64_t FeatureAttention::StepScratchFloats(int64_t batch) const {
+  const auto& o = options();
+  return batch * o.num_heads * (2 * features_->size() + 1);  // phi_q, phi_k, den
+}
+
+void FeatureAttention::StepRaw(absl::Span<AttentionState* const> states, float* q, float* k,
+                               const float* v, float* out, float* scratch) const {
+  // The same arithmetic as Step + StepFused, without tensors: scale q, k (B*H rows of D),
+  // features (B*H rows of m), one pass over each session's S (and z), normalise.
+  const auto& o = options();
+  const int64_t b = int64_t(states.size()), h = o.num_heads, m = features_->size();
+  const int64_t dv = o.value_dim;
+  ScaleQKInPlace(q, k, b * h);
+  float* phi_q = scratch;           // (B, H, m)
+  float* phi_k = phi_q + b * h * m;  // (B, H, m)
+  float* den = phi_k + b * h * m;    // (B, H)
+  features_->QueriesInto(q, b * h, phi_q);
+  features_->KeysInto(k, b * h, phi_k);
+  const bool sum = normaliser_ == Normaliser::kSum;
+  for (int64_t i = 0; i < b; ++i) {
+    FeatureState& st = AsFeatureState(*states[i]);
+    StateUpdateAndRead(st.s.data_ptr<float>(), sum ? st.z.data_ptr<float>() : nullptr,
+                       phi_q + i * h * m, phi_k + i * h * m, v + i * h * dv, h, m, dv,
+                       out + i * h * dv, den + i * h);
+    st.position += 1;
+  }
+  for (int64_t r = 0; r < b * h; ++r) {  // Normalise: num / den, or num / |num|
+    float* row = out + r * dv;
+    float scale;
+    if (sum) {
+      scale = 1.0f / den[r];
+    } else {
+      float ss = 0;
+      for (int64_t c = 0; c < dv; ++c) ss += row[c] * row[c];
+      scale = 1.0f / std::max(std::sqrt(ss), 1e-30f);
+    }
+    for (int64_t c = 0; c < dv; ++c) row[c] *= scale;
+  }
 }
 
 }  // namespace attnserve::attention

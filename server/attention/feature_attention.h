@@ -24,6 +24,9 @@ class FeatureMap {
   // Kernel matrix computed directly (the reference form):
   // q: (..., T, D), k: (..., S, D) -> (..., T, S) with entries K(q_t, k_s).
   virtual at::Tensor Kernel(const at::Tensor& q, const at::Tensor& k) const = 0;
+  // Queries and Keys on raw fp32 rows (fused decode step): x (rows, D) -> out (rows, m).
+  virtual void QueriesInto(const float* x, int64_t rows, float* out) const = 0;
+  virtual void KeysInto(const float* x, int64_t rows, float* out) const = 0;
 };
 
 // T_N(q . k) through packed monomials (see taylor_features.h).
@@ -46,6 +49,10 @@ class FeatureAttention : public Attention {
                      const at::Tensor& v) const override;
   at::Tensor Step(absl::Span<AttentionState* const> states, const at::Tensor& q,
                   const at::Tensor& k, const at::Tensor& v) const override;
+  bool HasRawStep() const override { return !options().reference_kernels; }
+  int64_t StepScratchFloats(int64_t batch) const override;
+  void StepRaw(absl::Span<AttentionState* const> states, float* q, float* k, const float* v,
+               float* out, float* scratch) const override;
 
  private:
   // One chunk of one session: q (scaled), k: (H, C, D); v: (H, C, Dv) -> (H, C, Dv).

@@ -2,33 +2,75 @@
 
 #include <vector>
 
+// The build targets baseline x86-64 (SSE2) so binaries run anywhere; these loops are
+// cloned for AVX2 and AVX-512 and the best one is picked at load time (GCC ifunc).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ATTNSERVE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define ATTNSERVE_CLONES
+#endif
+
 namespace attnserve::attention {
 
+namespace {
+
+// Features [start, start + len) are out[parent] * x[last .. last + len): the recursion
+// of MonomialFeatures grouped into runs that share a parent and take consecutive x.
+struct Run {
+  int64_t start, len, parent, last;
+};
+
+std::vector<Run> Runs(const int64_t* parent, const int64_t* last, int64_t m) {
+  std::vector<Run> runs;
+  for (int64_t j = 1; j < m; ++j) {
+    if (!runs.empty()) {
+      Run& r = runs.back();
+      if (parent[j] == r.parent && last[j] == r.last + r.len && j == r.start + r.len) {
+        ++r.len;
+        continue;
+      }
+    }
+    runs.push_back({j, 1, parent[j], last[j]});
+  }
+  return runs;
+}
+
+}  // namespace
+
+ATTNSERVE_CLONES
 void MonomialFeatures(const float* x, int64_t rows, int64_t d, const int64_t* parent,
                       const int64_t* last, const float* weight, int64_t m, float* out) {
+  const std::vector<Run> runs = Runs(parent, last, m);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * d;
     float* o = out + r * m;
     o[0] = 1.0f;
-    for (int64_t j = 1; j < m; ++j) o[j] = o[parent[j]] * xr[last[j]];
+    for (const Run& run : runs) {  // parent < start: written by an earlier run
+      const float a = o[run.parent];
+      float* __restrict dst = o + run.start;
+      const float* __restrict src = xr + run.last;
+      for (int64_t t = 0; t < run.len; ++t) dst[t] = a * src[t];
+    }
     if (weight != nullptr) {
       for (int64_t j = 0; j < m; ++j) o[j] *= weight[j];
     }
   }
 }
 
+ATTNSERVE_CLONES
 void StateUpdateAndRead(float* s, float* z, const float* phi_q, const float* phi_k,
                         const float* v, int64_t heads, int64_t m, int64_t dv, float* num,
                         float* den) {
-  std::vector<float> acc(dv);
+  std::vector<float> acc_buffer(dv);
+  float* __restrict acc = acc_buffer.data();
   for (int64_t h = 0; h < heads; ++h) {
     const float* pk = phi_k + h * m;
     const float* pq = phi_q + h * m;
-    const float* vh = v + h * dv;
+    const float* __restrict vh = v + h * dv;
     float* sh = s + h * m * dv;
-    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::fill(acc, acc + dv, 0.0f);
     for (int64_t i = 0; i < m; ++i) {
-      float* row = sh + i * dv;
+      float* __restrict row = sh + i * dv;
       const float k = pk[i], q = pq[i];
       for (int64_t c = 0; c < dv; ++c) {  // vectorised: dv contiguous floats
         row[c] += k * vh[c];

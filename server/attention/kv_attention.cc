@@ -3,7 +3,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <vector>
+
+#include "server/attention/kv_kernels.h"
 
 namespace attnserve::attention {
 
@@ -162,6 +166,44 @@ at::Tensor KvAttention::Step(absl::Span<AttentionState* const> states, const at:
     outs.push_back(Attend(scores, all, st.Values()).squeeze(1));  // (H, Dv)
   }
   return at::stack(outs, 0);  // (B, H, Dv)
+}
+
+void KvAttention::StepRaw(absl::Span<AttentionState* const> states, float* q, float* k,
+                          const float* v, float* out, float*) const {
+  // Step without tensors: append each session's k, v to its cache (growing it by doubling
+  // when full), then per head two sgemv over the cache and one pass of exp
+  // (kv_kernels.h); normalise by the weight sum (softmax) or the L2 norm (softmax_norm).
+  const auto& o = options();
+  const int64_t b = int64_t(states.size()), h = o.num_heads, d = o.head_dim;
+  const int64_t dv = o.value_dim;
+  ScaleQKInPlace(q, k, b * h);
+  int64_t longest = 0;
+  for (AttentionState* s : states) longest = std::max(longest, s->Position() + 1);
+  std::vector<float> scores(longest);
+  for (int64_t i = 0; i < b; ++i) {
+    KvState& st = AsKvState(*states[i]);
+    st.Reserve(1);
+    const int64_t cap = st.k.size(1), pos = st.length;
+    float* kc = st.k.data_ptr<float>();  // (H, cap, D)
+    float* vc = st.v.data_ptr<float>();  // (H, cap, Dv)
+    for (int64_t hh = 0; hh < h; ++hh) {
+      std::copy_n(k + (i * h + hh) * d, d, kc + (hh * cap + pos) * d);
+      std::copy_n(v + (i * h + hh) * dv, dv, vc + (hh * cap + pos) * dv);
+    }
+    st.length += 1;
+    for (int64_t hh = 0; hh < h; ++hh) {
+      float* row = out + (i * h + hh) * dv;
+      const float sum = KvHeadAttend(q + (i * h + hh) * d, kc + hh * cap * d,
+                                     vc + hh * cap * dv, st.length, d, dv, scores.data(), row);
+      float scale = 1.0f / sum;
+      if (normaliser_ == Normaliser::kL2) {
+        float ss = 0;
+        for (int64_t c = 0; c < dv; ++c) ss += row[c] * row[c];
+        scale = 1.0f / std::max(std::sqrt(ss), 1e-30f);
+      }
+      for (int64_t c = 0; c < dv; ++c) row[c] *= scale;
+    }
+  }
 }
 
 }  // namespace attnserve::attention

@@ -23,6 +23,9 @@ class KvAttention : public Attention {
                      const at::Tensor& v) const override;
   at::Tensor Step(absl::Span<AttentionState* const> states, const at::Tensor& q,
                   const at::Tensor& k, const at::Tensor& v) const override;
+  bool HasRawStep() const override { return !options().reference_kernels; }
+  void StepRaw(absl::Span<AttentionState* const> states, float* q, float* k, const float* v,
+               float* out, float* scratch) const override;
 
  private:
   // scores: (..., T, S) logits; allowed: bool, broadcastable -> (..., T, Dv) given

@@ -84,6 +84,16 @@ at::Tensor TaylorFeatureMap::Features(const at::Tensor& x, const float* weight) 
   return out;
 }
 
+void TaylorFeatureMap::KeysInto(const float* x, int64_t rows, float* out) const {
+  MonomialFeatures(x, rows, dim_, global_parent_.data(), global_last_.data(), nullptr, size_,
+                   out);
+}
+
+void TaylorFeatureMap::QueriesInto(const float* x, int64_t rows, float* out) const {
+  MonomialFeatures(x, rows, dim_, global_parent_.data(), global_last_.data(),
+                   weights_.data_ptr<float>(), size_, out);
+}
+
 at::Tensor TaylorFeatureMap::KeysReference(const at::Tensor& x) const {
   TORCH_CHECK(x.size(-1) == dim_, "TaylorFeatureMap: expected last dim ", dim_, ", got ",
               x.size(-1));

@@ -33,6 +33,11 @@ class TaylorFeatureMap {
   // so Queries(q) . Keys(k) = T_N(q . k).
   at::Tensor Queries(const at::Tensor& x) const;
 
+  // Keys and Queries on raw fp32 rows for the fused decode step: x (rows, D) ->
+  // out (rows, m), row-major; no LibTorch ops.
+  void KeysInto(const float* x, int64_t rows, float* out) const;
+  void QueriesInto(const float* x, int64_t rows, float* out) const;
+
   // The same features from plain ATen ops (gathers per degree); differentiable.
   at::Tensor KeysReference(const at::Tensor& x) const;
   at::Tensor QueriesReference(const at::Tensor& x) const;

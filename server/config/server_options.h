@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/config/flag_set.h"
 
 namespace attnserve::config {
 
@@ -88,13 +89,11 @@ struct ServerOptions {
   absl::Duration lease_wait = absl::Seconds(2);
 };
 
-// Looks up an environment variable; returns nullopt when it is unset.
-using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
-
-// Parses argv[1..argc) into ServerOptions. Flags are `--name=value` or
-// `--name value`. Every flag has an environment-variable mirror
-// ATTNSERVE_<UPPER_NAME> (e.g. --memory_budget <-> ATTNSERVE_MEMORY_BUDGET),
-// read through `env`; a flag on the command line wins over the environment,
+// Parses argv[1..argc) into ServerOptions (declared through FlagSet in
+// flag_set.h). Flags are `--name=value` or `--name value`. Every flag has an
+// environment-variable mirror EnvVarFor(name) = ATTNSERVE_<UPPER_NAME> (e.g.
+// --memory_budget <-> ATTNSERVE_MEMORY_BUDGET), read through `env` (GetEnv in
+// production); a flag on the command line wins over the environment,
 // and an empty variable counts as unset.
 // Returns InvalidArgument naming the flag and where the value came from (the
 // command line or environment variable ATTNSERVE_...) for unknown flags,
@@ -110,8 +109,5 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv,
 // The text --help prints for `program`: a usage line, then one entry per flag
 // with its environment variable, default and help.
 std::string ServerUsage(const std::string& program);
-
-// The environment lookup to pass in production (std::getenv).
-std::optional<std::string> GetEnv(const std::string& name);
 
 }  // namespace attnserve::config

@@ -105,6 +105,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
     return absl::OkStatus();
   });
   if (!init.ok()) return init;
+  m->ChooseStepPath();
   return m;
 }
 
@@ -295,6 +296,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::ServeAs(const std::string& module,
   m->head_ = head_;
   m->inv_freq_ = inv_freq_;
   m->weights_digest_ = weights_digest_;
+  m->ChooseStepPath();
   return m;
 }
 
@@ -398,6 +400,9 @@ absl::StatusOr<at::Tensor> Model::Step(absl::Span<DecodeState* const> states,
           config_.max_context));
     }
     positions.push_back(s->position_);
+  }
+  if (fused_step_) {
+    return CatchTorch("step", [&]() -> at::Tensor { return StepFused(states, tokens); });
   }
   return CatchTorch("step", [&]() -> at::Tensor {
     c10::AutoGradMode no_grad(false);

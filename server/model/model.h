@@ -111,9 +111,15 @@ class Model {
                                      absl::Span<const int32_t> tokens) const;
 
   // One token for each of B sessions, each at its own position: returns (B, V).
-  // states[b] receives tokens[b]; states must be distinct.
+  // states[b] receives tokens[b]; states must be distinct. Runs the fused step
+  // (model_step.cc: preallocated buffers, direct BLAS calls, fused loops, the modules'
+  // StepRaw) unless attention.reference_kernels is set or ATTNSERVE_REFERENCE_STEP=1 was
+  // in the environment when the model was created: then the LibTorch path (Run), the
+  // reference it is tested against. One fused step runs at a time (workspace mutex).
   absl::StatusOr<at::Tensor> Step(absl::Span<DecodeState* const> states,
                                   absl::Span<const int32_t> tokens) const;
+  // Whether Step takes the fused path.
+  bool UsesFusedStep() const { return fused_step_; }
 
   // Bytes of recurrent state one session holds after `context` tokens, all layers.
   int64_t StateBytes(int64_t context) const;
@@ -142,6 +148,11 @@ class Model {
   at::Tensor Run(const at::Tensor& tokens, const at::Tensor& positions,
                  const AttendFn& attend) const;
   absl::Status CheckTokens(absl::Span<const int32_t> tokens) const;
+  // Sets fused_step_ once the layers exist (Create, ServeAs).
+  void ChooseStepPath();
+  // The fused step (model_step.cc) over validated, distinct states: (B, V) logits.
+  at::Tensor StepFused(absl::Span<DecodeState* const> states,
+                       absl::Span<const int32_t> tokens) const;
 
   ModelConfig config_;
   at::Tensor embed_;  // (V, dim)
@@ -149,6 +160,14 @@ class Model {
   at::Tensor norm_;  // (dim)
   at::Tensor head_;  // (V, dim)
   at::Tensor inv_freq_;  // (D / 2) fp64 RoPE frequencies
+
+  // Buffers of the fused step, grown to the largest batch seen and then reused.
+  struct StepWorkspace {
+    std::mutex mu;
+    std::vector<float> x, hn, q, k, v, o, gate, up, cos, sin, scratch, linear;
+  };
+  bool fused_step_ = false;
+  mutable StepWorkspace workspace_;
 
   // Fingerprint(): the weights' digest is shared with every ServeAs variant.
   struct WeightsDigest {

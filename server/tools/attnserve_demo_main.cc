@@ -12,27 +12,42 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "server/config/flag_set.h"
 #include "server/model/model.h"
 #include "server/model/sampler.h"
 #include "server/model/tokenizer.h"
 
-ABSL_FLAG(std::string, modules, "softmax,softmax_norm,taylor,taylor_norm,linear",
-          "Comma-separated attention modules to demonstrate.");
-ABSL_FLAG(int, order, 2, "Taylor order for taylor and taylor_norm.");
-ABSL_FLAG(std::string, prompt, "In the beginning God created the heaven and the earth.",
-          "Prompt text (bytes).");
-ABSL_FLAG(int, tokens, 80, "Tokens to generate per module.");
-ABSL_FLAG(float, temperature, 0.8f, "Sampling temperature; 0 is greedy.");
-ABSL_FLAG(int, top_k, 0, "Top-k filter; 0 keeps every token.");
-ABSL_FLAG(float, top_p, 0.95f, "Top-p (nucleus) filter in (0, 1].");
-ABSL_FLAG(uint64_t, seed, 1, "Seed for the weights and the sampler.");
-ABSL_FLAG(int, threads, 1, "LibTorch intra-op threads.");
-
 namespace {
+
+// Command-line flags, parsed by attnserve::config::FlagSet in main(); the
+// initialisers are the defaults. No environment mirrors: ATTNSERVE_* variables
+// configure the server and the client, and a tool should do what its command
+// line says.
+struct Flags {
+  std::string modules = "softmax,softmax_norm,taylor,taylor_norm,linear";
+  int order = 2;
+  std::string prompt = "In the beginning God created the heaven and the earth.";
+  int tokens = 80;
+  float temperature = 0.8f;
+  int top_k = 0;
+  float top_p = 0.95f;
+  uint64_t seed = 1;
+  int threads = 1;
+};
+
+// Binds every field of `f` to its flag on `flags`.
+void DeclareFlags(Flags* f, attnserve::config::FlagSet* flags) {
+  flags->Add("modules", &f->modules, "Comma-separated attention modules to demonstrate.");
+  flags->Add("order", &f->order, "Taylor order for taylor and taylor_norm.");
+  flags->Add("prompt", &f->prompt, "Prompt text (bytes).");
+  flags->Add("tokens", &f->tokens, "Tokens to generate per module.");
+  flags->Add("temperature", &f->temperature, "Sampling temperature; 0 is greedy.");
+  flags->Add("top_k", &f->top_k, "Top-k filter; 0 keeps every token.");
+  flags->Add("top_p", &f->top_p, "Top-p (nucleus) filter in (0, 1].");
+  flags->Add("seed", &f->seed, "Seed for the weights and the sampler.");
+  flags->Add("threads", &f->threads, "LibTorch intra-op threads.");
+}
 
 using attnserve::model::Model;
 
@@ -52,30 +67,30 @@ std::string Printable(const std::string& bytes) {
   return out;
 }
 
-int Demo(const std::string& module) {
+int Demo(const std::string& module, const Flags& flags) {
   attnserve::model::ModelConfig config;
   config.name = "demo-" + module;
   config.dim = 64;
   config.num_layers = 2;
   config.mlp_hidden = 192;
   config.attention.module = module;
-  config.attention.order = absl::GetFlag(FLAGS_order);
+  config.attention.order = flags.order;
   config.attention.num_heads = 4;
   config.attention.head_dim = 16;
   config.attention.value_dim = 16;
-  auto model = Model::Create(config, absl::GetFlag(FLAGS_seed));
+  auto model = Model::Create(config, flags.seed);
   if (!model.ok()) {
     std::cerr << "attnserve_demo: " << module << ": " << model.status().message() << "\n";
     return 1;
   }
   auto sampler = attnserve::model::Sampler::Create(
-      {absl::GetFlag(FLAGS_temperature), absl::GetFlag(FLAGS_top_k),
-       absl::GetFlag(FLAGS_top_p), absl::GetFlag(FLAGS_seed)});
+      {flags.temperature, flags.top_k,
+       flags.top_p, flags.seed});
   if (!sampler.ok()) {
     std::cerr << "attnserve_demo: " << sampler.status().message() << "\n";
     return 1;
   }
-  const std::string prompt = absl::GetFlag(FLAGS_prompt);
+  const std::string prompt = flags.prompt;
   std::cout << "== " << module
             << (module.rfind("taylor", 0) == 0 ? " (order " + std::to_string(config.attention.order) + ")" : "")
             << ": " << (*model)->ParameterCount() << " parameters, random weights\n"
@@ -90,7 +105,7 @@ int Demo(const std::string& module) {
   attnserve::model::DecodeState* states[] = {state.get()};
   const auto start = std::chrono::steady_clock::now();
   int generated = 0;
-  for (; generated < absl::GetFlag(FLAGS_tokens); ++generated) {
+  for (; generated < flags.tokens; ++generated) {
     const int32_t id = (*sampler)->Sample({row.data_ptr<float>(), size_t(row.numel())});
     if (id == attnserve::model::kEosToken) break;
     std::cout << Printable(attnserve::model::TokenBytes(id)) << std::flush;
@@ -117,16 +132,19 @@ int Demo(const std::string& module) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  Flags flags;
+  attnserve::config::FlagSet flag_set;
+  DeclareFlags(&flags, &flag_set);
+  attnserve::config::ParseFlagsOrExit(
+      flag_set, argc, argv,
       "Streams text from a small model for each attention module.\n"
       "Weights are random, so the text is noise; trained models: deploy/models/.\n"
       "Usage: attnserve_demo [--modules=taylor,softmax] [--tokens=80] [...]");
-  absl::ParseCommandLine(argc, argv);
-  at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  at::set_num_threads(flags.threads);
   int rc = 0;
   for (const std::string& module : std::vector<std::string>(
-           absl::StrSplit(absl::GetFlag(FLAGS_modules), ',', absl::SkipEmpty()))) {
-    rc |= Demo(module);
+           absl::StrSplit(flags.modules, ',', absl::SkipEmpty()))) {
+    rc |= Demo(module, flags);
   }
   return rc;
 }

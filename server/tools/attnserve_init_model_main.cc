@@ -4,43 +4,67 @@
 #include <iostream>
 #include <string>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "server/config/flag_set.h"
 #include "server/model/model.h"
 
-ABSL_FLAG(std::string, out, "", "Directory to write (created if missing). Required.");
-ABSL_FLAG(std::string, name, "default-untrained", "Model name clients use.");
-ABSL_FLAG(std::string, attention, "taylor",
-          "Attention module: softmax, softmax_norm, taylor, taylor_norm, linear.");
-ABSL_FLAG(int, order, 2, "Taylor order (taylor, taylor_norm).");
-ABSL_FLAG(int, dim, 64, "Residual width (num_heads * head_dim).");
-ABSL_FLAG(int, heads, 4, "Attention heads.");
-ABSL_FLAG(int, layers, 2, "Decoder blocks.");
-ABSL_FLAG(int, mlp_hidden, 192, "SwiGLU hidden width.");
-ABSL_FLAG(uint64_t, seed, 1, "Initialisation seed.");
+namespace {
+
+// Command-line flags, parsed by attnserve::config::FlagSet in main(); the
+// initialisers are the defaults. No environment mirrors: ATTNSERVE_* variables
+// configure the server and the client, and a tool should do what its command
+// line says.
+struct Flags {
+  std::string out;
+  std::string name = "default-untrained";
+  std::string attention = "taylor";
+  int order = 2;
+  int dim = 64;
+  int heads = 4;
+  int layers = 2;
+  int mlp_hidden = 192;
+  uint64_t seed = 1;
+};
+
+// Binds every field of `f` to its flag on `flags`.
+void DeclareFlags(Flags* f, attnserve::config::FlagSet* flags) {
+  flags->Add("out", &f->out, "Directory to write (created if missing). Required.");
+  flags->Add("name", &f->name, "Model name clients use.");
+  flags->Add("attention", &f->attention,
+             "Attention module: softmax, softmax_norm, taylor, taylor_norm, linear.");
+  flags->Add("order", &f->order, "Taylor order (taylor, taylor_norm).");
+  flags->Add("dim", &f->dim, "Residual width (num_heads * head_dim).");
+  flags->Add("heads", &f->heads, "Attention heads.");
+  flags->Add("layers", &f->layers, "Decoder blocks.");
+  flags->Add("mlp_hidden", &f->mlp_hidden, "SwiGLU hidden width.");
+  flags->Add("seed", &f->seed, "Initialisation seed.");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  Flags flags;
+  attnserve::config::FlagSet flag_set;
+  DeclareFlags(&flags, &flag_set);
+  attnserve::config::ParseFlagsOrExit(
+      flag_set, argc, argv,
       "Writes an untrained model directory the server can load.\n"
       "Usage: attnserve_init_model --out=DIR [--attention=taylor --order=2 ...]");
-  absl::ParseCommandLine(argc, argv);
-  const std::string out = absl::GetFlag(FLAGS_out);
+  const std::string out = flags.out;
   if (out.empty()) {
     std::cerr << "attnserve_init_model: --out is required\n";
     return 2;
   }
   attnserve::model::ModelConfig c;
-  c.name = absl::GetFlag(FLAGS_name);
-  c.dim = absl::GetFlag(FLAGS_dim);
-  c.num_layers = absl::GetFlag(FLAGS_layers);
-  c.mlp_hidden = absl::GetFlag(FLAGS_mlp_hidden);
-  c.attention.module = absl::GetFlag(FLAGS_attention);
-  c.attention.order = absl::GetFlag(FLAGS_order);
-  c.attention.num_heads = absl::GetFlag(FLAGS_heads);
+  c.name = flags.name;
+  c.dim = flags.dim;
+  c.num_layers = flags.layers;
+  c.mlp_hidden = flags.mlp_hidden;
+  c.attention.module = flags.attention;
+  c.attention.order = flags.order;
+  c.attention.num_heads = flags.heads;
   c.attention.head_dim = c.attention.num_heads > 0 ? c.dim / c.attention.num_heads : 0;
   c.attention.value_dim = c.attention.head_dim;
-  auto model = attnserve::model::Model::Create(c, absl::GetFlag(FLAGS_seed));
+  auto model = attnserve::model::Model::Create(c, flags.seed);
   if (!model.ok()) {
     std::cerr << "attnserve_init_model: " << model.status().message() << "\n";
     return 2;

@@ -40,6 +40,33 @@ if [[ ${1:-} == fairness ]]; then
   cmake --build "$build" --target attnserve_server attnserve_client
   exec tests/bench/fairness_bench.sh "$build" "$@"
 fi
+# Roofline (decode and prefill per step against the measured bandwidth and sgemm peak, three
+# shapes x taylor2/softmax/linear, each decode row also through the LibTorch step, then end
+# to end at the mid shape, fused and LibTorch step; ~3-5 min, markdown on stdout):
+# tests/bench/run.sh roofline [build-dir] [roofline_bench flags, e.g. --shapes=mid
+# --modules=taylor2 --workloads=decode]. Pauses the processes named exactly attnserve_train
+# (SIGSTOP by pid) while it measures and resumes them on any exit.
+if [[ ${1:-} == roofline ]]; then
+  shift
+  build=build
+  if [[ $# -gt 0 && ${1} != -* ]]; then build=$1; shift; fi
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$build" --target roofline_bench attnserve_server attnserve_client \
+    attnserve_init_model
+  paused=$(pgrep -x attnserve_train | tr '\n' ' ' || true)
+  resume() { if [ -n "$paused" ]; then kill -CONT $paused 2>/dev/null || true; fi; }
+  trap resume EXIT
+  trap 'resume; exit 130' INT TERM
+  if [ -n "$paused" ]; then kill -STOP $paused; echo "paused attnserve_train: $paused"; fi
+  sleep 2  # let the load settle a little after pausing
+  echo "tests/bench/run.sh roofline $build $*; $(date -u +%FT%TZ); load average $(cut -d' ' -f1-3 /proc/loadavg); ATTNSERVE_REFERENCE_STEP=${ATTNSERVE_REFERENCE_STEP:-unset}"
+  echo
+  "$build/tests/bench/roofline_bench" --json="$build/roofline.json" --with_reference "$@"
+  tests/bench/roofline_e2e.sh "$build" "$build/roofline.json" --with_reference
+  echo
+  echo "load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+  exit 0
+fi
 build=${1:-build}
 shift || true
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

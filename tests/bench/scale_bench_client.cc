@@ -72,7 +72,8 @@ int64_t EpochMs() {
 }
 
 std::vector<std::string> ParseOrDie(client::FlagSet& flags, const std::vector<std::string>& args) {
-  auto positional = flags.Parse(args, [](const char*) -> const char* { return nullptr; });
+  auto positional =
+      flags.Parse(args, [](const std::string&) -> std::optional<std::string> { return {}; });
   if (!positional.ok()) Die(std::string(positional.status().message()));
   return *positional;
 }

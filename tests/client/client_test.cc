@@ -253,8 +253,9 @@ TEST_F(ClientTest, AnApiKeyGoesOnEveryCallAsABearerHeader) {
   io.out = std::tmpfile();
   io.err = std::tmpfile();
   io.in = &in;
-  io.env = [](const char* name) -> const char* {
-    return std::string(name) == "ATTNSERVE_API_KEY" ? "env-key-0123456789abcdef" : nullptr;
+  io.env = [](const std::string& name) -> std::optional<std::string> {
+    if (name == "ATTNSERVE_API_KEY") return "env-key-0123456789abcdef";
+    return std::nullopt;
   };
   const int code = RunClient({server_flag_, "generate", "hi"}, io);
   ReadAll(io.out);
@@ -381,6 +382,36 @@ TEST(ClientUsageTest, HelpGoesToStdoutAndExitsZero) {
   EXPECT_THAT(
       run.out,
       StartsWith("usage: attnserve_client [global flags] sessions close ID"));
+}
+
+// Global flags mirror ATTNSERVE_<NAME> before the command, except the client's
+// own certificate and key (ATTNSERVE_TLS_CERT/KEY are the server's); after the
+// command they read no environment.
+TEST(GlobalFlagsTest, MirrorTheEnvironmentOnlyBeforeTheCommand) {
+  const EnvLookup env = [](const std::string& name) -> std::optional<std::string> {
+    if (name == "ATTNSERVE_SERVER") return "env-host:1";
+    if (name == "ATTNSERVE_TLS_CERT") return "server.pem";
+    if (name == "ATTNSERVE_TLS_CLIENT_CERT") return "client.pem";
+    if (name == "ATTNSERVE_TLS_CLIENT_KEY") return "client.key";
+    return std::nullopt;
+  };
+  GlobalOptions top;
+  FlagSet top_flags;
+  AddGlobalFlags(&top_flags, &top, /*top_level=*/true);
+  ASSERT_TRUE(top_flags.Parse({}, env).ok());
+  EXPECT_EQ(top.server, "env-host:1");
+  EXPECT_EQ(top.tls_cert, "client.pem");
+  EXPECT_EQ(top.tls_key, "client.key");
+  EXPECT_THAT(top_flags.Help(), HasSubstr("env ATTNSERVE_TLS_CLIENT_CERT"));
+
+  GlobalOptions after;
+  FlagSet after_flags;
+  AddGlobalFlags(&after_flags, &after, /*top_level=*/false);
+  ASSERT_TRUE(after_flags.Parse({"--tls_key=k.pem"}, env).ok());
+  EXPECT_EQ(after.server, GlobalOptions().server);
+  EXPECT_EQ(after.tls_cert, "");
+  EXPECT_EQ(after.tls_key, "k.pem");
+  EXPECT_EQ(after_flags.Help(), "");
 }
 
 }  // namespace

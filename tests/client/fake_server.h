@@ -403,7 +403,7 @@ inline Outcome RunArgs(const std::vector<std::string>& args,
   io.out = std::tmpfile();
   io.err = std::tmpfile();
   io.in = &in;
-  io.env = [](const char*) -> const char* { return nullptr; };
+  io.env = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
   io.clock = std::move(clock);
   const int code = RunClient(args, io);
   return Outcome{code, ReadAll(io.out), ReadAll(io.err)};

@@ -308,7 +308,7 @@ TEST(ServerUsageTest, ListsEveryFlagWithEnvVarAndDefault) {
   for (const std::string& default_text : std::vector<std::string>{
            "default 127.0.0.1:50051", "default 127.0.0.1:9464", "default 2GiB",
            "default 256", "default 8192", "default 2048", "default 30m",
-           "default 24h", "default 10s", "default 1\n"}) {
+           "default 24h", "default 10s", "default 1;"}) {
     EXPECT_THAT(usage, HasSubstr(default_text));
   }
 }

@@ -38,8 +38,13 @@ redis_port=$(free_port)
 start_redis "$redis_port"
 grpc=() metrics=()
 # Long enough streams for the drain check below; a short grace so the test stays short.
+# kjv-softmax beside the default: the stream that must outlast a drain runs on it, as its
+# KV cache makes every token slower than the last (65,000 taylor tokens end inside the
+# grace with the fused decode step).
+models_dir=$(cd "$(dirname "$0")/../../deploy/models" && pwd)
 server_flags=(--session_store="redis://127.0.0.1:$redis_port" --persist=each_turn
-  --max_generated_tokens=200000 --shutdown_grace=4s)
+  --max_generated_tokens=200000 --shutdown_grace=4s
+  --model_dirs="$models_dir/kjv-taylor2,$models_dir/kjv-softmax")
 for i in 1 2 3; do
   grpc[i]=127.0.0.1:$(free_port) metrics[i]=127.0.0.1:$(free_port)
   start_named "r$i" "${grpc[i]}" "${metrics[i]}" "${server_flags[@]}"
@@ -238,7 +243,7 @@ fi
 
 # --- a replica that drains leaves the proxy's rotation ----------------------------------
 step "SIGTERM on a replica with a stream through the proxy: health check takes it out"
-px generate --max_tokens=200000 --ignore_eos "In the beginning" \
+px generate --model=kjv-softmax --max_tokens=60000 --ignore_eos "In the beginning" \
   >"$work/drain.out" 2>"$work/drain.err" &
 stream_pid=$!
 victim=""

@@ -213,7 +213,11 @@ TEST_F(ServiceTest, TurnSentRightAfterACancelWaitsForItInsteadOfFailing) {
     {
       grpc::ClientContext context;
       context.AddMetadata("x-session-id", id);
-      auto reader = stub_->Generate(&context, Greedy("abc", 5000, id));
+      // ignore_eos: an end-of-sequence token would end the turn before the cancel and
+      // leave no pending token for the empty-prompt turn below.
+      v1::GenerateRequest request = Greedy("abc", 5000, id);
+      request.mutable_sampling()->set_ignore_eos(true);
+      auto reader = stub_->Generate(&context, request);
       v1::GenerateResponse m;
       ASSERT_TRUE(reader->Read(&m));
       context.TryCancel();
@@ -221,7 +225,9 @@ TEST_F(ServiceTest, TurnSentRightAfterACancelWaitsForItInsteadOfFailing) {
       }
       EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
     }
-    Stream next = Generate(Greedy("", 2, id));
+    v1::GenerateRequest again = Greedy("", 2, id);
+    again.mutable_sampling()->set_ignore_eos(true);
+    Stream next = Generate(again);
     ASSERT_TRUE(next.status.ok()) << "round " << round << ": " << next.status.error_message();
   }
 }

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# End-to-end part of the roofline (tests/bench/run.sh roofline): the mid shape (dim 256, 6
+# layers, 8 heads of 32, SwiGLU 768, untrained, attnserve_init_model) served as taylor
+# order 2 by a real attnserve_server on loopback, driven by `attnserve_client bench` at 1
+# and 32 sessions. Prints a markdown table of aggregate tokens/s next to the in-process
+# decode figure of the same shape and batch from roofline_bench's JSON. Asserts nothing.
+#
+# --with_reference also runs a second server with ATTNSERVE_REFERENCE_STEP=1 (Model::Step's
+# LibTorch path) and prints its figures in the same table.
+#
+# Usage: tests/bench/roofline_e2e.sh BUILD_DIR ROOFLINE_JSON [--turns=2] [--max_tokens=256]
+#        [--with_reference]
+set -euo pipefail
+build=${1:?usage: roofline_e2e.sh BUILD_DIR ROOFLINE_JSON}
+engine_json=${2:?usage: roofline_e2e.sh BUILD_DIR ROOFLINE_JSON}
+shift 2
+turns=2 max_tokens=256 with_reference=""
+for arg in "$@"; do
+  case $arg in
+    --with_reference) with_reference=1 ;;
+    --turns=*) turns=${arg#*=} ;;
+    --max_tokens=*) max_tokens=${arg#*=} ;;
+    *) echo "roofline_e2e: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+py=/usr/bin/python3
+work=$(mktemp -d /tmp/roofline_e2e.XXXXXX)
+server_pid=""
+cleanup() {
+  if [ -n "$server_pid" ]; then kill -TERM "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+free_port() {
+  "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+"$build/server/tools/attnserve_init_model" --out="$work/mid" --name=mid --attention=taylor \
+  --order=2 --dim=256 --layers=6 --heads=8 --mlp_hidden=768 --seed=1 >/dev/null
+# serve MODE: one server (MODE fused, or reference: ATTNSERVE_REFERENCE_STEP=1), bench at 1
+# and 32 sessions into $work/bench_MODE_SESSIONS.json, stop it.
+serve() {
+  local mode=$1 addr serving=""
+  addr=127.0.0.1:$(free_port)
+  ATTNSERVE_REFERENCE_STEP=$([ "$mode" = reference ] && echo 1 || echo 0) \
+    "$build/server/attnserve_server" --listen="$addr" --metrics_listen=127.0.0.1:$(free_port) \
+    --model_dirs="$work/mid" --max_generated_tokens=$(( max_tokens > 2048 ? max_tokens : 2048 )) \
+    >"$work/server.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 1 400); do
+    if ! kill -0 "$server_pid" 2>/dev/null; then break; fi
+    if [ "$("$build/client/attnserve_client" --server="$addr" --connect_timeout=0.2 health 2>/dev/null)" = SERVING ]; then
+      serving=1; break
+    fi
+    sleep 0.05
+  done
+  if [ -z "$serving" ]; then
+    echo "roofline_e2e: the server did not come up; its log:" >&2; cat "$work/server.log" >&2; exit 1
+  fi
+  for sessions in 1 32; do
+    "$build/client/attnserve_client" --server="$addr" --timeout=600 bench --sessions=$sessions \
+      --turns="$turns" --max_tokens="$max_tokens" --json >"$work/bench_${mode}_$sessions.json"
+  done
+  kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
+}
+modes="fused"
+if [ -n "$with_reference" ]; then modes="fused reference"; fi
+for mode in $modes; do serve "$mode"; done
+"$py" - "$engine_json" "$work" "$turns" "$max_tokens" $modes <<'PY'
+import json, sys
+engine = json.load(open(sys.argv[1]))
+work, turns, max_tokens, modes = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+print(f"\n### End to end: mid shape, taylor order 2, attnserve_server + attnserve_client bench "
+      f"({turns} turns of {max_tokens} tokens per session, greedy; client and server share the 2 cores)\n")
+print("| step | sessions | end-to-end tokens/s | in-process decode tokens/s | ratio | ITL p50 ms | errors |")
+print("|---|---|---|---|---|---|---|")
+for mode in modes:
+    module = "taylor2" if mode == "fused" else "taylor2 (LibTorch step)"
+    for b in (1, 32):
+        r = json.load(open(f"{work}/bench_{mode}_{b}.json"))
+        row = [x for x in engine["rows"] if x["shape"] == "mid" and x["module"] == module
+               and x["workload"] == f"decode B={b}"]
+        inproc = row[0]["tokens_per_s"] if row else float("nan")
+        name = "fused" if mode == "fused" else "LibTorch (ATTNSERVE_REFERENCE_STEP=1)"
+        print(f"| {name} | {b} | {r['tokens_per_s']:.0f} | {inproc:.0f} | "
+              f"{r['tokens_per_s'] / inproc:.2f} | {r['itl_ms']['p50']:.2f} | {r.get('errors', 0)} |")
+PY

@@ -1,0 +1,134 @@
+// The fused decode step (server/model/model_step.cc) against the LibTorch step, its
+// reference: the same weights served twice, once with attention.reference_kernels (Run
+// with the modules' plain ATen Step) and once fused; sessions at different positions,
+// B = 1 and several, several steps in a row; logits and the states left behind agree.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/model/model.h"
+
+namespace attnserve::model {
+namespace {
+
+struct Variant {
+  std::string module;
+  int order;
+  bool qk_norm;
+};
+
+ModelConfig StepConfig(const Variant& v, bool reference) {
+  ModelConfig c;
+  c.dim = 48;
+  c.num_layers = 2;
+  c.mlp_hidden = 80;
+  c.attention.module = v.module;
+  c.attention.order = v.order;
+  c.attention.qk_norm = v.qk_norm;
+  c.attention.num_heads = 3;
+  c.attention.head_dim = 16;
+  c.attention.value_dim = 16;
+  c.attention.chunk_size = 16;
+  c.attention.reference_kernels = reference;
+  return c;
+}
+
+// Weights scaled up (as in model_test.cc) so logits vary by O(1) and a mismatch shows.
+std::unique_ptr<Model> MakeScaled(const ModelConfig& c) {
+  auto m = Model::Create(c, 7);
+  EXPECT_TRUE(m.ok()) << m.status();
+  for (auto& [name, t] : (*m)->NamedParameters()) {
+    if (name.find("norm") == std::string::npos) t.mul_(10);
+  }
+  return std::move(m).value();
+}
+
+std::vector<int32_t> Text(int n, int offset) {
+  const std::string s = "And God said, Let there be light: and there was light. ";
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back((unsigned char)s[(i + offset) % s.size()]);
+  return ids;
+}
+
+class FusedStep : public testing::TestWithParam<Variant> {
+ protected:
+  void SetUp() override { at::set_num_threads(1); }
+};
+
+TEST_P(FusedStep, MatchesLibTorchStep) {
+  auto fused = MakeScaled(StepConfig(GetParam(), /*reference=*/false));
+  auto reference = MakeScaled(StepConfig(GetParam(), /*reference=*/true));
+  ASSERT_TRUE(fused->UsesFusedStep());
+  ASSERT_FALSE(reference->UsesFusedStep());
+  for (int batch : {1, 4}) {
+    // Sessions start at positions 0, 10, 27, 44 (0: a fresh state, never prefilled).
+    std::vector<std::unique_ptr<DecodeState>> own_f, own_r;
+    std::vector<DecodeState*> states_f, states_r;
+    for (int s = 0; s < batch; ++s) {
+      own_f.push_back(fused->NewState());
+      own_r.push_back(reference->NewState());
+      const int prefill = s == 0 ? 0 : 9 + 16 * (s - 1) + s;
+      if (prefill > 0) {
+        ASSERT_TRUE(fused->Prefill(*own_f.back(), Text(prefill, s)).ok());
+        ASSERT_TRUE(reference->Prefill(*own_r.back(), Text(prefill, s)).ok());
+      }
+      states_f.push_back(own_f.back().get());
+      states_r.push_back(own_r.back().get());
+    }
+    double worst = 0, spread = 0;
+    for (int step = 0; step < 5; ++step) {
+      const std::vector<int32_t> next = Text(batch, 3 * step + 1);
+      auto lf = fused->Step(states_f, next);
+      auto lr = reference->Step(states_r, next);
+      ASSERT_TRUE(lf.ok()) << lf.status();
+      ASSERT_TRUE(lr.ok()) << lr.status();
+      ASSERT_EQ(lf->sizes(), lr->sizes());
+      worst = std::max(worst, (*lf - *lr).abs().max().item<double>());
+      spread = std::max(spread, lr->std().item<double>());
+    }
+    EXPECT_GT(spread, 0.1) << "logits too flat for the comparison to mean anything";
+    EXPECT_LE(worst, 1e-4) << "batch " << batch;
+    for (int s = 0; s < batch; ++s) {
+      EXPECT_EQ(states_f[s]->position(), states_r[s]->position());
+      for (int l = 0; l < states_f[s]->num_layers(); ++l) {
+        const auto tf = states_f[s]->layer(l).Tensors(), tr = states_r[s]->layer(l).Tensors();
+        ASSERT_EQ(tf.size(), tr.size());
+        for (size_t i = 0; i < tf.size(); ++i) {
+          const double scale = 1 + tr[i].second.abs().max().item<double>();
+          EXPECT_LE((tf[i].second - tr[i].second).abs().max().item<double>(), 1e-5 * scale)
+              << "session " << s << " layer " << l << " tensor " << tf[i].first;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modules, FusedStep,
+    testing::Values(Variant{"taylor", 2, false}, Variant{"taylor", 4, false},
+                    Variant{"taylor", 2, true}, Variant{"taylor_norm", 2, false},
+                    Variant{"taylor_norm", 4, true}, Variant{"linear", 2, false},
+                    Variant{"softmax", 2, false}, Variant{"softmax", 2, true},
+                    Variant{"softmax_norm", 2, false}),
+    [](const testing::TestParamInfo<Variant>& info) {
+      return info.param.module + std::to_string(info.param.order) +
+             (info.param.qk_norm ? "_qknorm" : "");
+    });
+
+TEST(FusedStepPath, TheEnvironmentForcesTheReference) {
+  ASSERT_EQ(setenv("ATTNSERVE_REFERENCE_STEP", "1", 1), 0);
+  auto forced = MakeScaled(StepConfig({"taylor", 2, false}, false));
+  ASSERT_EQ(unsetenv("ATTNSERVE_REFERENCE_STEP"), 0);
+  EXPECT_FALSE(forced->UsesFusedStep());
+  auto served = forced->ServeAs("taylor", 2, int64_t{64} << 20);
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_TRUE((*served)->UsesFusedStep());
+}
+
+}  // namespace
+}  // namespace attnserve::model
