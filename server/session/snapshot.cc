@@ -324,8 +324,12 @@ absl::StatusOr<std::unique_ptr<model::DecodeState>> RestoreSnapshotState(
     attention::NamedTensors tensors;
     for (size_t i = 0; i < shapes.size(); ++i) {
       // Payloads are not aligned: copy them into fresh tensors rather than wrap them.
+      // An empty tensor (a KV cache at position 0) has no data pointer: memcpy must not
+      // see it (UBSan, found by tests/fuzz/snapshot_fuzz).
       at::Tensor t = at::empty(shapes[i].second, at::kFloat);
-      std::memcpy(t.data_ptr<float>(), snapshot.bytes->data() + offsets[i], t.nbytes());
+      if (t.numel() > 0) {
+        std::memcpy(t.data_ptr<float>(), snapshot.bytes->data() + offsets[i], t.nbytes());
+      }
       tensors.emplace_back(shapes[i].first, std::move(t));
     }
     layers.push_back(std::move(tensors));

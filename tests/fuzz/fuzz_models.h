@@ -1,0 +1,45 @@
+// What the fuzz targets and their seed generator share: a catalogue of two tiny models
+// (a fixed-state module and a KV-cache one, 64 positions of context so snapshot states
+// stay small), the request limits the admission target checks against, and a
+// crash-with-message check that works in a libFuzzer binary (no GoogleTest runner).
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include <google/protobuf/stubs/logging.h>
+
+#include "server/session/model_catalogue.h"
+#include "tests/testing/tiny_model.h"
+
+namespace attnserve::fuzz {
+
+inline constexpr int64_t kMaxContext = 64;
+inline constexpr uint64_t kMaxSnapshotBytes = uint64_t{1} << 20;
+
+// Built once per process (the models are read-only afterwards).
+inline const session::ModelCatalogue& Catalogue() {
+  static const session::ModelCatalogue* catalogue = [] {
+    std::vector<std::shared_ptr<const session::ServedModel>> models = {
+        test_util::TinyServedModel("taylor", kMaxContext),
+        test_util::TinyServedModel("softmax", kMaxContext)};
+    return new session::ModelCatalogue(std::move(models));
+  }();
+  return *catalogue;
+}
+
+// A violated invariant: print it and abort, which libFuzzer reports as a crash and
+// saves the input.
+#define FUZZ_CHECK(cond, ...)                                              \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
+      std::fprintf(stderr, "%s:%d: FUZZ_CHECK(%s) failed: ", __FILE__,     \
+                   __LINE__, #cond);                                       \
+      std::fprintf(stderr, __VA_ARGS__);                                   \
+      std::fprintf(stderr, "\n");                                          \
+      std::abort();                                                        \
+    }                                                                      \
+  } while (0)
+
+}  // namespace attnserve::fuzz
