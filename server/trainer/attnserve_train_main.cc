@@ -5,93 +5,132 @@
 #include <iostream>
 #include <sstream>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/config/flag_set.h"
 #include "server/trainer/trainer.h"
 
-ABSL_FLAG(std::string, config, "",
-          "Model config (ModelConfig text format). Required.");
-ABSL_FLAG(std::string, corpus, "", "Training text file (bytes). Required.");
-ABSL_FLAG(std::string, out, "", "Output model directory. Required.");
-ABSL_FLAG(int, steps, 2000, "Optimiser steps.");
-ABSL_FLAG(int, batch, 16, "Sequences per step.");
-ABSL_FLAG(int, seq_len, 256, "Bytes per sequence.");
-ABSL_FLAG(double, lr, 3e-3, "Peak learning rate (AdamW).");
-ABSL_FLAG(int, warmup, 100, "Linear warm-up steps before the cosine decay.");
-ABSL_FLAG(double, weight_decay, 0.1, "AdamW weight decay on matrices.");
-ABSL_FLAG(double, clip, 1.0, "Global gradient-norm clip.");
-ABSL_FLAG(uint64_t, seed, 1,
-          "Seed for the initial weights and the batch order.");
-ABSL_FLAG(int, eval_every, 200, "Steps between validation evaluations.");
-ABSL_FLAG(int, eval_batches, 8, "Validation batches per evaluation.");
-ABSL_FLAG(int, checkpoint_every, 200, "Steps between checkpoints.");
-ABSL_FLAG(int, print_every, 20, "Steps between progress lines.");
-ABSL_FLAG(int, threads, 2, "LibTorch intra-op threads.");
-ABSL_FLAG(bool, resume, false,
-          "Continue from --out/checkpoint.bin if it exists.");
-ABSL_FLAG(int, stop_after, 0,
-          "Stop after this step, leaving a checkpoint for --resume (0: run to "
-          "--steps).");
+namespace {
+
+// Command-line flags, parsed by attnserve::config::FlagSet in main(); the
+// initialisers are the defaults. No environment mirrors: ATTNSERVE_* variables
+// configure the server and the client, and a tool should do what its command
+// line says.
+struct Flags {
+  std::string config;
+  std::string corpus;
+  std::string out;
+  int steps = 2000;
+  int batch = 16;
+  int seq_len = 256;
+  int short_seq_len = 0;
+  int short_steps = 0;
+  double lr = 3e-3;
+  int warmup = 100;
+  double weight_decay = 0.1;
+  double clip = 1.0;
+  uint64_t seed = 1;
+  int eval_every = 200;
+  int eval_batches = 8;
+  int checkpoint_every = 200;
+  int print_every = 20;
+  int threads = 2;
+  bool resume = false;
+  int stop_after = 0;
+};
+
+// Binds every field of `f` to its flag on `flags`.
+void DeclareFlags(Flags* f, attnserve::config::FlagSet* flags) {
+  flags->Add("config", &f->config, "Model config (ModelConfig text format). Required.");
+  flags->Add("corpus", &f->corpus, "Training text file (bytes). Required.");
+  flags->Add("out", &f->out, "Output model directory. Required.");
+  flags->Add("steps", &f->steps, "Optimiser steps.");
+  flags->Add("batch", &f->batch, "Sequences per step.");
+  flags->Add("seq_len", &f->seq_len, "Bytes per sequence.");
+  flags->Add("short_seq_len", &f->short_seq_len,
+             "Curriculum: bytes per sequence for the first --short_steps steps (the "
+             "batch grows to keep the bytes per step); 0: no curriculum.");
+  flags->Add("short_steps", &f->short_steps,
+             "Curriculum: steps trained at --short_seq_len.");
+  flags->Add("lr", &f->lr, "Peak learning rate (AdamW).");
+  flags->Add("warmup", &f->warmup, "Linear warm-up steps before the cosine decay.");
+  flags->Add("weight_decay", &f->weight_decay, "AdamW weight decay on matrices.");
+  flags->Add("clip", &f->clip, "Global gradient-norm clip.");
+  flags->Add("seed", &f->seed, "Seed for the initial weights and the batch order.");
+  flags->Add("eval_every", &f->eval_every, "Steps between validation evaluations.");
+  flags->Add("eval_batches", &f->eval_batches, "Validation batches per evaluation.");
+  flags->Add("checkpoint_every", &f->checkpoint_every, "Steps between checkpoints.");
+  flags->Add("print_every", &f->print_every, "Steps between progress lines.");
+  flags->Add("threads", &f->threads, "LibTorch intra-op threads.");
+  flags->Add("resume", &f->resume, "Continue from --out/checkpoint.bin if it exists.");
+  flags->Add("stop_after", &f->stop_after,
+             "Stop after this step, leaving a checkpoint for --resume (0: run to "
+             "--steps).");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  Flags flags;
+  attnserve::config::FlagSet flag_set;
+  DeclareFlags(&flags, &flag_set);
+  std::vector<std::string> args(argv, argv + argc);
+  attnserve::config::ParseFlagsOrExit(
+      flag_set, argc, argv,
       "Trains a model on a byte corpus.\n"
       "Usage: attnserve_train --config=model.pbtxt --corpus=kjv.txt --out=DIR "
       "[--steps=N]");
-  std::vector<std::string> args(argv, argv + argc);
-  absl::ParseCommandLine(argc, argv);
   for (const auto& [name, value] : {std::pair<const char*, std::string>{
-                                        "config", absl::GetFlag(FLAGS_config)},
-                                    {"corpus", absl::GetFlag(FLAGS_corpus)},
-                                    {"out", absl::GetFlag(FLAGS_out)}}) {
+                                        "config", flags.config},
+                                    {"corpus", flags.corpus},
+                                    {"out", flags.out}}) {
     if (value.empty()) {
       std::cerr << "attnserve_train: --" << name
                 << " is required (see --help)\n";
       return 2;
     }
   }
-  std::ifstream f(absl::GetFlag(FLAGS_config));
+  std::ifstream f(flags.config);
   if (!f) {
     std::cerr << "attnserve_train: cannot open config "
-              << absl::GetFlag(FLAGS_config) << "\n";
+              << flags.config << "\n";
     return 2;
   }
   std::stringstream text;
   text << f.rdbuf();
   auto config = attnserve::model::ParseModelConfig(text.str());
   if (!config.ok()) {
-    std::cerr << "attnserve_train: " << absl::GetFlag(FLAGS_config) << ": "
+    std::cerr << "attnserve_train: " << flags.config << ": "
               << config.status().message() << "\n";
     return 2;
   }
   attnserve::trainer::TrainOptions o;
-  o.out_dir = absl::GetFlag(FLAGS_out);
-  o.corpus_path = absl::GetFlag(FLAGS_corpus);
-  o.steps = absl::GetFlag(FLAGS_steps);
-  o.batch = absl::GetFlag(FLAGS_batch);
-  o.seq_len = absl::GetFlag(FLAGS_seq_len);
-  o.lr = absl::GetFlag(FLAGS_lr);
-  o.warmup = absl::GetFlag(FLAGS_warmup);
-  o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
-  o.clip = absl::GetFlag(FLAGS_clip);
-  o.seed = absl::GetFlag(FLAGS_seed);
-  o.eval_every = absl::GetFlag(FLAGS_eval_every);
-  o.eval_batches = absl::GetFlag(FLAGS_eval_batches);
-  o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
-  o.threads = absl::GetFlag(FLAGS_threads);
-  o.resume = absl::GetFlag(FLAGS_resume);
-  o.stop_after = absl::GetFlag(FLAGS_stop_after);
+  o.out_dir = flags.out;
+  o.corpus_path = flags.corpus;
+  o.steps = flags.steps;
+  o.batch = flags.batch;
+  o.seq_len = flags.seq_len;
+  o.short_seq_len = flags.short_seq_len;
+  o.short_steps = flags.short_steps;
+  o.lr = flags.lr;
+  o.warmup = flags.warmup;
+  o.weight_decay = flags.weight_decay;
+  o.clip = flags.clip;
+  o.seed = flags.seed;
+  o.eval_every = flags.eval_every;
+  o.eval_batches = flags.eval_batches;
+  o.checkpoint_every = flags.checkpoint_every;
+  o.threads = flags.threads;
+  o.resume = flags.resume;
+  o.stop_after = flags.stop_after;
   o.command = absl::StrJoin(args, " ");
-  const int print_every = std::max(1, absl::GetFlag(FLAGS_print_every));
+  const int print_every = std::max(1, flags.print_every);
   absl::Status s = attnserve::trainer::Train(
       *config, o, [&](const attnserve::trainer::Progress& p) {
         if (p.step % print_every != 0 && p.val_loss < 0 && p.step != p.steps)
           return;
-        std::cout << absl::StrFormat("step %5d/%d  loss %.4f", p.step, p.steps,
-                                     p.train_loss);
+        std::cout << absl::StrFormat("step %5d/%d  len %d  loss %.4f", p.step, p.steps,
+                                     p.seq_len, p.train_loss);
         if (p.val_loss >= 0) {
           std::cout << absl::StrFormat("  val %.4f (%.3f bpb)", p.val_loss,
                                        p.val_loss / std::log(2.0));

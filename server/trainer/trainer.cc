@@ -56,7 +56,51 @@ absl::Status WriteText(const std::string& path, const std::string& text) {
   return f ? absl::OkStatus() : absl::InternalError(absl::StrCat("cannot write ", path));
 }
 
+// Copies the tensors named `prefix` + name from `saved` into `dst` (same order as
+// `params`); InvalidArgument naming the first tensor that is missing or of another shape.
+absl::Status CopyFromCheckpoint(const std::unordered_map<std::string, at::Tensor>& saved,
+                                const attention::NamedTensors& params,
+                                const std::string& prefix, std::vector<at::Tensor>& dst,
+                                const std::string& path) {
+  c10::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = saved.find(prefix + params[i].first);
+    if (it == saved.end() || it->second.sizes() != dst[i].sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " does not fit this config (tensor '", prefix, params[i].first, "')"));
+    }
+    dst[i].copy_(it->second);
+  }
+  return absl::OkStatus();
+}
+
+// (seq_len, batch) of training step `step` under the curriculum.
+std::pair<int, int> WindowsOfStep(const TrainOptions& o, int step) {
+  if (o.short_seq_len > 0 && step < o.short_steps) {
+    return {o.short_seq_len, std::max(1, o.batch * o.seq_len / o.short_seq_len)};
+  }
+  return {o.seq_len, o.batch};
+}
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<model::Model>> LoadCheckpoint(const model::ModelConfig& config,
+                                                             const std::string& path) {
+  auto created = model::Model::Create(config, /*seed=*/1);
+  if (!created.ok()) return created.status();
+  std::unique_ptr<model::Model> model = std::move(created).value();
+  auto saved = model::ReadTensors(path);
+  if (!saved.ok()) return saved.status();
+  const std::unordered_map<std::string, at::Tensor> byname(saved->begin(), saved->end());
+  attention::NamedTensors params = model->NamedParameters();
+  std::vector<at::Tensor> dst;
+  for (auto& [name, p] : params) dst.push_back(p);
+  absl::Status s = CatchTorch("loading a checkpoint", [&] {
+    return CopyFromCheckpoint(byname, params, "", dst, path);
+  });
+  if (!s.ok()) return s;
+  return model;
+}
 
 double Evaluate(const model::Model& model, const std::string& text, int seq_len,
                 int batches, int batch) {
@@ -79,6 +123,11 @@ absl::Status Train(const model::ModelConfig& config, const TrainOptions& o,
     return absl::InvalidArgumentError(
         "steps, batch and warmup must be >= 1, seq_len >= 2 and lr > 0");
   }
+  if (o.short_seq_len < 0 || o.short_steps < 0 ||
+      (o.short_seq_len > 0 && (o.short_seq_len < 2 || o.short_seq_len > o.seq_len))) {
+    return absl::InvalidArgumentError(
+        "short_seq_len must be 0 (no curriculum) or in [2, seq_len], short_steps >= 0");
+  }
   auto corpus = LoadCorpus(o.corpus_path, int64_t(o.seq_len) + 1);
   if (!corpus.ok()) return corpus.status();
   auto created = model::Model::Create(config, o.seed);
@@ -87,6 +136,10 @@ absl::Status Train(const model::ModelConfig& config, const TrainOptions& o,
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", o.out_dir, ": ", ec.message()));
+  if (absl::Status s = WriteText(o.out_dir + "/config.pbtxt", model::ModelConfigToText(config));
+      !s.ok()) {
+    return s;
+  }
   at::set_num_threads(std::max(1, o.threads));
 
   return CatchTorch("training", [&]() -> absl::Status {
@@ -103,18 +156,14 @@ absl::Status Train(const model::ModelConfig& config, const TrainOptions& o,
     if (o.resume && std::filesystem::exists(checkpoint)) {
       auto saved = model::ReadTensors(checkpoint);
       if (!saved.ok()) return saved.status();
-      std::unordered_map<std::string, at::Tensor> byname(saved->begin(), saved->end());
-      c10::NoGradGuard no_grad;
-      for (size_t i = 0; i < params.size(); ++i) {
-        const std::string& n = params[i].first;
-        for (auto [prefix, dst] : {std::pair<std::string, at::Tensor*>{"", &params[i].second},
-                                   {"adam_m.", &m[i]}, {"adam_v.", &v[i]}}) {
-          auto it = byname.find(prefix + n);
-          if (it == byname.end() || it->second.sizes() != dst->sizes()) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                checkpoint, " does not fit this config (tensor '", prefix, n, "')"));
-          }
-          dst->copy_(it->second);
+      const std::unordered_map<std::string, at::Tensor> byname(saved->begin(), saved->end());
+      std::vector<at::Tensor> weights;
+      for (auto& [name, p] : params) weights.push_back(p);
+      for (auto [prefix, dst] : {std::pair<std::string, std::vector<at::Tensor>*>{"", &weights},
+                                 {"adam_m.", &m}, {"adam_v.", &v}}) {
+        if (absl::Status s = CopyFromCheckpoint(byname, params, prefix, *dst, checkpoint);
+            !s.ok()) {
+          return s;
         }
       }
       start = int(byname.at("step").item<double>());
@@ -127,16 +176,22 @@ absl::Status Train(const model::ModelConfig& config, const TrainOptions& o,
       return s;
     }
     std::ofstream log(log_path, std::ios::app);
-    const int64_t span = int64_t(corpus->train.size()) - o.seq_len - 1;
-    const auto started = Clock::now();
+    auto started = Clock::now();
+    int phase_start = start;  // first step run at the current window length
     double recent_loss = 0;
     const int end = o.stop_after > 0 ? std::min(o.stop_after, o.steps) : o.steps;
     for (int step = start; step < end; ++step) {
+      const auto [seq_len, batch] = WindowsOfStep(o, step);
+      if (step > start && seq_len != WindowsOfStep(o, step - 1).first) {
+        started = Clock::now();
+        phase_start = step;
+      }
       // The batch is a function of (seed, step) alone, so a resumed run sees the same data.
+      const int64_t span = int64_t(corpus->train.size()) - seq_len - 1;
       std::mt19937_64 rng(o.seed * 1000003ULL + uint64_t(step));
       std::vector<int64_t> starts;
-      for (int b = 0; b < o.batch; ++b) starts.push_back(int64_t(rng() % uint64_t(span)));
-      auto [x, y] = Windows(corpus->train, starts, o.seq_len);
+      for (int b = 0; b < batch; ++b) starts.push_back(int64_t(rng() % uint64_t(span)));
+      auto [x, y] = Windows(corpus->train, starts, seq_len);
       at::Tensor loss = Loss(model->Forward(x), y);
       loss.backward();
       const double lr = LearningRate(o, step);
@@ -163,9 +218,10 @@ absl::Status Train(const model::ModelConfig& config, const TrainOptions& o,
       pr.step = step + 1;
       pr.steps = o.steps;
       pr.train_loss = recent_loss;
+      pr.seq_len = seq_len;
       const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
-      pr.tokens_per_second = double(step + 1 - start) * o.batch * o.seq_len / elapsed;
-      pr.eta_seconds = elapsed / (step + 1 - start) * (o.steps - step - 1);
+      pr.tokens_per_second = double(step + 1 - phase_start) * batch * seq_len / elapsed;
+      pr.eta_seconds = elapsed / (step + 1 - phase_start) * (o.steps - step - 1);
       if ((step + 1) % o.eval_every == 0 || last) {
         pr.val_loss = Evaluate(*model, corpus->validation, o.seq_len, o.eval_batches, o.batch);
         log << absl::StrFormat("%d,%.5f,%.5f,%.5f\n", step + 1, recent_loss, pr.val_loss,
@@ -188,11 +244,15 @@ absl::Status Train(const model::ModelConfig& config, const TrainOptions& o,
     for (auto& [name, p] : params) p.requires_grad_(false);
     if (absl::Status s = model->Save(o.out_dir); !s.ok()) return s;
     const double val = Evaluate(*model, corpus->validation, o.seq_len, o.eval_batches, o.batch);
-    return WriteText(o.out_dir + "/report.txt",
-                     absl::StrFormat("val_loss %.5f\nval_bpb %.5f\nsteps %d\nbatch %d\n"
-                                     "seq_len %d\neval_batches %d\ncorpus %s\n",
-                                     val, val / std::log(2.0), o.steps, o.batch, o.seq_len,
-                                     o.eval_batches, o.corpus_path));
+    std::string report = absl::StrFormat(
+        "val_loss %.5f\nval_bpb %.5f\nsteps %d\nbatch %d\nseq_len %d\neval_batches %d\n"
+        "corpus %s\n",
+        val, val / std::log(2.0), o.steps, o.batch, o.seq_len, o.eval_batches, o.corpus_path);
+    if (o.short_seq_len > 0 && o.short_steps > 0) {
+      absl::StrAppendFormat(&report, "short_seq_len %d\nshort_steps %d\n", o.short_seq_len,
+                            o.short_steps);
+    }
+    return WriteText(o.out_dir + "/report.txt", report);
   });
 }
 

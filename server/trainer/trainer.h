@@ -21,6 +21,11 @@ struct TrainOptions {
   int steps = 2000;
   int batch = 16;
   int seq_len = 256;
+  // Curriculum: the first `short_steps` steps train on windows of `short_seq_len` bytes,
+  // batch * seq_len / short_seq_len of them (the same bytes per step); validation always
+  // uses seq_len. 0 for either: no curriculum.
+  int short_seq_len = 0;
+  int short_steps = 0;
   // Peak learning rate, reached after `warmup` steps; cosine decay to lr * min_lr_ratio.
   double lr = 3e-3;
   double min_lr_ratio = 0.1;
@@ -49,7 +54,11 @@ struct Progress {
   int steps = 0;
   double train_loss = 0;
   double val_loss = -1;  // < 0 when not evaluated at this step
+  int seq_len = 0;  // training window of this step (the curriculum may shorten it)
+  // Over the steps run so far at this step's window length.
   double tokens_per_second = 0;
+  // Remaining steps at the current step time (an underestimate during a curriculum's
+  // short phase).
   double eta_seconds = 0;
 };
 
@@ -58,8 +67,16 @@ struct Progress {
 double Evaluate(const model::Model& model, const std::string& text, int seq_len,
                 int batches, int batch);
 
-// Trains `config` as `options` say. Errors: a missing, empty or too short corpus; an
-// invalid config; a checkpoint that does not fit the config; unwritable output.
+// A model of `config` with the weights of a trainer checkpoint (out_dir/checkpoint.bin),
+// for evaluating a run that has not finished. Errors: unreadable checkpoint, or one
+// that does not fit the config.
+absl::StatusOr<std::unique_ptr<model::Model>> LoadCheckpoint(const model::ModelConfig& config,
+                                                             const std::string& path);
+
+// Trains `config` as `options` say. Writes out_dir/config.pbtxt at the start (so a
+// running job's checkpoint can be loaded with LoadCheckpoint). Errors: a missing, empty
+// or too short corpus; an invalid config or curriculum; a checkpoint that does not fit
+// the config; unwritable output.
 absl::Status Train(const model::ModelConfig& config, const TrainOptions& options,
                    const std::function<void(const Progress&)>& on_progress);
 

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <vector>
 
 #include "server/trainer/corpus.h"
 
@@ -95,6 +97,55 @@ TEST_F(TrainerTest, ResumingContinuesTheSameRun) {
   auto corpus = LoadCorpus(o.corpus_path, 65).value();
   EXPECT_NEAR(Evaluate(*a, corpus.validation, 64, 2, 8),
               Evaluate(*b, corpus.validation, 64, 2, 8), 1e-5);
+}
+
+TEST_F(TrainerTest, CurriculumTrainsShortWindowsFirstThenTheFullLength) {
+  TrainOptions o = Options(6);
+  o.short_seq_len = 16;
+  o.short_steps = 3;
+  std::vector<int> lengths;
+  ASSERT_TRUE(Train(Tiny(), o, [&](const Progress& p) { lengths.push_back(p.seq_len); }).ok());
+  EXPECT_EQ(lengths, (std::vector<int>{16, 16, 16, 64, 64, 64}));
+  std::ifstream report(fs::path(o.out_dir) / "report.txt");
+  std::stringstream text;
+  text << report.rdbuf();
+  EXPECT_NE(text.str().find("short_seq_len 16\nshort_steps 3\n"), std::string::npos)
+      << text.str();
+
+  o.short_seq_len = 65;  // longer than the windows it leads to
+  EXPECT_EQ(Train(Tiny(), o, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(TrainerTest, CheckpointOfAnUnfinishedRunLoadsWithTheConfigWrittenAtTheStart) {
+  TrainOptions o = Options(40);
+  o.checkpoint_every = 20;
+  o.stop_after = 20;
+  ASSERT_TRUE(Train(Tiny(), o, nullptr).ok());
+  const fs::path out(o.out_dir);
+  EXPECT_FALSE(fs::exists(out / "weights.bin"));
+  std::ifstream f(out / "config.pbtxt");
+  std::stringstream text;
+  text << f.rdbuf();
+  auto config = model::ParseModelConfig(text.str());
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto partial = LoadCheckpoint(*config, (out / "checkpoint.bin").string());
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  // Run to the end: the final checkpoint holds exactly the shipped weights.
+  o.stop_after = 0;
+  o.resume = true;
+  ASSERT_TRUE(Train(Tiny(), o, nullptr).ok());
+  auto final_weights = LoadCheckpoint(*config, (out / "checkpoint.bin").string()).value();
+  auto shipped = model::Model::Load(o.out_dir).value();
+  auto corpus = LoadCorpus(o.corpus_path, 65).value();
+  const double shipped_loss = Evaluate(*shipped, corpus.validation, 64, 2, 8);
+  EXPECT_NEAR(Evaluate(*final_weights, corpus.validation, 64, 2, 8), shipped_loss, 1e-6);
+  EXPECT_GT(Evaluate(**partial, corpus.validation, 64, 2, 8), shipped_loss);
+
+  model::ModelConfig wider = *config;
+  wider.mlp_hidden = 96;
+  auto misfit = LoadCheckpoint(wider, (out / "checkpoint.bin").string());
+  EXPECT_EQ(misfit.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(misfit.status().message().find("w_gate"), std::string::npos) << misfit.status();
 }
 
 TEST_F(TrainerTest, RejectsMissingAndEmptyCorpusAndBadConfig) {

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Trains the default model (deploy/models/NEW_DEFAULT.md): dim 192, 4 layers, 6 heads of
+# 32, on long windows. A curriculum: the first 800 steps on 128-byte windows (64 a step),
+# then 512-byte windows (16 a step), 8,192 bytes a step throughout; 4,000 steps = 32.8M
+# bytes (about 7.9 passes over the 4.2 MB training split), both cores, lr 3e-3, seed 1.
+# Validation on 8 x 16 fixed windows of 512 bytes every 100 steps, a checkpoint every
+# 100 steps (a few minutes). Runs at the lowest priority in the background and is
+# resumable: rerun the script after an interruption (or in the next working session) and
+# it continues from checkpoint.bin. Progress goes to deploy/models/NAME.train.log.
+# Usage: deploy/models/train_default.sh [BUILD_DIR [PID_FILE]]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+pid_file=${2:-/tmp/attnserve_train_default.pid}
+name=kjv-taylor2-long
+corpus=$build/corpus/kjv.txt
+[ -f "$corpus" ] || deploy/corpus.sh "$corpus"
+nohup nice -n 19 "$build/server/trainer/attnserve_train" \
+  --config="deploy/models/configs-long/$name.pbtxt" --corpus="$corpus" \
+  --out="deploy/models/$name" --steps=4000 --batch=16 --seq_len=512 \
+  --short_seq_len=128 --short_steps=800 --lr=3e-3 --warmup=100 --seed=1 --threads=2 \
+  --eval_every=100 --eval_batches=8 --checkpoint_every=100 --print_every=20 --resume \
+  >>"deploy/models/$name.train.log" 2>&1 &
+echo $! >"$pid_file"
+echo "training $name in the background: pid $! (in $pid_file), log deploy/models/$name.train.log"
