@@ -36,6 +36,12 @@ for name in "${models[@]}"; do
     note=" (checkpoint, step $(tail -n 1 "$dir/train_log.csv" | cut -d, -f1))"
   fi
   trained=$(sed -n 's/.*--seq_len=\([0-9]*\).*/\1/p' "$dir/train_command.txt" | head -n 1)
+  if [ ${#flags[@]} -gt 0 ]; then  # a run still in its curriculum's short phase says so
+    short=$(sed -n 's/.*--short_seq_len=\([0-9]*\).*/\1/p' "$dir/train_command.txt" | head -n 1)
+    short_steps=$(sed -n 's/.*--short_steps=\([0-9]*\).*/\1/p' "$dir/train_command.txt" | head -n 1)
+    step=$(tail -n 1 "$dir/train_log.csv" | cut -d, -f1)
+    if [ -n "$short" ] && [ "$step" -le "${short_steps:-0}" ]; then trained="$short so far"; fi
+  fi
   line=$(nice -n 10 "$build/server/trainer/attnserve_position_eval" --model_dir="$dir" \
     --corpus="$corpus" --curve_csv="$out/$name.csv" "${flags[@]}")
   echo "$line"

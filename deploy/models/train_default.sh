@@ -2,7 +2,7 @@
 # Trains the default model (deploy/models/NEW_DEFAULT.md): dim 192, 4 layers, 6 heads of
 # 32, on long windows. A curriculum: the first 800 steps on 128-byte windows (64 a step),
 # then 512-byte windows (16 a step), 8,192 bytes a step throughout; 4,000 steps = 32.8M
-# bytes (about 7.9 passes over the 4.2 MB training split), both cores, lr 3e-3, seed 1.
+# bytes (about 7.8 passes over the 4.2 MB training split), both cores, lr 3e-3, seed 1.
 # Validation on 8 x 16 fixed windows of 512 bytes every 100 steps, a checkpoint every
 # 100 steps (a few minutes). Runs at the lowest priority in the background and is
 # resumable: rerun the script after an interruption (or in the next working session) and
@@ -13,6 +13,10 @@ cd "$(dirname "$0")/../.."
 build=${1:-build}
 pid_file=${2:-/tmp/attnserve_train_default.pid}
 name=kjv-taylor2-long
+if [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null; then
+  echo "train_default.sh: already running as pid $(cat "$pid_file") ($pid_file)" >&2
+  exit 1
+fi
 corpus=$build/corpus/kjv.txt
 [ -f "$corpus" ] || deploy/corpus.sh "$corpus"
 nohup nice -n 19 "$build/server/trainer/attnserve_train" \
