@@ -334,29 +334,45 @@ absl::Status RedisSnapshotStore::Eval(Script script,
                                       std::initializer_list<std::string_view> keys,
                                       std::initializer_list<std::string_view> args,
                                       OnReply on_reply) {
-  static_assert(std::size(kRedisScripts) == kScripts, "one text per Script");
-  const RedisScript& text = kRedisScripts[script];
-  const std::string num_keys = absl::StrCat(keys.size());
   absl::MutexLock lock(&mu_);
+  absl::StatusOr<ScriptReplies> replies = EvalLocked(script, keys, args, {});
+  if (!replies.ok()) return replies.status();
+  if (replies->script->type == REDIS_REPLY_ERROR) {
+    return StoreUnavailable(name_, absl::StrCat(ScriptName(script), ": ",
+                                                ErrorText(*replies->script)));
+  }
+  return on_reply(*replies->script);
+}
+
+absl::StatusOr<RedisSnapshotStore::ScriptReplies> RedisSnapshotStore::EvalLocked(
+    Script script, std::initializer_list<std::string_view> keys,
+    std::initializer_list<std::string_view> args,
+    const std::vector<std::string_view>& before) {
+  static_assert(std::size(kRedisScripts) == kScripts, "one text per Script");
+  const std::string num_keys = absl::StrCat(keys.size());
   absl::StatusOr<std::string> sha = ScriptShaLocked(script);
   if (!sha.ok()) return sha.status();
-  std::vector<std::string_view> argv = {"EVALSHA", *sha, num_keys};
-  argv.insert(argv.end(), keys.begin(), keys.end());
-  argv.insert(argv.end(), args.begin(), args.end());
-  absl::StatusOr<ReplyPtr> reply = CommandLocked(argv);
-  if (reply.ok() && (*reply)->type == REDIS_REPLY_ERROR &&
-      absl::StartsWith(ErrorText(**reply), "NOSCRIPT")) {
+  std::vector<std::string_view> eval = {"EVALSHA", *sha, num_keys};
+  eval.insert(eval.end(), keys.begin(), keys.end());
+  eval.insert(eval.end(), args.begin(), args.end());
+  std::vector<std::vector<std::string_view>> commands;
+  if (!before.empty()) commands.push_back(before);
+  commands.push_back(eval);
+  absl::StatusOr<std::vector<ReplyPtr>> replies = PipelineLocked(commands);
+  if (!replies.ok()) return replies.status();
+  ScriptReplies out{std::move(replies->back()), ReplyPtr(nullptr, freeReplyObject)};
+  if (!before.empty()) out.before = std::move(replies->front());
+  if (out.script->type == REDIS_REPLY_ERROR &&
+      absl::StartsWith(ErrorText(*out.script), "NOSCRIPT")) {
     // The server forgot it (restarted, or SCRIPT FLUSH): EVAL caches it there again.
-    argv[0] = "EVAL";
-    argv[1] = text.source;
-    reply = CommandLocked(argv);
+    // `before` ran; the script did not.
+    eval[0] = "EVAL";
+    eval[1] = kRedisScripts[script].source;
+    absl::StatusOr<ReplyPtr> again = CommandLocked(eval);
+    if (!again.ok()) return again.status();
+    out.script = *std::move(again);
   }
-  if (!reply.ok()) return reply.status();
-  if ((*reply)->type == REDIS_REPLY_ERROR) {
-    return StoreUnavailable(name_,
-                            absl::StrCat(text.name, " script: ", ErrorText(**reply)));
-  }
-  return on_reply(**reply);
+  return out;
 }
 
 absl::StatusOr<std::string> RedisSnapshotStore::ScriptShaLocked(Script script) {
@@ -379,40 +395,24 @@ absl::Status RedisSnapshotStore::StageAndEval(std::string_view staging, std::str
                                               std::initializer_list<std::string_view> keys,
                                               std::initializer_list<std::string_view> args,
                                               OnReply on_reply) {
-  static_assert(std::size(kRedisScripts) == kScripts, "one text per Script");
-  const RedisScript& text = kRedisScripts[script];
-  const std::string num_keys = absl::StrCat(keys.size());
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::string> sha = ScriptShaLocked(script);
-  if (!sha.ok()) return sha.status();
-  std::vector<std::string_view> eval = {"EVALSHA", *sha, num_keys};
-  eval.insert(eval.end(), keys.begin(), keys.end());
-  eval.insert(eval.end(), args.begin(), args.end());
-  absl::StatusOr<std::vector<ReplyPtr>> replies =
-      PipelineLocked({{"SET", staging, bytes, "PX", ttl_ms}, eval});
+  absl::StatusOr<ScriptReplies> replies =
+      EvalLocked(script, keys, args, {"SET", staging, bytes, "PX", ttl_ms});
   if (!replies.ok()) return replies.status();
-  const redisReply* set = (*replies)[0].get();
-  ReplyPtr reply = std::move((*replies)[1]);
-  if (reply->type == REDIS_REPLY_ERROR && absl::StartsWith(ErrorText(*reply), "NOSCRIPT")) {
-    // The server forgot it (restarted, or SCRIPT FLUSH): EVAL caches it there again. The
-    // staged bytes are still there (the script did not run).
-    eval[0] = "EVAL";
-    eval[1] = text.source;
-    absl::StatusOr<ReplyPtr> again = CommandLocked(eval);
-    if (!again.ok()) return again.status();
-    reply = *std::move(again);
-  }
-  if (IsNoStaging(*reply)) {
-    if (set->type == REDIS_REPLY_ERROR) {
-      return StoreUnavailable(name_, absl::StrCat(text.name, ": staging SET: ", ErrorText(*set)));
+  const redisReply& set = *replies->before;
+  const redisReply& reply = *replies->script;
+  if (IsNoStaging(reply)) {
+    if (set.type == REDIS_REPLY_ERROR) {
+      return StoreUnavailable(name_, absl::StrCat(kRedisScripts[script].name,
+                                                  ": staging SET: ", ErrorText(set)));
     }
     return StoreUnavailable(name_, absl::StrCat(ScriptName(script),
                                                 ": the staged bytes vanished before it ran"));
   }
-  if (reply->type == REDIS_REPLY_ERROR) {
-    return StoreUnavailable(name_, absl::StrCat(ScriptName(script), ": ", ErrorText(*reply)));
+  if (reply.type == REDIS_REPLY_ERROR) {
+    return StoreUnavailable(name_, absl::StrCat(ScriptName(script), ": ", ErrorText(reply)));
   }
-  return on_reply(*reply);
+  return on_reply(reply);
 }
 
 absl::StatusOr<RedisSnapshotStore::ReplyPtr> RedisSnapshotStore::CommandLocked(

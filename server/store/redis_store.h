@@ -130,6 +130,19 @@ class RedisSnapshotStore : public SnapshotStore {
   absl::StatusOr<std::vector<ReplyPtr>> PipelineLocked(
       const std::vector<std::vector<std::string_view>>& commands)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The replies of EvalLocked: the script's (error replies included) and, when a command
+  // was pipelined before it, that command's (null otherwise).
+  struct ScriptReplies {
+    ReplyPtr script;
+    ReplyPtr before;
+  };
+  // Runs `script` with `keys` and `args` by EVALSHA (EVAL if Redis lacks it), with
+  // `before` (if not empty) pipelined ahead of it in the same round trip.
+  absl::StatusOr<ScriptReplies> EvalLocked(Script script,
+                                           std::initializer_list<std::string_view> keys,
+                                           std::initializer_list<std::string_view> args,
+                                           const std::vector<std::string_view>& before)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The SHA of `script`, loading it into Redis on first use.
   absl::StatusOr<std::string> ScriptShaLocked(Script script) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ConnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -13,12 +13,8 @@ work=$(mktemp -d)
 source "$(dirname "$0")/lib.sh"
 trap 'stop "$server_pid"; rm -rf "$work"' EXIT
 
-plugin=$(command -v grpc_python_plugin) || fail "grpc_python_plugin not found (protobuf-compiler-grpc)"
 command -v openssl >/dev/null || fail "openssl not found (deploy/install.sh installs it)"
-mkdir "$work/stubs"
-protoc --python_out="$work/stubs" --grpc_python_out="$work/stubs" \
-  --plugin=protoc-gen-grpc_python="$plugin" -I "$repo/proto" \
-  attnserve/v1/attnserve.proto attnserve/v1/model_config.proto || fail "protoc"
+python_stubs "$work/stubs"
 
 alice=alice-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 bob=bob-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')

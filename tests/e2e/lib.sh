@@ -92,3 +92,15 @@ start_redis() {
   done
   logs=redis fail "redis-server on port $port does not answer PING after 10 s"
 }
+
+# python_stubs DIR: generates the Python gRPC stubs of proto/ into DIR (Debian's protoc
+# and grpc_python_plugin); scripts then run Python with PYTHONPATH=DIR. Needs $repo.
+python_stubs() {
+  local plugin
+  plugin=$(command -v grpc_python_plugin) ||
+    fail "grpc_python_plugin not found (protobuf-compiler-grpc; deploy/install.sh)"
+  mkdir -p "$1"
+  protoc --python_out="$1" --grpc_python_out="$1" --plugin=protoc-gen-grpc_python="$plugin" \
+    -I "$repo/proto" attnserve/v1/attnserve.proto attnserve/v1/model_config.proto ||
+    fail "protoc"
+}

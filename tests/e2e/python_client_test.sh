@@ -15,11 +15,7 @@ source "$(dirname "$0")/lib.sh"
 trap 'stop "$server_pid"; rm -rf "$work"' EXIT
 
 step "generating Python stubs from proto/ into a temp dir"
-plugin=$(command -v grpc_python_plugin) || fail "grpc_python_plugin not found (protobuf-compiler-grpc)"
-mkdir "$work/stubs"
-protoc --python_out="$work/stubs" --grpc_python_out="$work/stubs" \
-  --plugin=protoc-gen-grpc_python="$plugin" -I "$repo/proto" \
-  attnserve/v1/attnserve.proto attnserve/v1/model_config.proto || fail "protoc"
+python_stubs "$work/stubs"
 "$py" -c 'import grpc, google.protobuf' 2>/dev/null ||
   fail "$py lacks grpcio or protobuf (python3-grpcio, python3-protobuf)"
 

@@ -16,11 +16,7 @@ work=$(mktemp -d)
 source "$(dirname "$0")/lib.sh"
 trap 'stop "$server_pid"; rm -rf "$work"' EXIT
 
-plugin=$(command -v grpc_python_plugin) || fail "grpc_python_plugin not found (protobuf-compiler-grpc)"
-mkdir "$work/stubs"
-protoc --python_out="$work/stubs" --grpc_python_out="$work/stubs" \
-  --plugin=protoc-gen-grpc_python="$plugin" -I "$repo/proto" \
-  attnserve/v1/attnserve.proto attnserve/v1/model_config.proto || fail "protoc"
+python_stubs "$work/stubs"
 
 addr=127.0.0.1:$(free_port)
 start_server "$addr" 127.0.0.1:$(free_port)

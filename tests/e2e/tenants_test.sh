@@ -77,11 +77,7 @@ as "$alice" sessions list | grep -q "$sid" || fail "alice's list lacks her sessi
   fail "alice's session moved while bob tried it"
 
 step "the Python client: --api_key, the same refusals"
-plugin=$(command -v grpc_python_plugin) || fail "grpc_python_plugin not found (protobuf-compiler-grpc)"
-mkdir "$work/stubs"
-protoc --python_out="$work/stubs" --grpc_python_out="$work/stubs" \
-  --plugin=protoc-gen-grpc_python="$plugin" -I "$repo/proto" \
-  attnserve/v1/attnserve.proto attnserve/v1/model_config.proto || fail "protoc"
+python_stubs "$work/stubs"
 pyc() { PYTHONPATH="$work/stubs" "$py" "$repo/client/python/attnserve_client.py" --server="$addr" "$@"; }
 expect_code NOT_FOUND "python as bob" pyc --api_key="$bob" generate --session="$sid" \
   --max_tokens=3 --prompt=" a time"

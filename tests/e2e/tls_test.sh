@@ -51,11 +51,7 @@ echo "not a certificate" >"$certs/garbage.pem"
 tls=(--tls_cert="$certs/server.pem" --tls_key="$certs/server.key")
 
 step "generating Python stubs from proto/"
-plugin=$(command -v grpc_python_plugin) || fail "grpc_python_plugin not found (protobuf-compiler-grpc)"
-mkdir "$work/stubs"
-protoc --python_out="$work/stubs" --grpc_python_out="$work/stubs" \
-  --plugin=protoc-gen-grpc_python="$plugin" -I "$repo/proto" \
-  attnserve/v1/attnserve.proto attnserve/v1/model_config.proto || fail "protoc"
+python_stubs "$work/stubs"
 
 # start_tls NAME ADDR "CLIENT FLAGS" [SERVER FLAGS...]: starts the server (server_pid, log
 # $work/NAME.log) and waits up to 15 s until the client with CLIENT FLAGS sees SERVING.
