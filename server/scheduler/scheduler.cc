@@ -10,8 +10,8 @@
 #include <set>
 
 #include "absl/strings/match.h"
-#include "server/common/torch_status.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/torch_status.h"
 #include "server/model/tokenizer.h"
 
 namespace attnserve::scheduler {
