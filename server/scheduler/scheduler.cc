@@ -28,7 +28,8 @@ struct Scheduler::Turn {
   bool had_pending = false;         // to_prefill starts with the session's pending token
   size_t prefilled = 0;
   // The session's state before the turn's first model call, until the whole prompt is
-  // in: a turn that ends sooner (cancel, deadline, budget, model error) rewinds to it.
+  // in, when the prompt takes several calls: a turn that ends sooner (cancel, deadline,
+  // budget, model error) rewinds to it.
   std::unique_ptr<model::DecodeState> checkpoint;
   std::optional<int32_t> next_input;  // last emitted token, not yet in the state
   int generated = 0;
@@ -263,7 +264,11 @@ int64_t Scheduler::Prefill(Turn& t, int64_t max_tokens) {
     Finish(t, FinishReason::kError, s);
     return 0;
   }
-  if (t.prefilled == 0) t.checkpoint = state.Checkpoint();
+  // Only a prompt that takes several calls can end half-way in (a cancel, a deadline, the
+  // budget or a bad token in a later chunk); a prompt done in one call is checked by the
+  // model before it touches the state. Skipping the copy there keeps it off the time to
+  // first token of short turns (about 1 ms at 3.5 MB of state).
+  if (t.prefilled == 0 && n < t.to_prefill.size()) t.checkpoint = state.Checkpoint();
   auto logits = m.Prefill(state, absl::MakeConstSpan(t.to_prefill).subspan(t.prefilled, n));
   if (!logits.ok()) {
     Finish(t, FinishReason::kError, logits.status());
