@@ -137,24 +137,8 @@ ATTNSERVE_PROXY_BIND=$proxy HAPROXY_STATS_BIND=$stats HAPROXY_RUNTIME_API=$socke
   ATTNSERVE_S1=${grpc[1]} ATTNSERVE_S2=${grpc[2]} ATTNSERVE_S3=${grpc[3]} \
   haproxy -f "$haproxy_cfg" >"$work/haproxy.log" 2>&1 &
 haproxy_pid=$!
-# runtime COMMAND: HAProxy's runtime API.
-runtime() {
-  "$py" - "$socket" "$1" <<'PY'
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-s.sendall(sys.argv[2].encode() + b"\n")
-out = b""
-while chunk := s.recv(65536):
-    out += chunk
-print(out.decode(), end="")
-PY
-}
-# server_states: "s1=UP s2=UP s3=DOWN" (operational state 2 is running).
-server_states() {
-  runtime "show servers state attnserve" 2>/dev/null | awk '
-    NF > 6 && $1 ~ /^[0-9]+$/ { printf "%s%s=%s", sep, $4, ($6 == 2 ? "UP" : "DOWN"); sep = " " }'
-}
+# runtime and server_states: HAProxy's runtime API, shared with the proxy tests.
+source "$repo/tests/e2e/haproxy_lib.sh"
 # wait_state NAME STATE SECONDS: until HAProxy reports server NAME (s1..s3) in STATE.
 wait_state() {
   local name=$1 want=$2 limit=$3
