@@ -93,6 +93,15 @@ class Attention {
   virtual void StepRaw(absl::Span<AttentionState* const> states, float* q, float* k,
                        const float* v, float* out, float* scratch) const {}
 
+  // Fused prefill for Model's torch-free prefill, wherever HasRawStep(). Same contract as
+  // Prefill for one session and t tokens, on raw fp32 row-major buffers: q, k: (t, H, D)
+  // rotated, scaled in place; v: (t, H, Dv) -> out: (t, H, Dv). scratch holds
+  // PrefillScratchFloats(t) floats. Ties to Prefill in tests/model/model_step_test.cc
+  // (FusedPrefill) and tests/attention/attention_test.cc.
+  virtual int64_t PrefillScratchFloats(int64_t t) const { return 0; }
+  virtual void PrefillRaw(AttentionState& state, int64_t t, float* q, float* k,
+                          const float* v, float* out, float* scratch) const {}
+
   const AttentionOptions& options() const { return options_; }
 
   // Trained parameters of this module (the qk_norm temperature when learned), by name.

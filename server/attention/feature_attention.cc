@@ -1,6 +1,7 @@
 #include "server/attention/feature_attention.h"
 
 #include <ATen/ATen.h>
+#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -50,6 +51,8 @@ class TaylorMap : public FeatureMap {
   void KeysInto(const float* x, int64_t rows, float* out) const override {
     map_.KeysInto(x, rows, out);
   }
+  bool KernelIsOfDots() const override { return true; }
+  void KernelFromDots(float* s, int64_t n) const override { TaylorPolynomial(s, n, order_); }
 
  private:
   TaylorFeatureMap map_;
@@ -272,6 +275,93 @@ void FeatureAttention::StepRaw(absl::Span<AttentionState* const> states, float* 
     }
     for (int64_t c = 0; c < dv; ++c) row[c] *= scale;
   }
+}
+
+int64_t FeatureAttention::PrefillScratchFloats(int64_t t) const {
+  const auto& o = options();
+  const int64_t c = std::min<int64_t>(t, o.chunk_size), m = features_->size();
+  return 2 * c * o.num_heads * m + c * c + 2 * c;  // phi_q, phi_k, A, den, phi_q . z
+}
+
+void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, float* k,
+                                  const float* v, float* out, float* scratch) const {
+  // PrefillChunk without tensors, per chunk of C tokens and per head h (row strides of the
+  // (t, H, .) buffers: H*D, H*m, H*Dv):
+  //   A   = K(q_h, k_h) masked to j <= i       (C, C): sgemm, then the kernel in place
+  //   num = A v_h + phi_q_h S_h                (C, Dv): two sgemm into out
+  //   den = rowsum(A) + phi_q_h z_h            (C)
+  //   S_h += phi_k_h^T v_h, z_h += colsum(phi_k_h)   (after the read: causal)
+  FeatureState& st = AsFeatureState(state);
+  const auto& o = options();
+  const int64_t h = o.num_heads, d = o.head_dim, dv = o.value_dim, m = features_->size();
+  const int64_t chunk = o.chunk_size;
+  const bool sum = normaliser_ == Normaliser::kSum;
+  ScaleQKInPlace(q, k, t * h);
+  const int64_t c_max = std::min(t, chunk);
+  float* phi_q = scratch;                // (C, H, m)
+  float* phi_k = phi_q + c_max * h * m;  // (C, H, m)
+  float* a = phi_k + c_max * h * m;      // (C, C)
+  float* den = a + c_max * c_max;        // (C)
+  float* zden = den + c_max;             // (C)
+  float* s_all = st.s.data_ptr<float>();  // (H, m, Dv)
+  float* z_all = sum ? st.z.data_ptr<float>() : nullptr;  // (H, m)
+  const int ldq = int(h * d), ldv = int(h * dv), ldp = int(h * m);
+  for (int64_t start = 0; start < t; start += chunk) {
+    const int64_t len = std::min(chunk, t - start);
+    const int n = int(len);
+    const float* qc = q + start * h * d;
+    const float* kc = k + start * h * d;
+    const float* vc = v + start * h * dv;
+    float* oc = out + start * h * dv;
+    features_->QueriesInto(qc, len * h, phi_q);
+    features_->KeysInto(kc, len * h, phi_k);
+    for (int64_t hh = 0; hh < h; ++hh) {
+      const float* pq = phi_q + hh * m;
+      const float* pk = phi_k + hh * m;
+      const float* vh = vc + hh * dv;
+      float* oh = oc + hh * dv;
+      float* sh = s_all + hh * m * dv;
+      // A (len, len): the kernel from q.k where it is a function of it, else phi_q phi_k^T.
+      if (features_->KernelIsOfDots()) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, int(d), 1.0f, qc + hh * d,
+                    ldq, kc + hh * d, ldq, 0.0f, a, n);
+        features_->KernelFromDots(a, len * len);
+      } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, int(m), 1.0f, pq, ldp, pk,
+                    ldp, 0.0f, a, n);
+      }
+      for (int64_t i = 0; i < len; ++i) std::fill(a + i * len + i + 1, a + (i + 1) * len, 0.0f);
+      // num = A v_h + phi_q S_h, straight into out's rows for head h.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(dv), n, 1.0f, a, n, vh,
+                  ldv, 0.0f, oh, ldv);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(dv), int(m), 1.0f, pq, ldp,
+                  sh, int(dv), 1.0f, oh, ldv);
+      if (sum) {
+        float* zh = z_all + hh * m;
+        RowSums(a, len, len, len, den);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, int(m), 1.0f, pq, ldp, zh, 1, 0.0f, zden,
+                    1);
+        for (int64_t i = 0; i < len; ++i) den[i] += zden[i];
+        AddColumnSums(pk, len, m, ldp, zh);
+      }
+      // S_h += phi_k^T v_h: (m, len) (len, Dv).
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(m), int(dv), n, 1.0f, pk, ldp,
+                  vh, ldv, 1.0f, sh, int(dv));
+      for (int64_t i = 0; i < len; ++i) {  // Normalise: num / den, or num / |num|
+        float* row = oh + i * ldv;
+        float scale;
+        if (sum) {
+          scale = 1.0f / den[i];
+        } else {
+          float ss = 0;
+          for (int64_t c = 0; c < dv; ++c) ss += row[c] * row[c];
+          scale = 1.0f / std::max(std::sqrt(ss), 1e-30f);
+        }
+        for (int64_t c = 0; c < dv; ++c) row[c] *= scale;
+      }
+    }
+  }
+  st.position += t;
 }
 
 }  // namespace attnserve::attention

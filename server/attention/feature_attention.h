@@ -27,6 +27,11 @@ class FeatureMap {
   // Queries and Keys on raw fp32 rows (fused decode step): x (rows, D) -> out (rows, m).
   virtual void QueriesInto(const float* x, int64_t rows, float* out) const = 0;
   virtual void KeysInto(const float* x, int64_t rows, float* out) const = 0;
+  // Whether K(q', k) is a function of q'.k alone (Taylor), so KernelFromDots applies;
+  // otherwise (elu) the raw prefill forms phi_q . phi_k.
+  virtual bool KernelIsOfDots() const { return false; }
+  // In place for n values: s[i] = q'.k -> K(q', k). Only where KernelIsOfDots().
+  virtual void KernelFromDots(float* s, int64_t n) const {}
 };
 
 // T_N(q . k) through packed monomials (see taylor_features.h).
@@ -53,6 +58,9 @@ class FeatureAttention : public Attention {
   int64_t StepScratchFloats(int64_t batch) const override;
   void StepRaw(absl::Span<AttentionState* const> states, float* q, float* k, const float* v,
                float* out, float* scratch) const override;
+  int64_t PrefillScratchFloats(int64_t t) const override;
+  void PrefillRaw(AttentionState& state, int64_t t, float* q, float* k, const float* v,
+                  float* out, float* scratch) const override;
 
  private:
   // One chunk of one session: q (scaled), k: (H, C, D); v: (H, C, Dv) -> (H, C, Dv).

@@ -90,4 +90,33 @@ void StateUpdateAndRead(float* s, float* z, const float* phi_q, const float* phi
   }
 }
 
+ATTNSERVE_CLONES
+void TaylorPolynomial(float* s, int64_t n, int order) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = s[i];
+    float r = 1.0f;
+    for (int k = order; k >= 1; --k) r = 1.0f + r * x / float(k);
+    s[i] = r;
+  }
+}
+
+ATTNSERVE_CLONES
+void RowSums(const float* a, int64_t rows, int64_t cols, int64_t lda, float* out) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = a + i * lda;
+    float sum = 0;
+    for (int64_t j = 0; j < cols; ++j) sum += row[j];
+    out[i] = sum;
+  }
+}
+
+ATTNSERVE_CLONES
+void AddColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* z) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* __restrict row = x + i * ldx;
+    float* __restrict zz = z;
+    for (int64_t j = 0; j < cols; ++j) zz[j] += row[j];
+  }
+}
+
 }  // namespace attnserve::attention

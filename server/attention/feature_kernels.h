@@ -23,4 +23,14 @@ void StateUpdateAndRead(float* s, float* z, const float* phi_q, const float* phi
                         const float* v, int64_t heads, int64_t m, int64_t dv, float* num,
                         float* den);
 
+// T_N(s) = sum_{n<=N} s^n / n! in place for n values (Horner, as TaylorKernel):
+// the Taylor kernel from dot products.
+void TaylorPolynomial(float* s, int64_t n, int order);
+
+// out[i] = sum_j a[i][j] for rows x cols a (row stride lda): row sums.
+void RowSums(const float* a, int64_t rows, int64_t cols, int64_t lda, float* out);
+
+// z += column sums of x (rows x cols, row stride ldx).
+void AddColumnSums(const float* x, int64_t rows, int64_t cols, int64_t ldx, float* z);
+
 }  // namespace attnserve::attention

@@ -206,4 +206,47 @@ void KvAttention::StepRaw(absl::Span<AttentionState* const> states, float* q, fl
   }
 }
 
+void KvAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, float* k,
+                             const float* v, float* out, float*) const {
+  // Prefill without tensors: append the t keys and values to the cache (one reserve), then
+  // per chunk of C queries and per head one KvBlockAttend over the keys it may see (two
+  // sgemm, one pass of exp per row, kv_kernels.h); normalise as StepRaw does.
+  KvState& st = AsKvState(state);
+  const auto& o = options();
+  const int64_t h = o.num_heads, d = o.head_dim, dv = o.value_dim;
+  const int64_t chunk = o.chunk_size;
+  ScaleQKInPlace(q, k, t * h);
+  st.Reserve(t);
+  const int64_t cap = st.k.size(1), before = st.length;
+  float* kc = st.k.data_ptr<float>();  // (H, cap, D)
+  float* vc = st.v.data_ptr<float>();  // (H, cap, Dv)
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t hh = 0; hh < h; ++hh) {
+      std::copy_n(k + (i * h + hh) * d, d, kc + (hh * cap + before + i) * d);
+      std::copy_n(v + (i * h + hh) * dv, dv, vc + (hh * cap + before + i) * dv);
+    }
+  }
+  st.length += t;
+  const int64_t c_max = std::min(t, chunk);
+  std::vector<float> scores(c_max * (before + t)), sums(c_max);
+  for (int64_t start = 0; start < t; start += chunk) {
+    const int64_t len = std::min(chunk, t - start);
+    for (int64_t hh = 0; hh < h; ++hh) {
+      float* oh = out + (start * h + hh) * dv;  // rows of head hh, stride H * Dv
+      KvBlockAttend(q + (start * h + hh) * d, h * d, kc + hh * cap * d, vc + hh * cap * dv,
+                    before + start, len, d, dv, scores.data(), oh, h * dv, sums.data());
+      for (int64_t i = 0; i < len; ++i) {
+        float* row = oh + i * h * dv;
+        float scale = 1.0f / sums[i];
+        if (normaliser_ == Normaliser::kL2) {
+          float ss = 0;
+          for (int64_t c = 0; c < dv; ++c) ss += row[c] * row[c];
+          scale = 1.0f / std::max(std::sqrt(ss), 1e-30f);
+        }
+        for (int64_t c = 0; c < dv; ++c) row[c] *= scale;
+      }
+    }
+  }
+}
+
 }  // namespace attnserve::attention

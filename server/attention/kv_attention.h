@@ -26,6 +26,8 @@ class KvAttention : public Attention {
   bool HasRawStep() const override { return !options().reference_kernels; }
   void StepRaw(absl::Span<AttentionState* const> states, float* q, float* k, const float* v,
                float* out, float* scratch) const override;
+  void PrefillRaw(AttentionState& state, int64_t t, float* q, float* k, const float* v,
+                  float* out, float* scratch) const override;
 
  private:
   // scores: (..., T, S) logits; allowed: bool, broadcastable -> (..., T, Dv) given

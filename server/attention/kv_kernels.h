@@ -1,18 +1,35 @@
-// Torch-free decode kernel of the KV-cache modules (KvAttention::StepRaw), on raw fp32
-// row-major buffers. Its reference is KvAttention::Step (masked softmax through ATen);
-// tests/model/model_step_test.cc ties the fused model step that uses it to that path.
+// Torch-free kernels of the KV-cache modules (KvAttention::StepRaw, PrefillRaw), on raw
+// fp32 row-major buffers. Their reference is KvAttention::Step / Prefill (masked softmax
+// through ATen); tests/model/model_step_test.cc ties the fused model step and prefill
+// that use them to that path, tests/attention/kv_kernels_test.cc ties ExpShifted to
+// std::exp.
 #pragma once
 
 #include <cstdint>
 
 namespace attnserve::attention {
 
+// x[i] = exp(x[i] - shift) for n values with x[i] <= shift, and returns their sum. A
+// range-reduced polynomial (relative error below 2e-7 against std::exp) that the
+// compiler vectorises; results under exp(-87) flush to about 1e-38.
+float ExpShifted(float* x, int64_t n, float shift);
+
 // One head of one session over its `len` cached keys k (len, d) and values v (len, dv)
 // (rows of the cache; the new token's included): with s_j = q . k_j and
 // w_j = exp(s_j - max s), writes out (dv) = sum_j w_j v_j and returns sum_j w_j, so the
 // softmax output is out / sum. scores: len floats of scratch. Two sgemv calls
-// (libblas.so.3) and one pass of exp.
+// (libblas.so.3) and one pass of ExpShifted.
 float KvHeadAttend(const float* q, const float* k, const float* v, int64_t len, int64_t d,
                    int64_t dv, float* scores, float* out);
+
+// A block of `rows` consecutive queries of one head against its cache, causally: query i
+// sits at position first + i and sees keys 0..first + i. q (rows, d) with row stride ldq;
+// k (first + rows, d), v (first + rows, dv) contiguous; out (rows, dv) with row stride
+// ldo receives sum_j w_ij v_j and sums[i] sum_j w_ij (w_ij = exp(s_ij - max_j s_ij)).
+// scores: rows * (first + rows) floats of scratch. Two sgemm calls and one pass of
+// ExpShifted per row.
+void KvBlockAttend(const float* q, int64_t ldq, const float* k, const float* v,
+                   int64_t first, int64_t rows, int64_t d, int64_t dv, float* scores,
+                   float* out, int64_t ldo, float* sums);
 
 }  // namespace attnserve::attention

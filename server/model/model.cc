@@ -362,6 +362,9 @@ absl::StatusOr<at::Tensor> Model::Prefill(DecodeState& state,
         absl::StrCat("session at position ", state.position_, " + ", t,
                      " tokens would pass max_context ", config_.max_context));
   }
+  if (fused_step_) {
+    return CatchTorch("prefill", [&]() -> at::Tensor { return PrefillFused(state, tokens); });
+  }
   return CatchTorch("prefill", [&]() -> at::Tensor {
     c10::AutoGradMode no_grad(false);
     at::Tensor ids = at::tensor(std::vector<int64_t>(tokens.begin(), tokens.end()), at::kLong)
@@ -377,6 +380,58 @@ absl::StatusOr<at::Tensor> Model::Prefill(DecodeState& state,
     state.position_ += t;
     return logits[0];  // (T, V)
   });
+}
+
+absl::Status Model::CheckAppend(const DecodeState& state,
+                                absl::Span<const int32_t> tokens) const {
+  if (state.owner_ != this) return absl::InvalidArgumentError("state belongs to another model");
+  if (tokens.empty()) return absl::InvalidArgumentError("no tokens to append");
+  if (absl::Status s = CheckTokens(tokens); !s.ok()) return s;
+  if (state.position_ + int64_t(tokens.size()) > config_.max_context) {
+    return absl::OutOfRangeError(
+        absl::StrCat("session at position ", state.position_, " + ", tokens.size(),
+                     " tokens would pass max_context ", config_.max_context));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<at::Tensor> Model::Batch(absl::Span<const Segment> segments) const {
+  if (segments.empty()) return absl::InvalidArgumentError("batch needs at least one segment");
+  std::unordered_set<const DecodeState*> seen;
+  for (const Segment& seg : segments) {
+    if (seg.state == nullptr) return absl::InvalidArgumentError("batch: a state is null");
+    if (absl::Status s = CheckAppend(*seg.state, seg.tokens); !s.ok()) return s;
+    if (!seen.insert(seg.state).second) {
+      return absl::InvalidArgumentError("batch: a state appears twice");
+    }
+  }
+  if (fused_step_) {
+    return CatchTorch("batch", [&]() -> at::Tensor { return BatchFused(segments); });
+  }
+  // Reference: the one-token segments as one Step, every other one as its own Prefill.
+  std::vector<DecodeState*> states;
+  std::vector<int32_t> tokens;
+  std::vector<size_t> stepped;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].tokens.size() == 1) {
+      states.push_back(segments[i].state);
+      tokens.push_back(segments[i].tokens[0]);
+      stepped.push_back(i);
+    }
+  }
+  at::Tensor out = at::empty({int64_t(segments.size()), config_.vocab_size}, at::kFloat);
+  if (!states.empty()) {
+    auto logits = Step(states, tokens);
+    if (!logits.ok()) return logits.status();
+    for (size_t j = 0; j < stepped.size(); ++j) out[int64_t(stepped[j])].copy_((*logits)[j]);
+  }
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].tokens.size() == 1) continue;
+    auto logits = Prefill(*segments[i].state, segments[i].tokens);
+    if (!logits.ok()) return logits.status();
+    out[int64_t(i)].copy_((*logits)[-1]);
+  }
+  return out;
 }
 
 absl::StatusOr<at::Tensor> Model::Step(absl::Span<DecodeState* const> states,

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -106,7 +107,8 @@ class Model {
 
   // Appends `tokens` to one session (chunked prefill) and returns the logits after each
   // appended token: (T, V). Rejects empty input, ids outside the vocabulary and
-  // sessions that would pass max_context.
+  // sessions that would pass max_context. Takes the fused path (model_step.cc: the
+  // modules' PrefillRaw) whenever Step does, else the LibTorch one (Run).
   absl::StatusOr<at::Tensor> Prefill(DecodeState& state,
                                      absl::Span<const int32_t> tokens) const;
 
@@ -120,6 +122,23 @@ class Model {
                                   absl::Span<const int32_t> tokens) const;
   // Whether Step takes the fused path.
   bool UsesFusedStep() const { return fused_step_; }
+
+  // Part of one engine step: `tokens` appended to `state` (one for a decoding turn, a
+  // prompt chunk for a prefilling one).
+  struct Segment {
+    DecodeState* state;
+    absl::Span<const int32_t> tokens;
+  };
+  // Whether `tokens` may be appended to `state`: not empty, ids in the vocabulary, the
+  // state this model's, max_context not passed. Batch checks every segment with it.
+  absl::Status CheckAppend(const DecodeState& state, absl::Span<const int32_t> tokens) const;
+  // One engine step over every segment at once (DESIGN.md §4): the rows of all segments
+  // go through the projections and MLPs together; attention takes the one-token segments
+  // together (the modules' StepRaw) and each longer one as a prefill (PrefillRaw).
+  // Returns (S, V): the logits after each segment's last token. States must be distinct.
+  // Without the fused path: Step over the one-token segments and Prefill for each other,
+  // the reference this is tested against (tests/model/model_step_test.cc, FusedBatch).
+  absl::StatusOr<at::Tensor> Batch(absl::Span<const Segment> segments) const;
 
   // Bytes of recurrent state one session holds after `context` tokens, all layers.
   int64_t StateBytes(int64_t context) const;
@@ -153,6 +172,18 @@ class Model {
   // The fused step (model_step.cc) over validated, distinct states: (B, V) logits.
   at::Tensor StepFused(absl::Span<DecodeState* const> states,
                        absl::Span<const int32_t> tokens) const;
+  // The fused prefill (model_step.cc) of validated tokens: (T, V) logits.
+  at::Tensor PrefillFused(DecodeState& state, absl::Span<const int32_t> tokens) const;
+  // The fused Batch (model_step.cc) over validated, distinct segments: (S, V).
+  at::Tensor BatchFused(absl::Span<const Segment> segments) const;
+  // Attention of layer `layer` on the workspace's rows: q, k (rows, H, D) rotated,
+  // v (rows, H, Dv) -> out (rows, H, Dv); scratch as the caller sized it.
+  using RawAttendFn = absl::FunctionRef<void(size_t layer, float* q, float* k, float* v,
+                                             float* out, float* scratch)>;
+  // The layers on raw buffers for B rows (token tokens[i] at positions[i]), attention by
+  // `attend`: (B, V) logits. The caller holds workspace_.mu.
+  at::Tensor RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* positions,
+                          int64_t scratch_floats, const RawAttendFn& attend) const;
 
   ModelConfig config_;
   at::Tensor embed_;  // (V, dim)

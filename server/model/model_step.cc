@@ -1,9 +1,11 @@
-// The fused decode step: Model::Run for one token per session, without LibTorch ops.
+// The fused decode step and prefill: Model::Run for one token per session, or a prompt of
+// one session, without LibTorch ops.
 // Every buffer is the model's workspace (grown to the largest batch, then reused); the
 // projections are direct BLAS calls over all B rows at once; norms, RoPE and SwiGLU are
-// the loops of step_kernels.h; attention is the module's StepRaw (feature_kernels.h,
-// kv_kernels.h).
-// Model::Run is the reference; tests/model/model_test.cc (FusedStep) ties the two.
+// the loops of step_kernels.h; attention is the module's StepRaw or PrefillRaw
+// (feature_kernels.h, kv_kernels.h).
+// Model::Run is the reference; tests/model/model_step_test.cc (FusedStep, FusedPrefill)
+// ties the two.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -38,13 +40,12 @@ void Model::ChooseStepPath() {
   for (const Layer& l : layers_) fused_step_ = fused_step_ && l.attention->HasRawStep();
 }
 
-at::Tensor Model::StepFused(absl::Span<DecodeState* const> states,
-                            absl::Span<const int32_t> tokens) const {
-  const int64_t b = int64_t(states.size()), dim = config_.dim, hidden = config_.mlp_hidden;
+at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* positions,
+                               int64_t scratch_floats, const RawAttendFn& attend) const {
+  const int64_t b = int64_t(tokens.size()), dim = config_.dim, hidden = config_.mlp_hidden;
   const int64_t vocab = config_.vocab_size, heads = config_.attention.num_heads;
   const int64_t d = config_.attention.head_dim, half = d / 2;
   const float eps = config_.norm_eps;
-  std::lock_guard<std::mutex> lock(workspace_.mu);
   StepWorkspace& w = workspace_;
   float* x = Grow(w.x, b * dim);  // (B, dim) residual stream
   float* hn = Grow(w.hn, b * std::max(dim, hidden));
@@ -56,10 +57,6 @@ at::Tensor Model::StepFused(absl::Span<DecodeState* const> states,
   float* up = Grow(w.up, b * hidden);
   float* cos = Grow(w.cos, b * half);  // (B, D/2)
   float* sin = Grow(w.sin, b * half);
-  int64_t scratch_floats = 0;
-  for (const Layer& l : layers_) {
-    scratch_floats = std::max(scratch_floats, l.attention->StepScratchFloats(b));
-  }
   float* scratch = Grow(w.scratch, scratch_floats);
   float* lin = Grow(w.linear, b * std::max({dim, hidden, vocab}));  // Linear's (out, B)
 
@@ -68,14 +65,13 @@ at::Tensor Model::StepFused(absl::Span<DecodeState* const> states,
   const double* inv_freq = inv_freq_.data_ptr<double>();
   for (int64_t i = 0; i < b; ++i) {
     std::memcpy(x + i * dim, embed + int64_t(tokens[i]) * dim, dim * sizeof(float));
-    const double pos = double(states[i]->position_);
+    const double pos = double(positions[i]);
     for (int64_t j = 0; j < half; ++j) {
       const double angle = pos * inv_freq[j];
       cos[i * half + j] = float(std::cos(angle));
       sin[i * half + j] = float(std::sin(angle));
     }
   }
-  std::vector<attention::AttentionState*> layer_states(b);
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& l = layers_[li];
     RmsNormRows(x, b, dim, Data(l.attn_norm), eps, hn);
@@ -84,8 +80,7 @@ at::Tensor Model::StepFused(absl::Span<DecodeState* const> states,
     Linear(hn, b, dim, Data(l.wv), dim, v, 0.0f, lin);
     RopeRows(q, b, heads, d, cos, sin);
     RopeRows(k, b, heads, d, cos, sin);
-    for (int64_t i = 0; i < b; ++i) layer_states[i] = states[i]->layers_[li].get();
-    l.attention->StepRaw(layer_states, q, k, v, o, scratch);  // (B, H, Dv) = (B, dim)
+    attend(li, q, k, v, o, scratch);  // (B, H, Dv) = (B, dim)
     Linear(o, b, dim, Data(l.wo), dim, x, /*beta=*/1.0f, lin);  // x += o W_o^T
     RmsNormRows(x, b, dim, Data(l.mlp_norm), eps, hn);
     Linear(hn, b, dim, Data(l.w_gate), hidden, gate, 0.0f, lin);
@@ -96,8 +91,113 @@ at::Tensor Model::StepFused(absl::Span<DecodeState* const> states,
   RmsNormRows(x, b, dim, Data(norm_), eps, hn);
   at::Tensor logits = at::empty({b, vocab}, at::kFloat);  // (B, V)
   Linear(hn, b, dim, Data(head_), vocab, logits.data_ptr<float>(), 0.0f, lin);
+  return logits;
+}
+
+at::Tensor Model::StepFused(absl::Span<DecodeState* const> states,
+                            absl::Span<const int32_t> tokens) const {
+  const int64_t b = int64_t(states.size());
+  std::lock_guard<std::mutex> lock(workspace_.mu);
+  int64_t scratch_floats = 0;
+  for (const Layer& l : layers_) {
+    scratch_floats = std::max(scratch_floats, l.attention->StepScratchFloats(b));
+  }
+  std::vector<int64_t> positions(b);
+  for (int64_t i = 0; i < b; ++i) positions[i] = states[i]->position_;
+  std::vector<attention::AttentionState*> layer_states(b);
+  at::Tensor logits = RunRowsFused(
+      tokens, positions.data(), scratch_floats,
+      [&](size_t li, float* q, float* k, float* v, float* o, float* scratch) {
+        for (int64_t i = 0; i < b; ++i) layer_states[i] = states[i]->layers_[li].get();
+        layers_[li].attention->StepRaw(layer_states, q, k, v, o, scratch);
+      });
   for (DecodeState* s : states) s->position_ += 1;
   return logits;
+}
+
+at::Tensor Model::PrefillFused(DecodeState& state, absl::Span<const int32_t> tokens) const {
+  // The prompt in blocks of at most kPrefillBlock tokens, each through every layer before
+  // the next: exact, since each block's attention sees the state the blocks before it
+  // left, and it bounds the workspace whatever the prompt's length.
+  constexpr int64_t kPrefillBlock = 512;
+  const int64_t t = int64_t(tokens.size());
+  std::lock_guard<std::mutex> lock(workspace_.mu);
+  int64_t scratch_floats = 0;
+  for (const Layer& l : layers_) {
+    scratch_floats =
+        std::max(scratch_floats, l.attention->PrefillScratchFloats(std::min(t, kPrefillBlock)));
+  }
+  at::Tensor logits = at::empty({t, config_.vocab_size}, at::kFloat);  // (T, V)
+  std::vector<int64_t> positions;
+  for (int64_t start = 0; start < t; start += kPrefillBlock) {
+    const int64_t len = std::min(kPrefillBlock, t - start);
+    positions.resize(len);
+    for (int64_t i = 0; i < len; ++i) positions[i] = state.position_ + i;
+    at::Tensor block = RunRowsFused(
+        tokens.subspan(start, len), positions.data(), scratch_floats,
+        [&](size_t li, float* q, float* k, float* v, float* o, float* scratch) {
+          layers_[li].attention->PrefillRaw(*state.layers_[li], len, q, k, v, o, scratch);
+        });
+    logits.narrow(0, start, len).copy_(block);
+    state.position_ += len;
+  }
+  return logits;
+}
+
+at::Tensor Model::BatchFused(absl::Span<const Segment> segments) const {
+  // Rows: first the one-token segments (one StepRaw over them all), then each longer
+  // segment's tokens (its own PrefillRaw on its rows). Every row goes through the
+  // projections and MLPs in the same BLAS calls.
+  std::vector<size_t> order;  // segment index by row group
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].tokens.size() == 1) order.push_back(i);
+  }
+  const int64_t decode = int64_t(order.size());
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].tokens.size() != 1) order.push_back(i);
+  }
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> positions, first_row(segments.size()), last_row(segments.size());
+  int64_t longest = 1;
+  for (size_t i : order) {
+    const Segment& seg = segments[i];
+    first_row[i] = int64_t(tokens.size());
+    for (size_t j = 0; j < seg.tokens.size(); ++j) {
+      tokens.push_back(seg.tokens[j]);
+      positions.push_back(seg.state->position_ + int64_t(j));
+    }
+    last_row[i] = int64_t(tokens.size()) - 1;
+    longest = std::max(longest, int64_t(seg.tokens.size()));
+  }
+  std::lock_guard<std::mutex> lock(workspace_.mu);
+  int64_t scratch_floats = 0;
+  for (const Layer& l : layers_) {
+    scratch_floats = std::max({scratch_floats, l.attention->StepScratchFloats(decode),
+                               l.attention->PrefillScratchFloats(longest)});
+  }
+  const int64_t dim = config_.dim;  // = H * D = H * Dv: a row's width in q, k, v, out
+  std::vector<attention::AttentionState*> layer_states(decode);
+  at::Tensor rows = RunRowsFused(
+      tokens, positions.data(), scratch_floats,
+      [&](size_t li, float* q, float* k, float* v, float* o, float* scratch) {
+        if (decode > 0) {
+          for (int64_t r = 0; r < decode; ++r) {
+            layer_states[r] = segments[order[r]].state->layers_[li].get();
+          }
+          layers_[li].attention->StepRaw(layer_states, q, k, v, o, scratch);
+        }
+        for (size_t g = size_t(decode); g < order.size(); ++g) {
+          const size_t i = order[g];
+          const int64_t at = first_row[i] * dim;
+          layers_[li].attention->PrefillRaw(*segments[i].state->layers_[li],
+                                            int64_t(segments[i].tokens.size()), q + at,
+                                            k + at, v + at, o + at, scratch);
+        }
+      });
+  for (const Segment& seg : segments) seg.state->position_ += int64_t(seg.tokens.size());
+  at::Tensor out = at::empty({int64_t(segments.size()), config_.vocab_size}, at::kFloat);
+  for (size_t i = 0; i < segments.size(); ++i) out[int64_t(i)].copy_(rows[last_row[i]]);
+  return out;  // (S, V)
 }
 
 }  // namespace attnserve::model

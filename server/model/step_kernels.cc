@@ -6,11 +6,21 @@
 
 namespace attnserve::model {
 
+namespace {
+// From this many rows (prefill blocks) x W^T straight into y beats W x^T plus a transpose.
+constexpr int64_t kDirectRows = 64;
+}  // namespace
+
 void Linear(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y,
             float beta, float* scratch) {
   if (rows == 1) {
     cblas_sgemv(CblasRowMajor, CblasNoTrans, int(out), int(in), 1.0f, w, int(in), x, 1, beta,
                 y, 1);
+    return;
+  }
+  if (rows >= kDirectRows) {  // y = x W^T (+ beta y): the orientation that wins for many rows
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(out), int(in), 1.0f, x,
+                int(in), w, int(in), beta, y, int(out));
     return;
   }
   // scratch (out, rows) = W (out, in) x^T (in, rows)

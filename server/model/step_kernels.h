@@ -11,7 +11,8 @@ namespace attnserve::model {
 // y (rows, out) = x (rows, in) W^T (+ beta * y), W (out, in) as LibTorch stores linear
 // weights: at::linear. One sgemv for one row; otherwise one sgemm computing
 // (W x^T) (out, rows) into `scratch` (rows * out floats), then transposed into y: OpenBLAS
-// runs that orientation 25-30% faster than x W^T for 8-32 rows at our widths. BLAS is
+// runs that orientation 25-30% faster than x W^T for 8-32 rows at our widths; from 64 rows
+// (prefill) one sgemm x W^T straight into y, with beta. BLAS is
 // libblas.so.3, the one LibTorch calls. beta 0 ignores what y held; beta 1 accumulates
 // (the residual).
 void Linear(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y,

@@ -19,8 +19,8 @@
 //   large  dim 512, 8 layers, 8 heads of 64, SwiGLU 1536
 // Modules: taylor order 2, softmax, linear. Workloads: decode of B = 1, 8, 32 sessions at
 // context 128; chunked prefill of a 4096-token prompt (Model::Prefill, chunk 64 unless
-// --chunk_size says otherwise); decode
-// of one session at context 4096 and 16384.
+// --chunk_size says otherwise) onto a fresh session and onto one at context 4096 (the
+// 4k-8k stretch of a long prompt); decode of one session at context 4096 and 16384.
 //
 // Per step, with L layers, H heads of D (= Dv), W = L (4 dim^2 + 3 dim hidden) + V dim
 // matrix weights, m features per head (taylor C(D+2, 2), linear D), 4-byte floats:
@@ -31,13 +31,14 @@
 //     FLOPs = 2 B W                               projections, MLP, head
 //           + B L H * 4 m (Dv + 1)                fixed: S += phi_k v^T, phi_q^T S (+z)
 //             or B L H * 2 (c + 1) (D + Dv)       softmax: q k^T and p v
-//   prefill (T tokens, chunks of C, fresh session):
+//   prefill (T tokens, chunks of C, onto a session at context c):
 //     bytes = 4 W + L H * 4 m (Dv + 1)            weights once, state once
 //           + 4 T (2 V + L (12 dim + 4 hidden))   activations written and read once
 //     FLOPs = 2 T W
 //           + T L H * (2 C (D + Dv) + 4 m (Dv + 1))          fixed: masked C x C block
 //                                                            + state read and update
-//             or L H * sum_t 2 (t + 1) (D + Dv)  = L H T (T + 1) (D + Dv)   softmax
+//             or L H * sum_p 2 (p + 1) (D + Dv), p = c .. c + T - 1          softmax
+//     softmax bytes also count the cache read once per chunk: L H 4 (D + Dv) T/C (c + T/2)
 // The limit of a step is max(bytes / bandwidth, FLOPs / sgemm peak); "% of limit" is
 // limit / measured time. Two bandwidths: DRAM (768 MiB), and the one measured at the
 // step's own footprint (the distinct bytes a step touches, weights and states counted
@@ -234,7 +235,7 @@ void DecodeCost(const ModelConfig& c, int64_t batch, int64_t context, Row& r) {
   }
 }
 
-void PrefillCost(const ModelConfig& c, int64_t t, Row& r) {
+void PrefillCost(const ModelConfig& c, int64_t t, int64_t context, Row& r) {
   const double w = double(c.num_layers) * (4.0 * c.dim * c.dim + 3.0 * c.dim * c.mlp_hidden) +
                    double(c.vocab_size) * c.dim;
   const auto& a = c.attention;
@@ -247,7 +248,12 @@ void PrefillCost(const ModelConfig& c, int64_t t, Row& r) {
     r.flops += t * lh * (2.0 * a.chunk_size * (a.head_dim + a.value_dim) +
                          4 * m * (a.value_dim + 1));
   } else {
-    r.flops += lh * double(t) * double(t + 1) * (a.head_dim + a.value_dim);
+    // sum over positions p = context .. context + t - 1 of 2 (p + 1) (D + Dv), plus the
+    // cache read once per chunk of queries.
+    const double end = double(context + t), begin = double(context);
+    r.flops += lh * (end * (end + 1) - begin * (begin + 1)) * (a.head_dim + a.value_dim);
+    r.bytes += lh * 4.0 * (a.head_dim + a.value_dim) *
+               (double(t) / a.chunk_size) * (begin + double(t) / 2);
   }
   r.footprint = r.bytes;
 }
@@ -273,11 +279,14 @@ double TimeDecode(const Model& m, int64_t batch, int64_t context, int reps) {
   return Median(times);
 }
 
-double TimePrefill(const Model& m, int64_t t, int reps) {
+// Median time of one Prefill of t tokens onto a session at `context` (a copy of it each
+// time).
+double TimePrefill(const Model& m, int64_t t, int64_t context, int reps) {
   const std::vector<int32_t> prompt = Tokens(t);
+  std::unique_ptr<DecodeState> base = context > 0 ? SessionAt(m, context) : m.NewState();
   std::vector<double> times;
   for (int i = 0; i < reps; ++i) {
-    auto st = m.NewState();
+    auto st = base->Clone();
     auto t0 = Clock::now();
     at::Tensor logits = m.Prefill(*st, prompt).value();
     auto t1 = Clock::now();
@@ -377,12 +386,18 @@ int main(int argc, char** argv) {
           print(r);
         }
       }
-      if (Wanted(workloads, "prefill")) {
+      for (int64_t context : {0, 4096}) {
+        if (!Wanted(workloads, "prefill")) break;
         const int64_t t = 4096;
-        Row r{s.name, mod.label, "prefill 4k", 1, t};
-        PrefillCost(c, t, r);
-        r.seconds = TimePrefill(*model, t, std::max(1, s.reps / 10));
+        Row r{s.name, mod.label, context == 0 ? "prefill 4k" : "prefill 4k at ctx 4k", 1, t};
+        PrefillCost(c, t, context, r);
+        r.seconds = TimePrefill(*model, t, context, std::max(1, s.reps / 10));
         print(r);
+        if (reference) {
+          r.module = ref_label;
+          r.seconds = TimePrefill(*reference, t, context, std::max(1, s.reps / 10));
+          print(r);
+        }
       }
       for (int64_t context : {4096, 16384}) {
         if (!Wanted(workloads, "context")) break;

@@ -120,6 +120,147 @@ INSTANTIATE_TEST_SUITE_P(
              (info.param.qk_norm ? "_qknorm" : "");
     });
 
+// The fused prefill (PrefillRaw of each module, prompts in blocks of 512) against the
+// LibTorch prefill: prompts of 1 token, of several chunks, and of 700 tokens (two blocks,
+// a partial last chunk), each from a fresh state and again after an earlier prefill;
+// every logit row and the states left behind agree, and a step after them too.
+class FusedPrefill : public testing::TestWithParam<Variant> {
+ protected:
+  void SetUp() override { at::set_num_threads(1); }
+};
+
+TEST_P(FusedPrefill, MatchesLibTorchPrefill) {
+  auto fused = MakeScaled(StepConfig(GetParam(), /*reference=*/false));
+  auto reference = MakeScaled(StepConfig(GetParam(), /*reference=*/true));
+  for (int first : {1, 45, 700}) {
+    auto sf = fused->NewState(), sr = reference->NewState();
+    double worst = 0, spread = 0;
+    for (int round = 0; round < 2; ++round) {  // fresh, then on top of the first prompt
+      const std::vector<int32_t> prompt = Text(round == 0 ? first : 23, 5 * round + first);
+      auto lf = fused->Prefill(*sf, prompt);
+      auto lr = reference->Prefill(*sr, prompt);
+      ASSERT_TRUE(lf.ok()) << lf.status();
+      ASSERT_TRUE(lr.ok()) << lr.status();
+      ASSERT_EQ(lf->sizes(), lr->sizes());
+      worst = std::max(worst, (*lf - *lr).abs().max().item<double>());
+      spread = std::max(spread, lr->std().item<double>());
+    }
+    std::vector<DecodeState*> one_f = {sf.get()}, one_r = {sr.get()};
+    auto nf = fused->Step(one_f, Text(1, 9)), nr = reference->Step(one_r, Text(1, 9));
+    ASSERT_TRUE(nf.ok() && nr.ok());
+    worst = std::max(worst, (*nf - *nr).abs().max().item<double>());
+    if (first > 1) EXPECT_GT(spread, 0.1) << "logits too flat to compare";
+    EXPECT_LE(worst, 1e-4) << "prompt of " << first;
+    ASSERT_EQ(sf->position(), sr->position());
+    for (int l = 0; l < sf->num_layers(); ++l) {
+      const auto tf = sf->layer(l).Tensors(), tr = sr->layer(l).Tensors();
+      ASSERT_EQ(tf.size(), tr.size());
+      for (size_t i = 0; i < tf.size(); ++i) {
+        const double scale = 1 + tr[i].second.abs().max().item<double>();
+        EXPECT_LE((tf[i].second - tr[i].second).abs().max().item<double>(), 1e-5 * scale)
+            << "prompt " << first << " layer " << l << " tensor " << tf[i].first;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modules, FusedPrefill,
+    testing::Values(Variant{"taylor", 2, false}, Variant{"taylor", 4, false},
+                    Variant{"taylor", 2, true}, Variant{"taylor_norm", 2, false},
+                    Variant{"linear", 2, false}, Variant{"softmax", 2, false},
+                    Variant{"softmax", 2, true}, Variant{"softmax_norm", 2, false}),
+    [](const testing::TestParamInfo<Variant>& info) {
+      return info.param.module + std::to_string(info.param.order) +
+             (info.param.qk_norm ? "_qknorm" : "");
+    });
+
+// One engine step over mixed segments (Model::Batch): decoding sessions (one token) and
+// prefilling ones (chunks of several tokens) in the same fused pass, against the
+// reference (Step for the one-token segments, Prefill for each other), three steps in a
+// row with the roles changing; the last-token logits and the states agree.
+class FusedBatch : public testing::TestWithParam<Variant> {
+ protected:
+  void SetUp() override { at::set_num_threads(1); }
+};
+
+TEST_P(FusedBatch, MatchesStepAndPrefill) {
+  auto fused = MakeScaled(StepConfig(GetParam(), /*reference=*/false));
+  auto reference = MakeScaled(StepConfig(GetParam(), /*reference=*/true));
+  const std::vector<int> start = {0, 12, 30, 5, 0};
+  std::vector<std::unique_ptr<DecodeState>> own_f, own_r;
+  for (size_t s = 0; s < start.size(); ++s) {
+    own_f.push_back(fused->NewState());
+    own_r.push_back(reference->NewState());
+    if (start[s] > 0) {
+      ASSERT_TRUE(fused->Prefill(*own_f.back(), Text(start[s], int(s))).ok());
+      ASSERT_TRUE(reference->Prefill(*own_r.back(), Text(start[s], int(s))).ok());
+    }
+  }
+  // Tokens per session per step (0: the session sits the step out).
+  const std::vector<std::vector<int>> plan = {{7, 1, 1, 40, 0}, {1, 1, 23, 1, 3}, {1, 0, 1, 1, 1}};
+  double worst = 0, spread = 0;
+  for (size_t step = 0; step < plan.size(); ++step) {
+    std::vector<std::vector<int32_t>> text;
+    std::vector<Model::Segment> seg_f, seg_r;
+    for (size_t s = 0; s < start.size(); ++s) {
+      if (plan[step][s] == 0) continue;
+      text.push_back(Text(plan[step][s], int(3 * step + s)));
+    }
+    for (size_t s = 0, n = 0; s < start.size(); ++s) {
+      if (plan[step][s] == 0) continue;
+      seg_f.push_back({own_f[s].get(), text[n]});
+      seg_r.push_back({own_r[s].get(), text[n]});
+      ++n;
+    }
+    auto lf = fused->Batch(seg_f);
+    auto lr = reference->Batch(seg_r);
+    ASSERT_TRUE(lf.ok()) << lf.status();
+    ASSERT_TRUE(lr.ok()) << lr.status();
+    ASSERT_EQ(lf->sizes(), lr->sizes());
+    ASSERT_EQ(lf->size(0), int64_t(seg_f.size()));
+    worst = std::max(worst, (*lf - *lr).abs().max().item<double>());
+    spread = std::max(spread, lr->std().item<double>());
+  }
+  EXPECT_GT(spread, 0.1) << "logits too flat to compare";
+  EXPECT_LE(worst, 1e-4);
+  for (size_t s = 0; s < start.size(); ++s) {
+    ASSERT_EQ(own_f[s]->position(), own_r[s]->position());
+    for (int l = 0; l < own_f[s]->num_layers(); ++l) {
+      const auto tf = own_f[s]->layer(l).Tensors(), tr = own_r[s]->layer(l).Tensors();
+      for (size_t i = 0; i < tf.size(); ++i) {
+        const double scale = 1 + tr[i].second.abs().max().item<double>();
+        EXPECT_LE((tf[i].second - tr[i].second).abs().max().item<double>(), 1e-5 * scale)
+            << "session " << s << " layer " << l << " tensor " << tf[i].first;
+      }
+    }
+  }
+}
+
+TEST(FusedBatchChecks, EverySegmentIsCheckedBeforeAnyStateMoves) {
+  auto m = MakeScaled(StepConfig({"taylor", 2, false}, false));
+  auto a = m->NewState(), b = m->NewState();
+  const std::vector<int32_t> ok = Text(4, 0), bad = {65, 900};
+  std::vector<Model::Segment> segs = {{a.get(), ok}, {b.get(), bad}};
+  EXPECT_EQ(m->Batch(segs).status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<Model::Segment> twice = {{a.get(), ok}, {a.get(), ok}};
+  EXPECT_EQ(m->Batch(twice).status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<Model::Segment> empty = {{a.get(), {}}};
+  EXPECT_EQ(m->Batch(empty).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a->position(), 0);
+  EXPECT_EQ(b->position(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modules, FusedBatch,
+    testing::Values(Variant{"taylor", 2, false}, Variant{"taylor_norm", 2, false},
+                    Variant{"linear", 2, false}, Variant{"softmax", 2, false},
+                    Variant{"softmax_norm", 2, true}),
+    [](const testing::TestParamInfo<Variant>& info) {
+      return info.param.module + std::to_string(info.param.order) +
+             (info.param.qk_norm ? "_qknorm" : "");
+    });
+
 TEST(FusedStepPath, TheEnvironmentForcesTheReference) {
   ASSERT_EQ(setenv("ATTNSERVE_REFERENCE_STEP", "1", 1), 0);
   auto forced = MakeScaled(StepConfig({"taylor", 2, false}, false));
