@@ -181,8 +181,9 @@ bool Scheduler::Step(std::vector<std::unique_ptr<Turn>>& turns) {
   int64_t prefill_budget = options_.prefill_tokens_per_step > 0
                                ? options_.prefill_tokens_per_step
                                : std::numeric_limits<int64_t>::max();
-  // Decode tokens of every turn, one batch per model.
-  std::map<const model::Model*, std::vector<Turn*>> decode;
+  // Every turn's work this step, one batch per model: decoding turns append their next
+  // token, prefilling turns a chunk of their prompt (DESIGN.md §4).
+  std::map<const model::Model*, StepWork> work;
   for (auto& owned : turns) {
     Turn& t = *owned;
     if (t.sampler == nullptr && !t.done) {  // first sight of this turn: set it up
@@ -218,12 +219,12 @@ bool Scheduler::Step(std::vector<std::unique_ptr<Turn>>& turns) {
     }
     if (t.prefilling()) {
       if (prefill_budget > 0) {
-        prefill_budget -= Prefill(t, prefill_budget);
+        prefill_budget -= PlanPrefill(t, prefill_budget, work[&t.model()]);
         progressed = true;
       }
     } else if (!t.sink->Full()) {
       t.full_since = absl::InfiniteFuture();
-      decode[&t.model()].push_back(&t);
+      PlanDecode(t, work[&t.model()]);
     } else if (t.full_since == absl::InfiniteFuture()) {
       t.full_since = now;
     } else if (now - t.full_since >= options_.stream_idle_timeout) {
@@ -235,8 +236,9 @@ bool Scheduler::Step(std::vector<std::unique_ptr<Turn>>& turns) {
                  " (--stream_idle_timeout); the turn was stopped")));
     }
   }
-  for (auto& [model, batch] : decode) {
-    DecodeBatch(batch);
+  for (auto& [model, planned] : work) {
+    if (planned.turns.empty()) continue;
+    RunBatch(*model, planned);
     progressed = true;
   }
   return progressed;
@@ -253,65 +255,90 @@ int64_t ChargeAfter(const model::Model& m, const model::DecodeState& state, int6
 
 }  // namespace
 
-int64_t Scheduler::Prefill(Turn& t, int64_t max_tokens) {
+int64_t Scheduler::PlanPrefill(Turn& t, int64_t max_tokens, StepWork& work) {
   const model::Model& m = t.model();
   const size_t n = std::min({t.to_prefill.size() - t.prefilled,
                              size_t(std::max(1, options_.prefill_chunk_tokens)),
                              size_t(std::max<int64_t>(1, max_tokens))});
   model::DecodeState& state = t.session->state();
+  const auto chunk = absl::MakeConstSpan(t.to_prefill).subspan(t.prefilled, n);
+  // Checked here, alone, so a bad chunk ends only its own turn, before any state moves.
+  if (absl::Status s = m.CheckAppend(state, chunk); !s.ok()) {
+    Finish(t, FinishReason::kError, s);
+    return int64_t(n);
+  }
   if (absl::Status s = options_.store->Charge(*t.session, ChargeAfter(m, state, int64_t(n)));
       !s.ok()) {
     Finish(t, FinishReason::kError, s);
     return 0;
   }
   // Only a prompt that takes several calls can end half-way in (a cancel, a deadline, the
-  // budget or a bad token in a later chunk); a prompt done in one call is checked by the
-  // model before it touches the state. Skipping the copy there keeps it off the time to
-  // first token of short turns (about 1 ms at 3.5 MB of state).
+  // budget, a failed step in a later chunk); a prompt done in one call is checked above
+  // before it touches the state. Skipping the copy there keeps it off the time to first
+  // token of short turns (about 1 ms at 3.5 MB of state).
   if (t.prefilled == 0 && n < t.to_prefill.size()) t.checkpoint = state.Checkpoint();
-  auto logits = m.Prefill(state, absl::MakeConstSpan(t.to_prefill).subspan(t.prefilled, n));
-  if (!logits.ok()) {
-    Finish(t, FinishReason::kError, logits.status());
-    return int64_t(n);
-  }
-  t.prefilled += n;
-  t.session->PublishProgress();
-  if (!t.prefilling()) {
-    t.checkpoint.reset();  // the prompt is in: from here on the turn keeps what it did
-    at::Tensor last = (*logits)[-1].contiguous();  // (V)
-    Emit(t, last.data_ptr<float>(), last.numel());
-  }
+  work.turns.push_back(&t);
+  work.segments.push_back({&state, chunk});
   return int64_t(n);
 }
 
-void Scheduler::DecodeBatch(std::vector<Turn*>& batch) {
-  std::vector<model::DecodeState*> states;
-  std::vector<int32_t> tokens;
-  std::vector<Turn*> ready;
-  for (Turn* t : batch) {
-    model::DecodeState& state = t->session->state();
-    if (absl::Status s = options_.store->Charge(*t->session, ChargeAfter(t->model(), state, 1));
-        !s.ok()) {
-      Finish(*t, FinishReason::kError, s);
-      continue;
-    }
-    states.push_back(&state);
-    tokens.push_back(*t->next_input);
-    ready.push_back(t);
-  }
-  if (ready.empty()) return;
-  auto logits = ready[0]->model().Step(states, tokens);  // (B, V)
-  if (!logits.ok()) {
-    for (Turn* t : ready) Finish(*t, FinishReason::kError, logits.status());
+void Scheduler::PlanDecode(Turn& t, StepWork& work) {
+  model::DecodeState& state = t.session->state();
+  const auto token = absl::MakeConstSpan(&*t.next_input, 1);
+  if (absl::Status s = t.model().CheckAppend(state, token); !s.ok()) {
+    Finish(t, FinishReason::kError, s);
     return;
   }
-  if (ready[0]->metrics != nullptr) ready[0]->metrics->ObserveBatchSize(int(ready.size()));
-  at::Tensor rows = logits->contiguous();
-  const int64_t vocab = rows.size(1);
-  for (size_t i = 0; i < ready.size(); ++i) {
-    ready[i]->next_input.reset();  // now in the state
-    ready[i]->session->PublishProgress();
-    Emit(*ready[i], rows.data_ptr<float>() + i * vocab, vocab);
+  if (absl::Status s = options_.store->Charge(*t.session, ChargeAfter(t.model(), state, 1));
+      !s.ok()) {
+    Finish(t, FinishReason::kError, s);
+    return;
+  }
+  work.turns.push_back(&t);
+  work.segments.push_back({&state, token});
+}
+
+void Scheduler::RunBatch(const model::Model& m, StepWork& work) {
+  // One Model::Batch per group of at most kMaxRowsPerCall rows (one group unless the
+  // prefill budget is off and many prompts land at once): the workspace stays bounded.
+  constexpr int64_t kMaxRowsPerCall = 2048;
+  size_t begin = 0;
+  while (begin < work.turns.size()) {
+    size_t end = begin;
+    int64_t rows = 0;
+    while (end < work.turns.size() &&
+           (end == begin || rows + int64_t(work.segments[end].tokens.size()) <= kMaxRowsPerCall)) {
+      rows += int64_t(work.segments[end].tokens.size());
+      ++end;
+    }
+    const size_t first = begin;
+    const auto turns = absl::MakeSpan(work.turns).subspan(first, end - first);
+    auto logits = m.Batch(absl::MakeConstSpan(work.segments).subspan(first, end - first));
+    begin = end;
+    if (!logits.ok()) {
+      for (Turn* t : turns) Finish(*t, FinishReason::kError, logits.status());
+      continue;
+    }
+    int decoding = 0;
+    for (Turn* t : turns) decoding += t->prefilling() ? 0 : 1;
+    if (decoding > 0 && turns[0]->metrics != nullptr) {
+      turns[0]->metrics->ObserveBatchSize(decoding);
+    }
+    at::Tensor out = logits->contiguous();  // (S, V)
+    const int64_t vocab = out.size(1);
+    for (size_t i = 0; i < turns.size(); ++i) {
+      Turn& t = *turns[i];
+      if (t.prefilling()) {
+        t.prefilled += work.segments[first + i].tokens.size();
+        t.session->PublishProgress();
+        if (t.prefilling()) continue;  // more prompt next step
+        t.checkpoint.reset();  // the prompt is in: from here on the turn keeps what it did
+      } else {
+        t.next_input.reset();  // now in the state
+        t.session->PublishProgress();
+      }
+      Emit(t, out.data_ptr<float>() + int64_t(i) * vocab, vocab);
+    }
   }
 }
 

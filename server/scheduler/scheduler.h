@@ -75,10 +75,19 @@ class Scheduler {
   void EngineLoop();
   // One engine step over `turns`; returns false when nothing could run.
   bool Step(std::vector<std::unique_ptr<Turn>>& turns);
-  // Prefills the turn's next chunk, at most `max_tokens` (>= 1) prompt tokens; returns
-  // how many it spent.
-  int64_t Prefill(Turn& turn, int64_t max_tokens);
-  void DecodeBatch(std::vector<Turn*>& batch);
+  // One model's share of an engine step: turns[i] appends segments[i].
+  struct StepWork {
+    std::vector<Turn*> turns;
+    std::vector<model::Model::Segment> segments;
+  };
+  // Plans the turn's next prompt chunk, at most `max_tokens` (>= 1) tokens, into `work`
+  // (checked, charged, checkpointed); returns how many of the budget it spent.
+  int64_t PlanPrefill(Turn& turn, int64_t max_tokens, StepWork& work);
+  // Plans the turn's next token into `work` (checked, charged).
+  void PlanDecode(Turn& turn, StepWork& work);
+  // Runs the planned segments in Model::Batch calls and hands each turn its logits: a
+  // decoding turn samples; a prefilling turn samples once its prompt is all in.
+  void RunBatch(const model::Model& m, StepWork& work);
   // Samples from `logits` (V; the engine's scratch copy, may be edited) and streams
   // the token; may finish the turn.
   void Emit(Turn& turn, float* logits, int64_t vocab);

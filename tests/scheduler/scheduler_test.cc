@@ -424,7 +424,11 @@ TEST_F(SchedulerTest, TurnsThatFailBeforeTheirPromptIsInLeaveTheSessionUntouched
       Scheduler::Options so;
       so.store = store_.get();
       so.prefill_chunk_tokens = 16;
-      so.prefill_tokens_per_step = 16;
+      // Mid-prefill cancel and deadline: one prompt token per step, so 4,000 steps (tens
+      // of ms even on the fused path) stand between the first chunk and the prompt's end.
+      const bool mid_prefill =
+          failure == Failure::kDeadlineMidPrefill || failure == Failure::kCancelMidPrefill;
+      so.prefill_tokens_per_step = mid_prefill ? 1 : 16;
       scheduler_ = std::make_unique<Scheduler>(so);
 
       auto [session, first] = Run(model, Greedy("In the beginning", 5));
@@ -439,8 +443,9 @@ TEST_F(SchedulerTest, TurnsThatFailBeforeTheirPromptIsInLeaveTheSessionUntouched
       if (failure == Failure::kBudget) request = Greedy(std::string(3000, 'x'), 5);
       if (failure == Failure::kContext) request = Greedy(std::string(4090, 'x'), 5);
       if (failure == Failure::kDeadline) request.deadline = absl::Now() - absl::Seconds(1);
+      if (mid_prefill) request = Greedy(std::string(4000, 'x'), 5);
       if (failure == Failure::kDeadlineMidPrefill) {
-        request.deadline = absl::Now() + absl::Milliseconds(20);
+        request.deadline = absl::Now() + absl::Milliseconds(10);
       }
       if (failure == Failure::kModelError) request.prompt[900] = 1 << 20;  // no such token
       auto lease = store_->BeginTurn(session->id());
