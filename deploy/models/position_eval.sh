@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Loss by position along the context, out to 16k bytes (deploy/models/NEW_DEFAULT.md):
+# Loss by position along the context, out to 16k bytes (README.md, "The default model"):
 # every whole 16,385-byte stretch of the KJV validation split (13 of them) is fed
 # continuously through each model's serving path (chunked prefill into one session per
 # stretch: the recurrent state for taylor/taylor_norm/linear, the KV cache for softmax),
