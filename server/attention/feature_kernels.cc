@@ -2,13 +2,7 @@
 
 #include <vector>
 
-// The build targets baseline x86-64 (SSE2) so binaries run anywhere; these loops are
-// cloned for AVX2 and AVX-512 and the best one is picked at load time (GCC ifunc).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define ATTNSERVE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define ATTNSERVE_CLONES
-#endif
+#include "server/attention/target_clones.h"
 
 namespace attnserve::attention {
 

@@ -10,12 +10,7 @@
 #include <immintrin.h>
 #endif
 
-// Baseline x86-64 build; the exp loop is cloned for AVX2 and AVX-512 (feature_kernels.cc).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define ATTNSERVE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define ATTNSERVE_CLONES
-#endif
+#include "server/attention/target_clones.h"
 
 namespace attnserve::attention {
 
