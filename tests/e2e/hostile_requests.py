@@ -69,7 +69,11 @@ def main():
         except grpc.RpcError as e:
             return e.code(), e.details() or "", None
 
-    def import_(chunks, who="alice"):
+    def import_(blobs, who="alice"):
+        # Each blob in chunks of at most 1 MiB, as the API asks (a snapshot of the default
+        # model is 1.8 MB: one message would pass the server's request size limit).
+        mib = 1 << 20
+        chunks = [b[i:i + mib] for b in blobs for i in range(0, max(len(b), 1), mib)]
         try:
             s = stub.ImportSession(iter([pb.ImportSessionRequest(data=c) for c in chunks]),
                                    metadata=md(who), timeout=30)
