@@ -31,5 +31,9 @@ echo
 echo "== $client --server=$listen generate --max_tokens=120 --temperature=0.8 \"In the beginning\""
 "$client" --server="$listen" generate --max_tokens=120 --temperature=0.8 "In the beginning"
 echo
+# The README's samples (README.md, "The default model"): 1,000 bytes, greedy.
+echo "== $client --server=$listen generate --max_tokens=1000 --ignore_eos --temperature=0 \"In the beginning\""
+"$client" --server="$listen" generate --max_tokens=1000 --ignore_eos --temperature=0 "In the beginning"
+echo
 echo "run.sh: the server keeps serving on $listen; try '$client --help'. Ctrl-C stops it."
 wait $server_pid
