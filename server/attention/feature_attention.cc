@@ -85,6 +85,23 @@ at::Tensor CausalMask(int64_t t, const at::TensorOptions& options) {
   return at::ones({t, t}, options).tril();
 }
 
+// Normalise, row by row (rows of dv floats, `ld` apart): num / den[r] under the sum
+// normaliser (den non-null), num / |num| under L2 (den null), as Normalise does.
+void NormaliseRows(float* out, int64_t rows, int64_t dv, int64_t ld, const float* den) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = out + r * ld;
+    float scale;
+    if (den != nullptr) {
+      scale = 1.0f / den[r];
+    } else {
+      float ss = 0;
+      for (int64_t c = 0; c < dv; ++c) ss += row[c] * row[c];
+      scale = 1.0f / std::max(std::sqrt(ss), 1e-30f);
+    }
+    for (int64_t c = 0; c < dv; ++c) row[c] *= scale;
+  }
+}
+
 FeatureState& AsFeatureState(AttentionState& state) {
   auto* s = dynamic_cast<FeatureState*>(&state);
   TORCH_CHECK(s != nullptr, "attention state does not belong to a feature-map module");
@@ -263,18 +280,7 @@ void FeatureAttention::StepRaw(absl::Span<AttentionState* const> states, float* 
                        out + i * h * dv, den + i * h);
     st.position += 1;
   }
-  for (int64_t r = 0; r < b * h; ++r) {  // Normalise: num / den, or num / |num|
-    float* row = out + r * dv;
-    float scale;
-    if (sum) {
-      scale = 1.0f / den[r];
-    } else {
-      float ss = 0;
-      for (int64_t c = 0; c < dv; ++c) ss += row[c] * row[c];
-      scale = 1.0f / std::max(std::sqrt(ss), 1e-30f);
-    }
-    for (int64_t c = 0; c < dv; ++c) row[c] *= scale;
-  }
+  NormaliseRows(out, b * h, dv, dv, sum ? den : nullptr);
 }
 
 int64_t FeatureAttention::PrefillScratchFloats(int64_t t) const {
@@ -347,18 +353,7 @@ void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, fl
       // S_h += phi_k^T v_h: (m, len) (len, Dv).
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(m), int(dv), n, 1.0f, pk, ldp,
                   vh, ldv, 1.0f, sh, int(dv));
-      for (int64_t i = 0; i < len; ++i) {  // Normalise: num / den, or num / |num|
-        float* row = oh + i * ldv;
-        float scale;
-        if (sum) {
-          scale = 1.0f / den[i];
-        } else {
-          float ss = 0;
-          for (int64_t c = 0; c < dv; ++c) ss += row[c] * row[c];
-          scale = 1.0f / std::max(std::sqrt(ss), 1e-30f);
-        }
-        for (int64_t c = 0; c < dv; ++c) row[c] *= scale;
-      }
+      NormaliseRows(oh, len, dv, ldv, sum ? den : nullptr);
     }
   }
   st.position += t;
