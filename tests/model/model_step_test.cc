@@ -55,6 +55,21 @@ std::vector<int32_t> Text(int n, int offset) {
   return ids;
 }
 
+// The fused path's state `f` against the reference's `r`: same position, and every tensor
+// of every layer within 1e-5 of r's largest magnitude (plus one).
+void ExpectSameState(const DecodeState& f, const DecodeState& r, const std::string& what) {
+  ASSERT_EQ(f.position(), r.position()) << what;
+  for (int l = 0; l < f.num_layers(); ++l) {
+    const auto tf = f.layer(l).Tensors(), tr = r.layer(l).Tensors();
+    ASSERT_EQ(tf.size(), tr.size()) << what << " layer " << l;
+    for (size_t i = 0; i < tf.size(); ++i) {
+      const double scale = 1 + tr[i].second.abs().max().item<double>();
+      EXPECT_LE((tf[i].second - tr[i].second).abs().max().item<double>(), 1e-5 * scale)
+          << what << " layer " << l << " tensor " << tf[i].first;
+    }
+  }
+}
+
 class FusedStep : public testing::TestWithParam<Variant> {
  protected:
   void SetUp() override { at::set_num_threads(1); }
@@ -94,16 +109,7 @@ TEST_P(FusedStep, MatchesLibTorchStep) {
     EXPECT_GT(spread, 0.1) << "logits too flat for the comparison to mean anything";
     EXPECT_LE(worst, 1e-4) << "batch " << batch;
     for (int s = 0; s < batch; ++s) {
-      EXPECT_EQ(states_f[s]->position(), states_r[s]->position());
-      for (int l = 0; l < states_f[s]->num_layers(); ++l) {
-        const auto tf = states_f[s]->layer(l).Tensors(), tr = states_r[s]->layer(l).Tensors();
-        ASSERT_EQ(tf.size(), tr.size());
-        for (size_t i = 0; i < tf.size(); ++i) {
-          const double scale = 1 + tr[i].second.abs().max().item<double>();
-          EXPECT_LE((tf[i].second - tr[i].second).abs().max().item<double>(), 1e-5 * scale)
-              << "session " << s << " layer " << l << " tensor " << tf[i].first;
-        }
-      }
+      ExpectSameState(*states_f[s], *states_r[s], "session " + std::to_string(s));
     }
   }
 }
@@ -151,16 +157,7 @@ TEST_P(FusedPrefill, MatchesLibTorchPrefill) {
     worst = std::max(worst, (*nf - *nr).abs().max().item<double>());
     if (first > 1) EXPECT_GT(spread, 0.1) << "logits too flat to compare";
     EXPECT_LE(worst, 1e-4) << "prompt of " << first;
-    ASSERT_EQ(sf->position(), sr->position());
-    for (int l = 0; l < sf->num_layers(); ++l) {
-      const auto tf = sf->layer(l).Tensors(), tr = sr->layer(l).Tensors();
-      ASSERT_EQ(tf.size(), tr.size());
-      for (size_t i = 0; i < tf.size(); ++i) {
-        const double scale = 1 + tr[i].second.abs().max().item<double>();
-        EXPECT_LE((tf[i].second - tr[i].second).abs().max().item<double>(), 1e-5 * scale)
-            << "prompt " << first << " layer " << l << " tensor " << tf[i].first;
-      }
-    }
+    ExpectSameState(*sf, *sr, "prompt " + std::to_string(first));
   }
 }
 
@@ -225,15 +222,7 @@ TEST_P(FusedBatch, MatchesStepAndPrefill) {
   EXPECT_GT(spread, 0.1) << "logits too flat to compare";
   EXPECT_LE(worst, 1e-4);
   for (size_t s = 0; s < start.size(); ++s) {
-    ASSERT_EQ(own_f[s]->position(), own_r[s]->position());
-    for (int l = 0; l < own_f[s]->num_layers(); ++l) {
-      const auto tf = own_f[s]->layer(l).Tensors(), tr = own_r[s]->layer(l).Tensors();
-      for (size_t i = 0; i < tf.size(); ++i) {
-        const double scale = 1 + tr[i].second.abs().max().item<double>();
-        EXPECT_LE((tf[i].second - tr[i].second).abs().max().item<double>(), 1e-5 * scale)
-            << "session " << s << " layer " << l << " tensor " << tf[i].first;
-      }
-    }
+    ExpectSameState(*own_f[s], *own_r[s], "session " + std::to_string(s));
   }
 }
 
