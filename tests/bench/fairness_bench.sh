@@ -27,17 +27,11 @@ for arg in "$@"; do
     *) echo "fairness_bench: unknown argument $arg (see the header of $0)" >&2; exit 2 ;;
   esac
 done
-py=/usr/bin/python3
 work=$(mktemp -d /tmp/fairness_bench.XXXXXX)
-server_pid=""
-cleanup() {
-  if [ -n "$server_pid" ]; then kill -TERM "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
+# py, server_pid, free_port and stop (SIGTERM, then SIGKILL after 5 s) from the e2e tests.
+source "$repo/tests/e2e/lib.sh"
+cleanup() { stop "$server_pid"; rm -rf "$work"; }
 trap cleanup EXIT
-free_port() {
-  "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 server_bin=$build/server/attnserve_server client_bin=$build/client/attnserve_client
 prompt=$("$py" -c "import sys; t='And God said, Let there be light: and there was light. '; n=int(sys.argv[1]); print((t * (n // len(t) + 1))[:n])" "$prompt_bytes")
 

@@ -23,17 +23,11 @@ for arg in "$@"; do
     *) echo "roofline_e2e: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
-py=/usr/bin/python3
 work=$(mktemp -d /tmp/roofline_e2e.XXXXXX)
-server_pid=""
-cleanup() {
-  if [ -n "$server_pid" ]; then kill -TERM "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
+# py, server_pid, free_port and stop (SIGTERM, then SIGKILL after 5 s) from the e2e tests.
+source "$(dirname "$0")/../e2e/lib.sh"
+cleanup() { stop "$server_pid"; rm -rf "$work"; }
 trap cleanup EXIT
-free_port() {
-  "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 "$build/server/tools/attnserve_init_model" --out="$work/mid" --name=mid --attention=taylor \
   --order=2 --dim=256 --layers=6 --heads=8 --mlp_hidden=768 --seed=1 >/dev/null
 # serve MODE: one server (MODE fused, or reference: ATTNSERVE_REFERENCE_STEP=1), bench at 1
