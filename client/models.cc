@@ -43,7 +43,7 @@ std::string OrDefault(T value, D default_value) {
 }
 
 // The checkpoint's attention config, e.g. "taylor (order 2), qk_norm
-// temperature 4 (learned), chunk 64".
+// temperature 4 (learned), chunk 64, decay horizon 128".
 std::string DescribeAttentionConfig(const v1::ModelConfig& config) {
   const v1::AttentionConfig& a = config.attention();
   std::string text = FormatAttention(a.module(), a.order());
@@ -56,6 +56,7 @@ std::string DescribeAttentionConfig(const v1::ModelConfig& config) {
         a.learn_temperature() ? " (learned)" : "");
   }
   absl::StrAppend(&text, ", chunk ", OrDefault(a.chunk_size(), 64));
+  if (a.decay_horizon() != 0) absl::StrAppend(&text, ", decay horizon ", a.decay_horizon());
   return text;
 }
 

@@ -11,23 +11,40 @@
 # 100 steps (a few minutes). Runs at the lowest priority in the background and is
 # resumable: rerun the script after an interruption (or in the next working session) and
 # it continues from checkpoint.bin. Progress goes to deploy/models/NAME.train.log.
+# Stage 2 fine-tunes those weights into the shipped default, kjv-taylor2-decay: the same
+# shape with a per-head decay (configs-long/kjv-taylor2-decay.pbtxt; horizons 4 to 128
+# bytes), 1,000 steps of 16 x 512-byte windows from --init_from=kjv-taylor2-long, lr 1e-3
+# on a cosine, 50 steps of warm-up. Stage 1 is skipped when its weights exist.
 # Usage: deploy/models/train_default.sh [BUILD_DIR [PID_FILE]]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
 pid_file=${2:-/tmp/attnserve_train_default.pid}
-name=kjv-taylor2-long
 if [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null; then
   echo "train_default.sh: already running as pid $(cat "$pid_file") ($pid_file)" >&2
   exit 1
 fi
 corpus=$build/corpus/kjv.txt
 [ -f "$corpus" ] || deploy/corpus.sh "$corpus"
-nohup nice -n 19 "$build/server/trainer/attnserve_train" \
-  --config="deploy/models/configs-long/$name.pbtxt" --corpus="$corpus" \
-  --out="deploy/models/$name" --steps=2000 --batch=16 --seq_len=512 \
-  --short_seq_len=128 --short_steps=800 --lr=3e-3 --warmup=100 --seed=1 --threads=2 \
-  --eval_every=100 --eval_batches=8 --checkpoint_every=100 --print_every=20 --resume \
-  >>"deploy/models/$name.train.log" 2>&1 &
+train=$build/server/trainer/attnserve_train
+base=kjv-taylor2-long
+name=kjv-taylor2-decay
+(
+  if [ ! -f "deploy/models/$base/weights.bin" ]; then
+    nice -n 19 "$train" \
+      --config="deploy/models/configs-long/$base.pbtxt" --corpus="$corpus" \
+      --out="deploy/models/$base" --steps=2000 --batch=16 --seq_len=512 \
+      --short_seq_len=128 --short_steps=800 --lr=3e-3 --warmup=100 --seed=1 --threads=2 \
+      --eval_every=100 --eval_batches=8 --checkpoint_every=100 --print_every=20 --resume \
+      >>"deploy/models/$base.train.log" 2>&1
+  fi
+  nice -n 19 "$train" \
+    --config="deploy/models/configs-long/$name.pbtxt" --corpus="$corpus" \
+    --out="deploy/models/$name" --init_from="deploy/models/$base" --steps=1000 --batch=16 \
+    --seq_len=512 --lr=1e-3 --warmup=50 --seed=2 --threads=2 --eval_every=100 \
+    --eval_batches=8 --checkpoint_every=50 --print_every=20 --resume \
+    >>"deploy/models/$name.train.log" 2>&1
+) </dev/null >/dev/null 2>&1 &
 echo $! >"$pid_file"
-echo "training $name in the background: pid $! (in $pid_file), log deploy/models/$name.train.log"
+echo "training $base (if missing), then $name, in the background: pid $! (in $pid_file)," \
+  "logs deploy/models/$base.train.log and deploy/models/$name.train.log"

@@ -80,11 +80,6 @@ class EluMap : public FeatureMap {
   int dim_;
 };
 
-// (T, T) lower-triangular ones, diagonal included.
-at::Tensor CausalMask(int64_t t, const at::TensorOptions& options) {
-  return at::ones({t, t}, options).tril();
-}
-
 // Normalise, row by row (rows of dv floats, `ld` apart): num / den[r] under the sum
 // normaliser (den non-null), num / |num| under L2 (den null), as Normalise does.
 void NormaliseRows(float* out, int64_t rows, int64_t dv, int64_t ld, const float* den) {
@@ -123,13 +118,35 @@ FeatureAttention::FeatureAttention(AttentionOptions options,
                                    Normaliser normaliser)
     : Attention(std::move(options)),
       features_(std::move(features)),
-      normaliser_(normaliser) {}
+      normaliser_(normaliser),
+      decays_(HeadDecays(this->options())) {}
+
+at::Tensor FeatureAttention::DecayMask(int64_t t, const at::TensorOptions& options) const {
+  const int64_t h = this->options().num_heads;
+  at::Tensor causal = at::ones({t, t}, options).tril();  // (T, T), diagonal included
+  if (decays_.empty()) return causal.expand({h, t, t});
+  // gamma^(i-j) = exp((i-j) log gamma); above the diagonal the mask zeroes it.
+  at::Tensor idx = at::arange(t, options);
+  at::Tensor dist = (idx.unsqueeze(1) - idx.unsqueeze(0)).clamp_min(0);   // (T, T)
+  at::Tensor log_g = at::tensor(decays_, options).log().view({h, 1, 1});  // (H, 1, 1)
+  return at::exp(dist.unsqueeze(0) * log_g) * causal;                     // (H, T, T)
+}
+
+at::Tensor FeatureAttention::DecayPowers(int64_t t, int64_t offset,
+                                         const at::TensorOptions& options) const {
+  const int64_t h = this->options().num_heads;
+  if (decays_.empty()) return at::ones({h, t, 1}, options);
+  at::Tensor exps = at::arange(offset, offset + t, options);                // (T)
+  at::Tensor log_g = at::tensor(decays_, options).log().view({h, 1});     // (H, 1)
+  return at::exp(log_g * exps.unsqueeze(0)).unsqueeze(-1);                // (H, T, 1)
+}
 
 at::Tensor FeatureAttention::Parallel(const at::Tensor& q, const at::Tensor& k,
                                       const at::Tensor& v) const {
   auto [qs, ks] = ScaleQK(q, k);
-  // (B, H, T, T): kernel values, zero above the diagonal (future tokens).
-  at::Tensor a = features_->Kernel(qs, ks) * CausalMask(q.size(2), q.options());
+  // (B, H, T, T): kernel values, zero above the diagonal (future tokens), decayed
+  // with distance under a decay.
+  at::Tensor a = features_->Kernel(qs, ks) * DecayMask(q.size(2), q.options());
   at::Tensor num = at::matmul(a, v);  // (B, H, T, Dv)
   at::Tensor den = normaliser_ == Normaliser::kSum ? a.sum(-1) : at::Tensor();
   return Normalise(normaliser_, num, den);
@@ -172,16 +189,27 @@ std::unique_ptr<AttentionState> FeatureAttention::RestoreState(
 at::Tensor FeatureAttention::PrefillChunk(FeatureState& st, const at::Tensor& q,
                                           const at::Tensor& k, const at::Tensor& v) const {
   // Intra-chunk: the masked kernel matrix (H, C, C). Inter-chunk: read the state with
-  // one product per chunk, then fold the chunk's keys and values into it.
-  at::Tensor a = features_->Kernel(q, k) * CausalMask(q.size(1), q.options());
+  // one product per chunk, then fold the chunk's keys and values into it. Under a decay
+  // row i reads the state as it was before the chunk gamma^(i+1) later; key j enters it
+  // gamma^(C-1-j) before the chunk's end, when the old state has decayed by gamma^C.
+  const int64_t c = q.size(1);
+  const bool sum = normaliser_ == Normaliser::kSum;
+  at::Tensor a = features_->Kernel(q, k) * DecayMask(c, q.options());
   at::Tensor phi_q = features_->Queries(q);  // (H, C, m)
   at::Tensor phi_k = features_->Keys(k);     // (H, C, m)
+  if (!decays_.empty()) {
+    phi_q = phi_q * DecayPowers(c, 1, q.options());          // row i: gamma^(i+1)
+    phi_k = phi_k * DecayPowers(c, 0, q.options()).flip(1);  // row j: gamma^(C-1-j)
+  }
   at::Tensor num = at::matmul(a, v) + at::bmm(phi_q, st.s);  // (H, C, Dv)
   at::Tensor den;
-  if (normaliser_ == Normaliser::kSum) {
-    den = a.sum(-1) + at::matmul(phi_q, st.z.unsqueeze(-1)).squeeze(-1);  // (H, C)
-    st.z.add_(phi_k.sum(1));
+  if (sum) den = a.sum(-1) + at::matmul(phi_q, st.z.unsqueeze(-1)).squeeze(-1);  // (H, C)
+  if (!decays_.empty()) {
+    at::Tensor g_c = DecayPowers(1, c, q.options());  // (H, 1, 1): gamma^C
+    st.s.mul_(g_c);
+    if (sum) st.z.mul_(g_c.squeeze(-1));
   }
+  if (sum) st.z.add_(phi_k.sum(1));
   st.s.baddbmm_(phi_k.transpose(1, 2), v);  // += (H, m, C) @ (H, C, Dv)
   st.position += q.size(1);
   return Normalise(normaliser_, num, den);
@@ -221,6 +249,11 @@ at::Tensor FeatureAttention::Step(absl::Span<AttentionState* const> states,
     FeatureState& st = AsFeatureState(*states[b]);
     at::Tensor pk = phi_k[b];                                   // (H, m)
     at::Tensor pq = phi_q[b].unsqueeze(1);                      // (H, 1, m)
+    if (!decays_.empty()) {
+      at::Tensor g = DecayPowers(1, 1, st.s.options());         // (H, 1, 1)
+      st.s.mul_(g);
+      if (normaliser_ == Normaliser::kSum) st.z.mul_(g.squeeze(-1));
+    }
     st.s.baddbmm_(pk.unsqueeze(-1), v[b].unsqueeze(1));         // += (H,m,1)@(H,1,Dv)
     at::Tensor num = at::bmm(pq, st.s).squeeze(1);              // (H, Dv)
     at::Tensor den;
@@ -247,7 +280,7 @@ at::Tensor FeatureAttention::StepFused(absl::Span<AttentionState* const> states,
     FeatureState& st = AsFeatureState(*states[i]);
     StateUpdateAndRead(st.s.data_ptr<float>(), sum ? st.z.data_ptr<float>() : nullptr,
                        pq[i].data_ptr<float>(), pk[i].data_ptr<float>(),
-                       vc[i].data_ptr<float>(), h, m, dv, num[i].data_ptr<float>(),
+                       vc[i].data_ptr<float>(), Decays(), h, m, dv, num[i].data_ptr<float>(),
                        den[i].data_ptr<float>());
     st.position += 1;
   }
@@ -276,7 +309,8 @@ void FeatureAttention::StepRaw(absl::Span<AttentionState* const> states, float* 
   for (int64_t i = 0; i < b; ++i) {
     FeatureState& st = AsFeatureState(*states[i]);
     StateUpdateAndRead(st.s.data_ptr<float>(), sum ? st.z.data_ptr<float>() : nullptr,
-                       phi_q + i * h * m, phi_k + i * h * m, v + i * h * dv, h, m, dv,
+                       phi_q + i * h * m, phi_k + i * h * m, v + i * h * dv, Decays(), h,
+                       m, dv,
                        out + i * h * dv, den + i * h);
     st.position += 1;
   }
@@ -286,7 +320,8 @@ void FeatureAttention::StepRaw(absl::Span<AttentionState* const> states, float* 
 int64_t FeatureAttention::PrefillScratchFloats(int64_t t) const {
   const auto& o = options();
   const int64_t c = std::min<int64_t>(t, o.chunk_size), m = features_->size();
-  return 2 * c * o.num_heads * m + c * c + 2 * c;  // phi_q, phi_k, A, den, phi_q . z
+  // phi_q, phi_k, A, den, phi_q . z, gamma^0..gamma^C, gamma^(C-1-j)
+  return 2 * c * o.num_heads * m + c * c + 2 * c + (c + 1) + c;
 }
 
 void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, float* k,
@@ -297,6 +332,9 @@ void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, fl
   //   num = A v_h + phi_q_h S_h                (C, Dv): two sgemm into out
   //   den = rowsum(A) + phi_q_h z_h            (C)
   //   S_h += phi_k_h^T v_h, z_h += colsum(phi_k_h)   (after the read: causal)
+  // Under a decay (gamma = gamma_h), as PrefillChunk: A[i][j] *= gamma^(i-j); phi_q row i
+  // *= gamma^(i+1) before the read; S_h, z_h *= gamma^C and phi_k row j *= gamma^(C-1-j)
+  // before the update.
   FeatureState& st = AsFeatureState(state);
   const auto& o = options();
   const int64_t h = o.num_heads, d = o.head_dim, dv = o.value_dim, m = features_->size();
@@ -309,6 +347,8 @@ void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, fl
   float* a = phi_k + c_max * h * m;      // (C, C)
   float* den = a + c_max * c_max;        // (C)
   float* zden = den + c_max;             // (C)
+  float* powers = zden + c_max;          // (C + 1): gamma^0 .. gamma^C
+  float* rev = powers + c_max + 1;       // (C): gamma^(len-1-j)
   float* s_all = st.s.data_ptr<float>();  // (H, m, Dv)
   float* z_all = sum ? st.z.data_ptr<float>() : nullptr;  // (H, m)
   const int ldq = int(h * d), ldv = int(h * dv), ldp = int(h * m);
@@ -322,8 +362,8 @@ void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, fl
     features_->QueriesInto(qc, len * h, phi_q);
     features_->KeysInto(kc, len * h, phi_k);
     for (int64_t hh = 0; hh < h; ++hh) {
-      const float* pq = phi_q + hh * m;
-      const float* pk = phi_k + hh * m;
+      float* pq = phi_q + hh * m;  // scaled in place under a decay
+      float* pk = phi_k + hh * m;
       const float* vh = vc + hh * dv;
       float* oh = oc + hh * dv;
       float* sh = s_all + hh * m * dv;
@@ -336,10 +376,20 @@ void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, fl
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, int(m), 1.0f, pq, ldp, pk,
                     ldp, 0.0f, a, n);
       }
+      if (!decays_.empty()) {
+        powers[0] = 1.0f;
+        for (int64_t i = 1; i <= len; ++i) powers[i] = powers[i - 1] * decays_[hh];
+        for (int64_t j = 0; j < len; ++j) rev[j] = powers[len - 1 - j];
+        for (int64_t i = 0; i < len; ++i) {
+          float* row = a + i * len;
+          for (int64_t j = 0; j <= i; ++j) row[j] *= powers[i - j];
+        }
+      }
       for (int64_t i = 0; i < len; ++i) std::fill(a + i * len + i + 1, a + (i + 1) * len, 0.0f);
       // num = A v_h + phi_q S_h, straight into out's rows for head h.
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(dv), n, 1.0f, a, n, vh,
                   ldv, 0.0f, oh, ldv);
+      if (!decays_.empty()) ScaleRows(pq, len, m, ldp, powers + 1);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(dv), int(m), 1.0f, pq, ldp,
                   sh, int(dv), 1.0f, oh, ldv);
       if (sum) {
@@ -348,8 +398,13 @@ void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, fl
         cblas_sgemv(CblasRowMajor, CblasNoTrans, n, int(m), 1.0f, pq, ldp, zh, 1, 0.0f, zden,
                     1);
         for (int64_t i = 0; i < len; ++i) den[i] += zden[i];
-        AddColumnSums(pk, len, m, ldp, zh);
       }
+      if (!decays_.empty()) {
+        ScaleRows(pk, len, m, ldp, rev);
+        cblas_sscal(int(m * dv), powers[len], sh, 1);
+        if (sum) cblas_sscal(int(m), powers[len], z_all + hh * m, 1);
+      }
+      if (sum) AddColumnSums(pk, len, m, ldp, z_all + hh * m);
       // S_h += phi_k^T v_h: (m, len) (len, Dv).
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(m), int(dv), n, 1.0f, pk, ldp,
                   vh, ldv, 1.0f, sh, int(dv));

@@ -2,7 +2,8 @@
 // taylor, taylor_norm and linear. The per-session state is
 //   S = sum_j phi_k(k_j) v_j^T   (H, m, Dv)
 //   z = sum_j phi_k(k_j)         (H, m)        (sum normaliser only)
-// whose size does not depend on the context length.
+// whose size does not depend on the context length. With a decay (options
+// decay_horizon) the sums weigh token j by gamma_h^(t-j): S <- gamma_h S + phi_k v^T.
 #pragma once
 
 #include <memory>
@@ -72,8 +73,19 @@ class FeatureAttention : public Attention {
   at::Tensor StepFused(absl::Span<AttentionState* const> states, const at::Tensor& phi_q,
                        const at::Tensor& phi_k, const at::Tensor& v) const;
 
+  // (H, T, T) weights of key j for query i: gamma_h^(i-j) for j <= i, else 0 (the
+  // causal mask; all ones on and below the diagonal without decay).
+  at::Tensor DecayMask(int64_t t, const at::TensorOptions& options) const;
+  // (H, T, 1): gamma_h^(offset + i) for i in [0, T) (ones without decay).
+  at::Tensor DecayPowers(int64_t t, int64_t offset, const at::TensorOptions& options) const;
+
   std::unique_ptr<FeatureMap> features_;
   Normaliser normaliser_;
+  // decays_ for the raw kernels: null without decay.
+  const float* Decays() const { return decays_.empty() ? nullptr : decays_.data(); }
+
+  // Per-head decay factors (options HeadDecays); empty: no decay.
+  std::vector<float> decays_;
 };
 
 }  // namespace attnserve::attention

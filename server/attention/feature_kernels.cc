@@ -53,8 +53,8 @@ void MonomialFeatures(const float* x, int64_t rows, int64_t d, const int64_t* pa
 
 ATTNSERVE_CLONES
 void StateUpdateAndRead(float* s, float* z, const float* phi_q, const float* phi_k,
-                        const float* v, int64_t heads, int64_t m, int64_t dv, float* num,
-                        float* den) {
+                        const float* v, const float* decay, int64_t heads, int64_t m,
+                        int64_t dv, float* num, float* den) {
   std::vector<float> acc_buffer(dv);
   float* __restrict acc = acc_buffer.data();
   for (int64_t h = 0; h < heads; ++h) {
@@ -63,24 +63,45 @@ void StateUpdateAndRead(float* s, float* z, const float* phi_q, const float* phi
     const float* __restrict vh = v + h * dv;
     float* sh = s + h * m * dv;
     std::fill(acc, acc + dv, 0.0f);
-    for (int64_t i = 0; i < m; ++i) {
-      float* __restrict row = sh + i * dv;
-      const float k = pk[i], q = pq[i];
-      for (int64_t c = 0; c < dv; ++c) {  // vectorised: dv contiguous floats
-        row[c] += k * vh[c];
-        acc[c] += q * row[c];
+    if (decay == nullptr) {
+      for (int64_t i = 0; i < m; ++i) {
+        float* __restrict row = sh + i * dv;
+        const float k = pk[i], q = pq[i];
+        for (int64_t c = 0; c < dv; ++c) {  // vectorised: dv contiguous floats
+          row[c] += k * vh[c];
+          acc[c] += q * row[c];
+        }
+      }
+    } else {
+      const float g = decay[h];
+      for (int64_t i = 0; i < m; ++i) {
+        float* __restrict row = sh + i * dv;
+        const float k = pk[i], q = pq[i];
+        for (int64_t c = 0; c < dv; ++c) {
+          row[c] = g * row[c] + k * vh[c];
+          acc[c] += q * row[c];
+        }
       }
     }
     for (int64_t c = 0; c < dv; ++c) num[h * dv + c] = acc[c];
     if (z != nullptr) {
       float* zh = z + h * m;
+      const float g = decay == nullptr ? 1.0f : decay[h];
       float d = 0;
       for (int64_t i = 0; i < m; ++i) {
-        zh[i] += pk[i];
+        zh[i] = g * zh[i] + pk[i];
         d += pq[i] * zh[i];
       }
       den[h] = d;
     }
+  }
+}
+
+void ScaleRows(float* x, int64_t rows, int64_t cols, int64_t ldx, const float* scale) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* __restrict row = x + i * ldx;
+    const float f = scale[i];
+    for (int64_t j = 0; j < cols; ++j) row[j] *= f;
   }
 }
 

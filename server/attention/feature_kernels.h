@@ -14,14 +14,17 @@ void MonomialFeatures(const float* x, int64_t rows, int64_t d, const int64_t* pa
                       const int64_t* last, const float* weight, int64_t m, float* out);
 
 // One decode token for one session, all heads, in a single pass over the state:
-//   s[h] += phi_k[h] v[h]^T          (m x dv per head)
-//   z[h] += phi_k[h]                 (if z is non-null)
+//   s[h] = g[h] s[h] + phi_k[h] v[h]^T   (m x dv per head; g[h] = 1 if decay is null)
+//   z[h] = g[h] z[h] + phi_k[h]          (if z is non-null)
 //   num[h] = phi_q[h]^T s[h]         (dv)
 //   den[h] = phi_q[h] . z[h]         (if z is non-null)
 // s: heads x m x dv; z: heads x m; phi_q, phi_k: heads x m; v, num: heads x dv; den: heads.
 void StateUpdateAndRead(float* s, float* z, const float* phi_q, const float* phi_k,
-                        const float* v, int64_t heads, int64_t m, int64_t dv, float* num,
-                        float* den);
+                        const float* v, const float* decay, int64_t heads, int64_t m,
+                        int64_t dv, float* num, float* den);
+
+// Row i of x (rows x cols, row stride ldx) times scale[i].
+void ScaleRows(float* x, int64_t rows, int64_t cols, int64_t ldx, const float* scale);
 
 // T_N(s) = sum_{n<=N} s^n / n! in place for n values (Horner, as TaylorKernel):
 // the Taylor kernel from dot products.

@@ -1,5 +1,6 @@
 #include "server/attention/options.h"
 
+#include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +85,26 @@ absl::Status ValidateAttentionOptions(const AttentionOptions& o, ModuleKind* kin
     return absl::InvalidArgumentError(
         absl::StrCat("attention.chunk_size must be >= 1, got ", o.chunk_size));
   }
+  if (o.decay_horizon != 0) {
+    if (!std::isfinite(o.decay_horizon) || o.decay_horizon < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attention.decay_horizon must be 0 (no decay) or a positive number of tokens, "
+          "got ", o.decay_horizon));
+    }
+    if (e->kind == ModuleKind::kSoftmax || e->kind == ModuleKind::kSoftmaxNorm) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attention.decay_horizon is implemented for the fixed-state modules (taylor, "
+          "taylor_norm, linear), not for '", o.module, "'"));
+    }
+    const double shortest = std::ldexp(double(o.decay_horizon), -(o.num_heads - 1));
+    if (shortest < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attention.decay_horizon ", o.decay_horizon, " gives the first of ", o.num_heads,
+          " heads a horizon of ", shortest, " tokens (each head has half the next one's); "
+          "it must be at least 2, so decay_horizon must be at least ",
+          std::ldexp(2.0, o.num_heads - 1)));
+    }
+  }
   if (!o.qk_norm && o.learn_temperature) {
     return absl::InvalidArgumentError(
         "attention.learn_temperature needs attention.qk_norm: without qk_norm the "
@@ -115,6 +136,16 @@ absl::Status ValidateAttentionOptions(const AttentionOptions& o, ModuleKind* kin
   }
   if (kind != nullptr) *kind = e->kind;
   return absl::OkStatus();
+}
+
+std::vector<float> HeadDecays(const AttentionOptions& o) {
+  std::vector<float> decays;
+  if (o.decay_horizon == 0) return decays;
+  for (int h = 0; h < o.num_heads; ++h) {
+    const double tau = std::ldexp(double(o.decay_horizon), -(o.num_heads - 1 - h));
+    decays.push_back(float(1.0 - 1.0 / tau));
+  }
+  return decays;
 }
 
 bool HasFixedState(const AttentionOptions& o) {

@@ -33,6 +33,9 @@ struct AttentionOptions {
   bool learn_temperature = false;
   // Prefill chunk length in tokens.
   int chunk_size = 64;
+  // Longest per-head decay horizon in tokens (fixed-state modules); 0: no decay.
+  // HeadDecays() gives each head's factor.
+  float decay_horizon = 0;
   int num_heads = 4;
   // Query/key dimension per head.
   int head_dim = 16;
@@ -56,6 +59,12 @@ absl::Status ValidateAttentionOptions(const AttentionOptions& options,
 // Number of features a fixed-state module keeps per head: C(d+N, N) for Taylor
 // (orders 0..N packed), d for linear, 0 for KV-cache modules. Saturates at INT64_MAX.
 int64_t FeatureCount(const AttentionOptions& options);
+
+// Per-head decay factors gamma_h = 1 - 1/tau_h with tau_h = decay_horizon /
+// 2^(num_heads-1-h): the last head keeps the longest horizon, each earlier one half of
+// the next. Empty when decay_horizon is 0. A fixed state then updates as
+// S <- gamma_h S + phi_k v^T, and a key at distance t-j weighs gamma_h^(t-j).
+std::vector<float> HeadDecays(const AttentionOptions& options);
 
 // True when the module's per-session state does not grow with context.
 bool HasFixedState(const AttentionOptions& options);

@@ -81,6 +81,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view text) {
   c.attention.qk_temperature = a.qk_temperature();
   c.attention.learn_temperature = a.learn_temperature();
   c.attention.chunk_size = a.chunk_size() ? a.chunk_size() : d.attention.chunk_size;
+  c.attention.decay_horizon = a.decay_horizon();
   c.attention.num_heads = proto.num_heads();
   c.attention.head_dim = proto.head_dim();
   c.attention.value_dim = proto.head_dim();
@@ -110,6 +111,7 @@ std::string ModelConfigToText(const ModelConfig& c) {
   a->set_qk_temperature(c.attention.qk_temperature);
   a->set_learn_temperature(c.attention.learn_temperature);
   a->set_chunk_size(c.attention.chunk_size);
+  a->set_decay_horizon(c.attention.decay_horizon);
   std::string out;
   google::protobuf::TextFormat::PrintToString(proto, &out);
   return out;

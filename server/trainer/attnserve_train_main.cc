@@ -36,6 +36,7 @@ struct Flags {
   int print_every = 20;
   int threads = 2;
   bool resume = false;
+  std::string init_from;
   int stop_after = 0;
 };
 
@@ -63,6 +64,10 @@ void DeclareFlags(Flags* f, attnserve::config::FlagSet* flags) {
   flags->Add("print_every", &f->print_every, "Steps between progress lines.");
   flags->Add("threads", &f->threads, "LibTorch intra-op threads.");
   flags->Add("resume", &f->resume, "Continue from --out/checkpoint.bin if it exists.");
+  flags->Add("init_from", &f->init_from,
+             "Start from the weights of this model directory (fine-tuning; its tensors "
+             "must fit --config) instead of a random initialisation. Ignored when "
+             "--resume finds a checkpoint.");
   flags->Add("stop_after", &f->stop_after,
              "Stop after this step, leaving a checkpoint for --resume (0: run to "
              "--steps).");
@@ -122,6 +127,7 @@ int main(int argc, char** argv) {
   o.checkpoint_every = flags.checkpoint_every;
   o.threads = flags.threads;
   o.resume = flags.resume;
+  o.init_from = flags.init_from;
   o.stop_after = flags.stop_after;
   o.command = absl::StrJoin(args, " ");
   const int print_every = std::max(1, flags.print_every);

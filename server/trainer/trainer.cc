@@ -168,6 +168,17 @@ absl::Status Train(const model::ModelConfig& config, const TrainOptions& o,
       }
       start = int(byname.at("step").item<double>());
     } else {
+      if (!o.init_from.empty()) {
+        const std::string weights = o.init_from + "/weights.bin";
+        auto saved = model::ReadTensors(weights);
+        if (!saved.ok()) return saved.status();
+        const std::unordered_map<std::string, at::Tensor> byname(saved->begin(), saved->end());
+        std::vector<at::Tensor> dst;
+        for (auto& [name, p] : params) dst.push_back(p);
+        if (absl::Status s = CopyFromCheckpoint(byname, params, "", dst, weights); !s.ok()) {
+          return s;
+        }
+      }
       std::ofstream(log_path, std::ios::trunc) << "step,train_loss,val_loss,val_bpb\n";
     }
     if (absl::Status s = WriteText(o.out_dir + "/train_command.txt",
@@ -248,6 +259,7 @@ absl::Status Train(const model::ModelConfig& config, const TrainOptions& o,
         "val_loss %.5f\nval_bpb %.5f\nsteps %d\nbatch %d\nseq_len %d\neval_batches %d\n"
         "corpus %s\n",
         val, val / std::log(2.0), o.steps, o.batch, o.seq_len, o.eval_batches, o.corpus_path);
+    if (!o.init_from.empty()) absl::StrAppendFormat(&report, "init_from %s\n", o.init_from);
     if (o.short_seq_len > 0 && o.short_steps > 0) {
       absl::StrAppendFormat(&report, "short_seq_len %d\nshort_steps %d\n", o.short_seq_len,
                             o.short_steps);

@@ -41,6 +41,10 @@ struct TrainOptions {
   int threads = 2;
   // Continue from out_dir/checkpoint.bin when it exists.
   bool resume = false;
+  // Start from the weights of this model directory (its weights.bin; the shapes must fit
+  // the config, which may differ in options without weights, such as a decay) instead of
+  // a random initialisation: fine-tuning. Ignored when resuming from a checkpoint.
+  std::string init_from;
   // Stop after this step (0: run to `steps`), leaving a checkpoint to resume from; the
   // schedule still spans `steps`. For splitting a run across sessions.
   int stop_after = 0;

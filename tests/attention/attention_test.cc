@@ -15,11 +15,16 @@ struct Case {
   std::string module;
   int order;
   bool qk_norm;
+  // attention.decay_horizon: 8 gives the two heads horizons of 4 and 8 tokens.
+  float decay_horizon = 0;
 };
 
 std::string CaseName(const testing::TestParamInfo<Case>& info) {
   return info.param.module + "_order" + std::to_string(info.param.order) +
-         (info.param.qk_norm ? "_qknorm" : "");
+         (info.param.qk_norm ? "_qknorm" : "") +
+         (info.param.decay_horizon > 0
+              ? "_decay" + std::to_string(int(info.param.decay_horizon))
+              : "");
 }
 
 std::unique_ptr<Attention> Make(const Case& c, int chunk_size) {
@@ -28,6 +33,7 @@ std::unique_ptr<Attention> Make(const Case& c, int chunk_size) {
   o.order = c.order;
   o.qk_norm = c.qk_norm;
   o.chunk_size = chunk_size;
+  o.decay_horizon = c.decay_horizon;
   o.num_heads = kHeads;
   o.head_dim = kDim;
   o.value_dim = kDim;
@@ -217,8 +223,40 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"softmax_norm", 0, false}, Case{"taylor", 2, false},
                     Case{"taylor", 4, false}, Case{"taylor", 2, true},
                     Case{"taylor_norm", 4, false}, Case{"taylor_norm", 3, true},
-                    Case{"linear", 0, false}),
+                    Case{"linear", 0, false}, Case{"taylor", 2, false, 8},
+                    Case{"taylor", 2, true, 64}, Case{"taylor_norm", 4, false, 8},
+                    Case{"linear", 0, false, 16}),
     CaseName);
+
+// The decayed Taylor module against its definition, written out per query: token i
+// attends to j <= i with weight gamma_h^(i-j) T_2(q_i . k_j / sqrt(d)), normalised by
+// the weights' sum; gamma_h = 1 - 1/tau_h with tau = (4, 8) for decay_horizon 8.
+TEST(DecayedAttention, ParallelMatchesTheDefinition) {
+  const Case c{"taylor", 2, false, 8};
+  auto attn = Make(c, 16);
+  Qkv x = RandomQkv(1, 40, 5);
+  at::Tensor got = attn->Parallel(x.q, x.k, x.v)[0];  // (H, T, Dv)
+  const double gammas[kHeads] = {1 - 1.0 / 4, 1 - 1.0 / 8};
+  double worst = 0;
+  for (int h = 0; h < kHeads; ++h) {
+    for (int64_t i = 0; i < 40; ++i) {
+      at::Tensor num = at::zeros({kDim}, at::kDouble);
+      double den = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        const double s =
+            (x.q[0][h][i] * x.k[0][h][j]).sum().item<double>() / std::sqrt(double(kDim));
+        const double w = std::pow(gammas[h], double(i - j)) * (1 + s + s * s / 2);
+        num += w * x.v[0][h][j].to(at::kDouble);
+        den += w;
+      }
+      worst = std::max(worst, MaxAbsDiff(got[h][i].to(at::kDouble), num / den));
+    }
+  }
+  EXPECT_LE(worst, 1e-4);
+  // Without the decay the same inputs give other outputs: the test sees the decay.
+  auto plain = Make(Case{"taylor", 2, false}, 16);
+  EXPECT_GT(MaxAbsDiff(plain->Parallel(x.q, x.k, x.v)[0], got), 1e-2);
+}
 
 }  // namespace
 }  // namespace attnserve::attention

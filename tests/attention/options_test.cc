@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace attnserve::attention {
 namespace {
 
@@ -67,6 +69,45 @@ TEST(ValidateAttentionOptions, RejectsBadShapesAndOptionsNamingTheField) {
   o = Taylor(2);
   o.learn_temperature = true;
   EXPECT_NE(ValidateAttentionOptions(o).message().find("qk_norm"), std::string::npos);
+}
+
+TEST(ValidateAttentionOptions, DecayOnFixedStateModulesWithHorizonsOfTwoOrMore) {
+  AttentionOptions o = Taylor(2);  // 4 heads: horizons decay_horizon / 8 .. decay_horizon
+  o.decay_horizon = 16;
+  EXPECT_TRUE(ValidateAttentionOptions(o).ok());
+  o.decay_horizon = 15;  // first head 1.875 tokens
+  absl::Status s = ValidateAttentionOptions(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("at least 16"), std::string::npos) << s;
+  o.decay_horizon = -1;
+  EXPECT_NE(ValidateAttentionOptions(o).message().find("decay_horizon"), std::string::npos);
+  o.decay_horizon = std::numeric_limits<float>::infinity();
+  EXPECT_NE(ValidateAttentionOptions(o).message().find("decay_horizon"), std::string::npos);
+  for (const char* kv : {"softmax", "softmax_norm"}) {
+    AttentionOptions k;
+    k.module = kv;
+    k.decay_horizon = 64;
+    s = ValidateAttentionOptions(k);
+    EXPECT_NE(s.message().find("fixed-state modules"), std::string::npos) << s;
+  }
+  for (const char* fixed : {"taylor_norm", "linear"}) {
+    o = Taylor(2);
+    o.module = fixed;
+    o.decay_horizon = 64;
+    EXPECT_TRUE(ValidateAttentionOptions(o).ok()) << fixed;
+  }
+}
+
+TEST(HeadDecays, HalveTheHorizonFromTheLastHeadDown) {
+  AttentionOptions o = Taylor(2);
+  EXPECT_TRUE(HeadDecays(o).empty());
+  o.decay_horizon = 64;  // horizons 8, 16, 32, 64
+  const std::vector<float> g = HeadDecays(o);
+  ASSERT_EQ(g.size(), 4u);
+  EXPECT_FLOAT_EQ(g[0], 1 - 1.0f / 8);
+  EXPECT_FLOAT_EQ(g[1], 1 - 1.0f / 16);
+  EXPECT_FLOAT_EQ(g[2], 1 - 1.0f / 32);
+  EXPECT_FLOAT_EQ(g[3], 1 - 1.0f / 64);
 }
 
 TEST(FeatureCount, IsBinomialForTaylorAndHeadDimForLinear) {

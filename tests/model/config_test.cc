@@ -44,6 +44,22 @@ TEST(ParseModelConfig, TextRoundTrips) {
   EXPECT_EQ(ModelConfigToText(*again), ModelConfigToText(*c));
 }
 
+TEST(ParseModelConfig, DecayHorizonReadsAndRoundTrips) {
+  std::string text(kValid);
+  const size_t at = text.find("chunk_size");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.insert(at, "decay_horizon: 64 ");
+  auto c = ParseModelConfig(text);
+  ASSERT_TRUE(c.ok()) << c.status() << "\n" << text;
+  EXPECT_FLOAT_EQ(c->attention.decay_horizon, 64);
+  auto again = ParseModelConfig(ModelConfigToText(*c));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FLOAT_EQ(again->attention.decay_horizon, 64);
+  auto plain = ParseModelConfig(kValid);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->attention.decay_horizon, 0);  // omitted: no decay
+}
+
 TEST(ParseModelConfig, RejectsMalformedTextWithLocation) {
   const std::string m = Message("dim: 32\nnum_layers: two\n");
   EXPECT_NE(m.find("line 2"), std::string::npos) << m;

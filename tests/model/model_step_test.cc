@@ -20,7 +20,18 @@ struct Variant {
   std::string module;
   int order;
   bool qk_norm;
+  // attention.decay_horizon: 16 gives the three heads horizons of 4, 8 and 16 tokens,
+  // short next to the prompts, so a wrong power of gamma shows.
+  float decay_horizon = 0;
 };
+
+std::string VariantName(const testing::TestParamInfo<Variant>& info) {
+  return info.param.module + std::to_string(info.param.order) +
+         (info.param.qk_norm ? "_qknorm" : "") +
+         (info.param.decay_horizon > 0
+              ? "_decay" + std::to_string(int(info.param.decay_horizon))
+              : "");
+}
 
 ModelConfig StepConfig(const Variant& v, bool reference) {
   ModelConfig c;
@@ -30,6 +41,7 @@ ModelConfig StepConfig(const Variant& v, bool reference) {
   c.attention.module = v.module;
   c.attention.order = v.order;
   c.attention.qk_norm = v.qk_norm;
+  c.attention.decay_horizon = v.decay_horizon;
   c.attention.num_heads = 3;
   c.attention.head_dim = 16;
   c.attention.value_dim = 16;
@@ -120,11 +132,9 @@ INSTANTIATE_TEST_SUITE_P(
                     Variant{"taylor", 2, true}, Variant{"taylor_norm", 2, false},
                     Variant{"taylor_norm", 4, true}, Variant{"linear", 2, false},
                     Variant{"softmax", 2, false}, Variant{"softmax", 2, true},
-                    Variant{"softmax_norm", 2, false}),
-    [](const testing::TestParamInfo<Variant>& info) {
-      return info.param.module + std::to_string(info.param.order) +
-             (info.param.qk_norm ? "_qknorm" : "");
-    });
+                    Variant{"softmax_norm", 2, false}, Variant{"taylor", 2, false, 16},
+                    Variant{"taylor_norm", 2, true, 16}, Variant{"linear", 2, false, 16}),
+    VariantName);
 
 // The fused prefill (PrefillRaw of each module, prompts in blocks of 512) against the
 // LibTorch prefill: prompts of 1 token, of several chunks, and of 700 tokens (two blocks,
@@ -166,11 +176,10 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(Variant{"taylor", 2, false}, Variant{"taylor", 4, false},
                     Variant{"taylor", 2, true}, Variant{"taylor_norm", 2, false},
                     Variant{"linear", 2, false}, Variant{"softmax", 2, false},
-                    Variant{"softmax", 2, true}, Variant{"softmax_norm", 2, false}),
-    [](const testing::TestParamInfo<Variant>& info) {
-      return info.param.module + std::to_string(info.param.order) +
-             (info.param.qk_norm ? "_qknorm" : "");
-    });
+                    Variant{"softmax", 2, true}, Variant{"softmax_norm", 2, false},
+                    Variant{"taylor", 2, false, 16}, Variant{"taylor_norm", 2, false, 16},
+                    Variant{"linear", 2, false, 16}),
+    VariantName);
 
 // One engine step over mixed segments (Model::Batch): decoding sessions (one token) and
 // prefilling ones (chunks of several tokens) in the same fused pass, against the
@@ -244,11 +253,8 @@ INSTANTIATE_TEST_SUITE_P(
     Modules, FusedBatch,
     testing::Values(Variant{"taylor", 2, false}, Variant{"taylor_norm", 2, false},
                     Variant{"linear", 2, false}, Variant{"softmax", 2, false},
-                    Variant{"softmax_norm", 2, true}),
-    [](const testing::TestParamInfo<Variant>& info) {
-      return info.param.module + std::to_string(info.param.order) +
-             (info.param.qk_norm ? "_qknorm" : "");
-    });
+                    Variant{"softmax_norm", 2, true}, Variant{"taylor", 2, false, 16}),
+    VariantName);
 
 TEST(FusedStepPath, TheEnvironmentForcesTheReference) {
   ASSERT_EQ(setenv("ATTNSERVE_REFERENCE_STEP", "1", 1), 0);
