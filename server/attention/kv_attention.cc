@@ -209,12 +209,16 @@ void KvAttention::StepRaw(absl::Span<AttentionState* const> states, float* q, fl
 void KvAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, float* k,
                              const float* v, float* out, float*) const {
   // Prefill without tensors: append the t keys and values to the cache (one reserve), then
-  // per chunk of C queries and per head one KvBlockAttend over the keys it may see (two
-  // sgemm, one pass of exp per row, kv_kernels.h); normalise as StepRaw does.
+  // per block of queries and per head one kernel call over the keys they may see
+  // (kv_kernels.h); normalise as StepRaw does. KvFlashAttend never stores the scores, so
+  // its blocks are large (it reads the cache once per block); KvBlockAttend's blocks are
+  // the option's chunks, which bound its score scratch.
   KvState& st = AsKvState(state);
   const auto& o = options();
   const int64_t h = o.num_heads, d = o.head_dim, dv = o.value_dim;
-  const int64_t chunk = o.chunk_size;
+  const bool flash = KvFlashSupported(d, dv);
+  constexpr int64_t kFlashBlock = 512;
+  const int64_t block = flash ? kFlashBlock : o.chunk_size;
   ScaleQKInPlace(q, k, t * h);
   st.Reserve(t);
   const int64_t cap = st.k.size(1), before = st.length;
@@ -227,14 +231,20 @@ void KvAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, float* 
     }
   }
   st.length += t;
-  const int64_t c_max = std::min(t, chunk);
-  std::vector<float> scores(c_max * (before + t)), sums(c_max);
-  for (int64_t start = 0; start < t; start += chunk) {
-    const int64_t len = std::min(chunk, t - start);
+  const int64_t c_max = std::min(t, block);
+  std::vector<float> scores(flash ? 0 : c_max * (before + t)), sums(c_max);  // (C, L), (C)
+  for (int64_t start = 0; start < t; start += block) {
+    const int64_t len = std::min(block, t - start);
     for (int64_t hh = 0; hh < h; ++hh) {
-      float* oh = out + (start * h + hh) * dv;  // rows of head hh, stride H * Dv
-      KvBlockAttend(q + (start * h + hh) * d, h * d, kc + hh * cap * d, vc + hh * cap * dv,
-                    before + start, len, d, dv, scores.data(), oh, h * dv, sums.data());
+      const float* qh = q + (start * h + hh) * d;  // rows of head hh, stride H * D
+      float* oh = out + (start * h + hh) * dv;     // rows of head hh, stride H * Dv
+      if (flash) {
+        KvFlashAttend(qh, h * d, kc + hh * cap * d, vc + hh * cap * dv, before + start, len, d,
+                      dv, oh, h * dv, sums.data());
+      } else {
+        KvBlockAttend(qh, h * d, kc + hh * cap * d, vc + hh * cap * dv, before + start, len, d,
+                      dv, scores.data(), oh, h * dv, sums.data());
+      }
       for (int64_t i = 0; i < len; ++i) {
         float* row = oh + i * h * dv;
         float scale = 1.0f / sums[i];

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -84,7 +87,198 @@ float RowMax(const float* x, int64_t n) {
   return RowMaxScalar(x, n);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define ATTNSERVE_FLASH 1
+// The flash kernel below: AVX-512F by hand (GCC and Clang), picked at run time.
+#define ATTNSERVE_AVX512 __attribute__((target("avx512f")))
+// GCC 12's AVX-512 intrinsics trip its own -Wmaybe-uninitialized (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// The flash kernel keeps 16 query rows of a block in the 16 lanes of a vector (a "panel"),
+// so the per-row max, rescale and sum of the online softmax are lane-wise. Keys go in
+// blocks of 16 (one score vector per key) and in tiles of kTileKeys that every panel of
+// the block visits while the tile's k and v rows are still in L1 / L2.
+constexpr int64_t kLanes = 16;
+constexpr int64_t kTileKeys = 128;  // a multiple of kLanes; k and v of a tile fit L1 at D = 32
+
+// exp(y) for y <= 0: ExpShifted's range reduction and polynomial, 2^k by vscalefps.
+ATTNSERVE_AVX512 inline __m512 Exp16(__m512 y) {
+  y = _mm512_max_ps(y, _mm512_set1_ps(-87.0f));
+  const __m512 kf = _mm512_roundscale_ps(_mm512_mul_ps(y, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(0.693359375f), y);
+  r = _mm512_fmadd_ps(kf, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, kf);
+}
+
+// The running state of one panel (16 query rows r0..r0 + 15 of the block).
+struct Panel {
+  float* qt;    // (D, 16): the rows' queries transposed; lanes past the block are zero
+  float* ot;    // (Dv, 16): sum_j w_j v_j so far, transposed, w_j = exp(s_j - m)
+  float* m;     // (16): the largest score seen so far (-inf before any)
+  float* l;     // (16): sum_j w_j so far
+  int64_t pos;  // first + r0: lane r is the query at position pos + r
+};
+
+// Scores of the 16 panel rows against 16 keys k (16, D): s[j] lane r = q_r . k_j.
+template <int64_t D>
+ATTNSERVE_AVX512 inline void BlockScores(const float* qt, const float* k, __m512 (&s)[kLanes]) {
+  for (auto& x : s) x = _mm512_setzero_ps();
+  for (int64_t c = 0; c < D; ++c) {
+    const __m512 qc = _mm512_load_ps(qt + c * kLanes);
+#pragma GCC unroll 16
+    for (int64_t j = 0; j < kLanes; ++j) {
+      s[j] = _mm512_fmadd_ps(qc, _mm512_set1_ps(k[j * D + c]), s[j]);
+    }
+  }
+}
+
+// ot (Dv, 16) += sum_j p[j] v_j for 16 values v (16, Dv), eight columns at a time.
+template <int64_t DV>
+ATTNSERVE_AVX512 inline void BlockAccumulate(const __m512 (&p)[kLanes], const float* v,
+                                             float* ot) {
+  static_assert(DV % 8 == 0);
+  for (int64_t c0 = 0; c0 < DV; c0 += 8) {
+    __m512 acc[8];
+    for (int64_t c = 0; c < 8; ++c) acc[c] = _mm512_load_ps(ot + (c0 + c) * kLanes);
+#pragma GCC unroll 16
+    for (int64_t j = 0; j < kLanes; ++j) {
+      for (int64_t c = 0; c < 8; ++c) {
+        acc[c] = _mm512_fmadd_ps(p[j], _mm512_set1_ps(v[j * DV + c0 + c]), acc[c]);
+      }
+    }
+    for (int64_t c = 0; c < 8; ++c) _mm512_store_ps(ot + (c0 + c) * kLanes, acc[c]);
+  }
+}
+
+// The panel against 16 keys k (16, D), values v (16, Dv), the first at position j0: one
+// online-softmax step. Key j0 + j is hidden from lane r when j0 + j > pos + r (causal).
+template <int64_t D, int64_t DV>
+ATTNSERVE_AVX512 void AttendBlock(const float* k, const float* v, int64_t j0, Panel& pn) {
+  __m512 s[kLanes];
+  BlockScores<D>(pn.qt, k, s);
+  const bool diagonal = j0 + kLanes - 1 > pn.pos;
+  __mmask16 seen[kLanes];
+  if (diagonal) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 hidden = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < kLanes; ++j) {
+      seen[j] = _mm512_cmpge_epi32_mask(lane, _mm512_set1_epi32(int(j0 + j - pn.pos)));
+      s[j] = _mm512_mask_mov_ps(hidden, seen[j], s[j]);
+    }
+  }
+  __m512 top = s[0];
+  for (int64_t j = 1; j < kLanes; ++j) top = _mm512_max_ps(top, s[j]);
+  const __m512 m_old = _mm512_load_ps(pn.m);
+  const __m512 m = _mm512_max_ps(m_old, top);
+  __m512 l = _mm512_load_ps(pn.l);
+  if (_mm512_cmp_ps_mask(m, m_old, _CMP_GT_OQ) != 0) {  // rescale to the new max
+    const __m512 alpha = Exp16(_mm512_sub_ps(m_old, m));
+    l = _mm512_mul_ps(l, alpha);
+    for (int64_t c = 0; c < DV; ++c) {
+      _mm512_store_ps(pn.ot + c * kLanes, _mm512_mul_ps(_mm512_load_ps(pn.ot + c * kLanes), alpha));
+    }
+    _mm512_store_ps(pn.m, m);
+  }
+  for (int64_t j = 0; j < kLanes; ++j) {
+    s[j] = Exp16(_mm512_sub_ps(s[j], m));
+    if (diagonal) s[j] = _mm512_maskz_mov_ps(seen[j], s[j]);  // exactly zero, not exp(-87)
+    l = _mm512_add_ps(l, s[j]);
+  }
+  _mm512_store_ps(pn.l, l);
+  BlockAccumulate<DV>(s, v, pn.ot);
+}
+
+// The panel against keys [j0, j1) of k (keys, D), v (keys, Dv); j0 a multiple of 16. A
+// last block past `keys` is read from a zero-padded copy.
+template <int64_t D, int64_t DV>
+ATTNSERVE_AVX512 void AttendKeys(const float* k, const float* v, int64_t keys, int64_t j0,
+                                 int64_t j1, Panel& pn) {
+  for (int64_t j = j0; j < j1; j += kLanes) {
+    if (j + kLanes <= keys) {
+      AttendBlock<D, DV>(k + j * D, v + j * DV, j, pn);
+      continue;
+    }
+    alignas(64) float kpad[kLanes * D] = {};   // (16, D)
+    alignas(64) float vpad[kLanes * DV] = {};  // (16, Dv)
+    std::copy(k + j * D, k + keys * D, kpad);
+    std::copy(v + j * DV, v + keys * DV, vpad);
+    AttendBlock<D, DV>(kpad, vpad, j, pn);
+  }
+}
+
+// KvFlashAttend for head dims D, Dv. scratch: 64-byte aligned, FlashScratchFloats.
+template <int64_t D, int64_t DV>
+ATTNSERVE_AVX512 void FlashAttend(const float* q, int64_t ldq, const float* k, const float* v,
+                                  int64_t first, int64_t rows, float* out, int64_t ldo,
+                                  float* sums, float* scratch) {
+  const int64_t keys = first + rows, panels = (rows + kLanes - 1) / kLanes;
+  std::vector<Panel> pn(panels);
+  for (int64_t p = 0; p < panels; ++p) {
+    float* base = scratch + p * (D + DV + 2) * kLanes;
+    pn[p] = {base, base + D * kLanes, base + (D + DV) * kLanes, base + (D + DV + 1) * kLanes,
+             first + p * kLanes};
+    std::fill(pn[p].qt, pn[p].qt + (D + DV) * kLanes, 0.0f);
+    std::fill(pn[p].m, pn[p].m + kLanes, -std::numeric_limits<float>::infinity());
+    std::fill(pn[p].l, pn[p].l + kLanes, 0.0f);
+    for (int64_t r = 0; r < std::min(kLanes, rows - p * kLanes); ++r) {
+      for (int64_t c = 0; c < D; ++c) pn[p].qt[c * kLanes + r] = q[(p * kLanes + r) * ldq + c];
+    }
+  }
+  for (int64_t t0 = 0; t0 < keys; t0 += kTileKeys) {
+    for (Panel& p : pn) {
+      const int64_t end = std::min(keys, p.pos + kLanes);  // past the panel's last query
+      if (t0 < end) AttendKeys<D, DV>(k, v, keys, t0, std::min(t0 + kTileKeys, end), p);
+    }
+  }
+  for (int64_t p = 0; p < panels; ++p) {
+    for (int64_t r = 0; r < std::min(kLanes, rows - p * kLanes); ++r) {
+      const int64_t row = p * kLanes + r;
+      for (int64_t c = 0; c < DV; ++c) out[row * ldo + c] = pn[p].ot[c * kLanes + r];
+      sums[row] = pn[p].l[r];
+    }
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
 }  // namespace
+
+bool KvFlashSupported(int64_t d, int64_t dv) {
+#if defined(ATTNSERVE_FLASH)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512 && d == dv && (d == 16 || d == 32 || d == 64);
+#else
+  return false;
+#endif
+}
+
+void KvFlashAttend(const float* q, int64_t ldq, const float* k, const float* v, int64_t first,
+                   int64_t rows, int64_t d, int64_t dv, float* out, int64_t ldo, float* sums) {
+#if defined(ATTNSERVE_FLASH)
+  const int64_t panels = (rows + kLanes - 1) / kLanes;
+  // Per panel: qt (D, 16), ot (Dv, 16), m (16), l (16); from a 64-byte boundary.
+  const size_t floats = panels * (d + dv + 2) * kLanes;
+  std::vector<float> buffer(floats + kLanes);
+  void* start = buffer.data();
+  size_t space = buffer.size() * sizeof(float);
+  float* scratch = static_cast<float*>(std::align(64, floats * sizeof(float), start, space));
+  switch (d) {
+    case 16: return FlashAttend<16, 16>(q, ldq, k, v, first, rows, out, ldo, sums, scratch);
+    case 32: return FlashAttend<32, 32>(q, ldq, k, v, first, rows, out, ldo, sums, scratch);
+    case 64: return FlashAttend<64, 64>(q, ldq, k, v, first, rows, out, ldo, sums, scratch);
+  }
+#endif
+}
 
 float KvHeadAttend(const float* q, const float* k, const float* v, int64_t len, int64_t d,
                    int64_t dv, float* scores, float* out) {

@@ -2,7 +2,7 @@
 // fp32 row-major buffers. Their reference is KvAttention::Step / Prefill (masked softmax
 // through ATen); tests/model/model_step_test.cc ties the fused model step and prefill
 // that use them to that path, tests/attention/kv_kernels_test.cc ties ExpShifted to
-// std::exp.
+// std::exp and KvBlockAttend, KvFlashAttend to a plain causal softmax loop.
 #pragma once
 
 #include <cstdint>
@@ -31,5 +31,16 @@ float KvHeadAttend(const float* q, const float* k, const float* v, int64_t len, 
 void KvBlockAttend(const float* q, int64_t ldq, const float* k, const float* v,
                    int64_t first, int64_t rows, int64_t d, int64_t dv, float* scores,
                    float* out, int64_t ldo, float* sums);
+
+// Whether KvFlashAttend runs on this CPU for these head dims (AVX-512F, d == dv in
+// {16, 32, 64}).
+bool KvFlashSupported(int64_t d, int64_t dv);
+
+// KvBlockAttend's contract without the score scratch, for any number of rows: a fused
+// flash-attention loop (online softmax: a running row max, rescaling the partial sums
+// when it grows) that keeps 16 queries in the lanes of a vector and never materialises
+// the scores. Does nothing unless KvFlashSupported(d, dv).
+void KvFlashAttend(const float* q, int64_t ldq, const float* k, const float* v, int64_t first,
+                   int64_t rows, int64_t d, int64_t dv, float* out, int64_t ldo, float* sums);
 
 }  // namespace attnserve::attention

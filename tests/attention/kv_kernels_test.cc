@@ -1,5 +1,6 @@
 // The KV-cache kernels (server/attention/kv_kernels.h) against their formulas: ExpShifted
-// against std::exp in double, KvBlockAttend against a plain causal softmax loop.
+// against std::exp in double, KvBlockAttend and KvFlashAttend against a plain causal
+// softmax loop, and KvFlashAttend against KvBlockAttend.
 #include "server/attention/kv_kernels.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace attnserve::attention {
@@ -44,38 +46,144 @@ TEST(ExpShifted, FarBelowTheShiftIsNegligibleNotGarbage) {
   EXPECT_NEAR(sum, 1.0f, 1e-6);
 }
 
+// A block of `rows` queries at positions first.. against their cache: q (rows, ldq), k and
+// v (first + rows, d / dv) contiguous; out (rows, ldo) and sums as the kernels write them.
+struct Block {
+  int64_t first, rows, d, dv, ldq, ldo;
+  std::vector<float> q, k, v, out, sums;
+
+  Block(int64_t first, int64_t rows, int64_t d, int64_t dv)
+      : first(first), rows(rows), d(d), dv(dv), ldq(3 * d), ldo(2 * dv),  // as in prefill
+        q(rows * ldq), k((first + rows) * d), v((first + rows) * dv),
+        out(rows * ldo, -7.0f), sums(rows) {}
+  int64_t Keys() const { return first + rows; }
+
+  // Gaussian q, k, v (standard deviation `spread`); with `ramp`, key j's first component
+  // also grows by ramp * j and every query's is 1, so a row's max keeps rising along the
+  // keys (every new max rescales the partial sums of a tiled kernel).
+  void Fill(uint32_t seed, float spread, float ramp) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> normal(0.0f, spread);
+    for (auto* buf : {&q, &k, &v}) {
+      for (float& f : *buf) f = normal(gen);
+    }
+    for (int64_t j = 0; j < Keys() && ramp != 0; ++j) k[j * d] = ramp * float(j);
+    for (int64_t i = 0; i < rows && ramp != 0; ++i) q[i * ldq] = 1.0f;
+  }
+
+  void RunBlockAttend() {
+    std::vector<float> scores(rows * Keys());  // (rows, keys)
+    KvBlockAttend(q.data(), ldq, k.data(), v.data(), first, rows, d, dv, scores.data(),
+                  out.data(), ldo, sums.data());
+  }
+  void RunFlashAttend() {
+    KvFlashAttend(q.data(), ldq, k.data(), v.data(), first, rows, d, dv, out.data(), ldo,
+                  sums.data());
+  }
+
+  // out and sums against the causal softmax loop in double; the padding of out untouched.
+  // The relative tolerance grows with the row's largest sum_c |q_c k_c|: a float score
+  // is off by a few ulps of that, and a weight by as much relatively.
+  void ExpectMatchesFormula() const {
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t seen = first + i + 1;
+      std::vector<double> s(seen);
+      double magnitude = 0;
+      for (int64_t j = 0; j < seen; ++j) {
+        double abs_sum = 0;
+        for (int64_t c = 0; c < d; ++c) {
+          s[j] += double(q[i * ldq + c]) * k[j * d + c];
+          abs_sum += std::abs(double(q[i * ldq + c]) * k[j * d + c]);
+        }
+        magnitude = std::max(magnitude, abs_sum);
+      }
+      const double top = *std::max_element(s.begin(), s.end());
+      double total = 0;
+      std::vector<double> o(dv);
+      for (int64_t j = 0; j < seen; ++j) {
+        const double w = std::exp(s[j] - top);
+        total += w;
+        for (int64_t c = 0; c < dv; ++c) o[c] += w * v[j * dv + c];
+      }
+      const double rel = 1e-5 + 1e-6 * magnitude;
+      ASSERT_NEAR(sums[i], total, rel * total) << "row " << i;
+      for (int64_t c = 0; c < dv; ++c) {
+        ASSERT_NEAR(out[i * ldo + c], o[c], 10 * rel * (1 + std::abs(o[c]))) << "row " << i;
+      }
+      for (int64_t c = dv; c < ldo; ++c) ASSERT_EQ(out[i * ldo + c], -7.0f);  // untouched
+    }
+  }
+};
+
 TEST(KvBlockAttend, MatchesACausalSoftmaxLoop) {
-  std::mt19937 gen(5);
-  std::normal_distribution<float> normal(0.0f, 1.5f);
-  const int64_t first = 37, rows = 11, d = 8, dv = 5, keys = first + rows;
-  const int64_t ldq = 3 * d, ldo = 2 * dv;  // rows inside wider buffers, as in prefill
-  std::vector<float> q(rows * ldq), k(keys * d), v(keys * dv);
-  for (auto* buf : {&q, &k, &v}) {
-    for (float& f : *buf) f = normal(gen);
+  Block b(/*first=*/37, /*rows=*/11, /*d=*/8, /*dv=*/5);
+  b.Fill(5, 1.5f, 0.0f);
+  b.RunBlockAttend();
+  b.ExpectMatchesFormula();
+}
+
+// (first, rows): one row, a fresh session, a cache past one 128-key tile; none of the key
+// counts a multiple of 16 except the last, which is one of 128.
+constexpr std::pair<int64_t, int64_t> kFlashSizes[] = {
+    {0, 1}, {9, 1}, {0, 37}, {37, 11}, {130, 77}, {301, 200}, {100, 156}};
+
+TEST(KvFlashAttend, MatchesACausalSoftmaxLoop) {
+  if (!KvFlashSupported(32, 32)) GTEST_SKIP() << "no AVX-512F";
+  for (int64_t d : {16, 32, 64}) {
+    for (auto [first, rows] : kFlashSizes) {
+      for (float ramp : {0.0f, 0.5f, -0.5f}) {  // the max anywhere, rising, at the start
+        SCOPED_TRACE(testing::Message() << "d " << d << " first " << first << " rows " << rows
+                                        << " ramp " << ramp);
+        Block b(first, rows, d, d);
+        b.Fill(uint32_t(first + rows + d), 1.0f, ramp);  // scores spread over tens
+        b.RunFlashAttend();
+        b.ExpectMatchesFormula();
+      }
+    }
   }
-  std::vector<float> scores(rows * keys), out(rows * ldo, -7.0f), sums(rows);
-  KvBlockAttend(q.data(), ldq, k.data(), v.data(), first, rows, d, dv, scores.data(),
-                out.data(), ldo, sums.data());
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t seen = first + i + 1;
-    std::vector<double> s(seen);
-    for (int64_t j = 0; j < seen; ++j) {
-      for (int64_t c = 0; c < d; ++c) s[j] += double(q[i * ldq + c]) * k[j * d + c];
+}
+
+TEST(KvFlashAttend, MatchesKvBlockAttend) {
+  if (!KvFlashSupported(32, 32)) GTEST_SKIP() << "no AVX-512F";
+  for (auto [first, rows] : kFlashSizes) {
+    SCOPED_TRACE(testing::Message() << "first " << first << " rows " << rows);
+    Block flash(first, rows, 32, 32), plain(first, rows, 32, 32);
+    flash.Fill(7, 1.2f, 0.25f);
+    plain.Fill(7, 1.2f, 0.25f);
+    flash.RunFlashAttend();
+    plain.RunBlockAttend();
+    for (int64_t i = 0; i < rows; ++i) {
+      ASSERT_NEAR(flash.sums[i], plain.sums[i], 1e-5 * plain.sums[i]) << "row " << i;
+      for (int64_t c = 0; c < 32; ++c) {
+        const float want = plain.out[i * plain.ldo + c];
+        ASSERT_NEAR(flash.out[i * flash.ldo + c], want, 1e-5 * (1 + std::abs(want)))
+            << "row " << i;
+      }
     }
-    const double top = *std::max_element(s.begin(), s.end());
-    double total = 0;
-    std::vector<double> o(dv);
-    for (int64_t j = 0; j < seen; ++j) {
-      const double w = std::exp(s[j] - top);
-      total += w;
-      for (int64_t c = 0; c < dv; ++c) o[c] += w * v[j * dv + c];
-    }
-    EXPECT_NEAR(sums[i], total, 1e-5 * total) << "row " << i;
-    for (int64_t c = 0; c < dv; ++c) {
-      EXPECT_NEAR(out[i * ldo + c], o[c], 1e-4 * (1 + std::abs(o[c]))) << "row " << i;
-    }
-    for (int64_t c = dv; c < ldo; ++c) EXPECT_EQ(out[i * ldo + c], -7.0f);  // untouched
   }
+}
+
+TEST(KvFlashAttend, FutureKeysWeighExactlyNothing) {
+  // The last key is hidden from every row but the last; a value of 1e38 there would show
+  // through any weight above zero (exp(-87) * 1e38 is about 1).
+  if (!KvFlashSupported(16, 16)) GTEST_SKIP() << "no AVX-512F";
+  Block plain(3, 20, 16, 16), loud(3, 20, 16, 16);
+  plain.Fill(11, 1.0f, 0.0f);
+  loud.Fill(11, 1.0f, 0.0f);
+  std::fill(loud.v.end() - 16, loud.v.end(), 1e38f);
+  plain.RunFlashAttend();
+  loud.RunFlashAttend();
+  for (int64_t i = 0; i + 1 < plain.rows; ++i) {
+    ASSERT_EQ(loud.sums[i], plain.sums[i]) << "row " << i;
+    for (int64_t c = 0; c < 16; ++c) {
+      ASSERT_EQ(loud.out[i * loud.ldo + c], plain.out[i * plain.ldo + c]) << "row " << i;
+    }
+  }
+}
+
+TEST(KvFlashAttend, OnlyAvx512AndEqualSquareHeads) {
+  EXPECT_FALSE(KvFlashSupported(32, 16));
+  EXPECT_FALSE(KvFlashSupported(8, 8));
 }
 
 }  // namespace
