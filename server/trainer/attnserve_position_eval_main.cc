@@ -1,6 +1,7 @@
-// attnserve_position_eval: loss by position along long contexts. Feeds consecutive
-// stretches of the validation text (each --length bytes, default 16k) continuously
-// through the model's serving path (chunked prefill into one session per stretch) and
+// attnserve_position_eval: loss by position along long contexts. Feeds stretches of the
+// validation text (each --length bytes, default 16k, starting every --stride bytes)
+// continuously through the model's serving path (chunked prefill into one session per
+// stretch) and
 // prints the mean loss per position bucket as one line of key=value pairs; optionally a
 // finer CSV curve for plots. Loads a model directory, or a running trainer's
 // checkpoint.bin with --checkpoint.
@@ -28,6 +29,7 @@ struct Flags {
   bool checkpoint = false;
   std::string corpus;
   int64_t length = 16384;
+  int64_t stride = 0;
   int stretches = 0;
   std::string buckets = "0,128,512,1024,4096,16384";
   std::string curve_csv;
@@ -43,6 +45,10 @@ void DeclareFlags(Flags* f, attnserve::config::FlagSet* flags) {
   flags->Add("corpus", &f->corpus,
              "Corpus file (its validation split is used). Required.");
   flags->Add("length", &f->length, "Bytes of context per stretch.");
+  flags->Add("stride", &f->stride,
+             "Bytes between the starts of consecutive stretches (0: --length + 1, "
+             "non-overlapping; less than --length: overlapping stretches, more samples "
+             "for the short buckets).");
   flags->Add("stretches", &f->stretches,
              "Stretches to evaluate (0: every whole one in the split).");
   flags->Add("buckets", &f->buckets,
@@ -86,6 +92,7 @@ int main(int argc, char** argv) {
   if (!model.ok()) return Fail(model.status());
   attnserve::trainer::PositionEvalOptions o;
   o.length = flags.length;
+  o.stride = flags.stride;
   o.stretches = flags.stretches;
   auto corpus = attnserve::trainer::LoadCorpus(flags.corpus, o.length + 1);
   if (!corpus.ok()) return Fail(corpus.status());
@@ -98,10 +105,10 @@ int main(int argc, char** argv) {
                                                       {&*table, &curve});
   if (!stretches.ok()) return Fail(stretches.status());
   const auto& c = (*model)->config();
-  std::cout << absl::StrFormat("model=%s attention=%s order=%d stretches=%d length=%d", c.name,
-                               c.attention.module,
-                               c.attention.module.rfind("taylor", 0) == 0 ? c.attention.order : 0,
-                               *stretches, o.length);
+  std::cout << absl::StrFormat(
+      "model=%s attention=%s order=%d stretches=%d length=%d stride=%d", c.name,
+      c.attention.module, c.attention.module.rfind("taylor", 0) == 0 ? c.attention.order : 0,
+      *stretches, o.length, o.stride == 0 ? o.length + 1 : o.stride);
   for (int i = 0; i < table->size(); ++i) {
     std::cout << absl::StrFormat(" bpb_%s=%.4f", table->Label(i), table->mean(i) / std::log(2.0));
   }

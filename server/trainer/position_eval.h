@@ -16,8 +16,11 @@ struct PositionEvalOptions {
   // Bytes of context per stretch; each stretch is length + 1 bytes of text (the last
   // byte is only a target).
   int64_t length = 16384;
-  // Stretches to evaluate, consecutive and non-overlapping from the start of the text;
-  // 0: as many as fit.
+  // Bytes between the starts of consecutive stretches, from the start of the text; 0:
+  // length + 1 (consecutive, non-overlapping). A stride under the length makes the
+  // stretches overlap: more starts, so the short buckets average over more text.
+  int64_t stride = 0;
+  // Stretches to evaluate; 0: as many as fit.
   int stretches = 0;
   // Bytes appended per Prefill call (the state carries everything between calls).
   int64_t piece = 2048;

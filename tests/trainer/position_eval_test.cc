@@ -67,6 +67,24 @@ TEST_P(PositionEvalTest, ContinuousFeedingMatchesTheParallelPathPerBucket) {
 INSTANTIATE_TEST_SUITE_P(Modules, PositionEvalTest,
                          testing::Values("softmax", "taylor", "taylor_norm", "linear"));
 
+// Overlapping stretches: starts every 20 bytes, each fed from a fresh state, so each one's
+// losses are the parallel path's on its own window.
+TEST(LossByPosition, StrideStartsAStretchEveryStrideBytes) {
+  auto m = model::Model::Create(Tiny("taylor"), 7).value();
+  const std::string text = Text(65 + 2 * 20 + 5);  // starts 0, 20, 40 fit; 60 does not
+  auto b = PositionBuckets::Create({0, 64}).value();
+  PositionEvalOptions o;
+  o.length = 64;
+  o.stride = 20;
+  auto stretches = LossByPosition(*m, text, o, {&b});
+  ASSERT_TRUE(stretches.ok()) << stretches.status();
+  EXPECT_EQ(*stretches, 3);
+  double expected = 0;
+  for (int s = 0; s < 3; ++s) expected += ParallelMean(*m, text.substr(s * 20, 65), 0, 64);
+  EXPECT_NEAR(b.mean(0), expected / 3, 1e-4);
+  EXPECT_EQ(b.count(0), 3 * 64);
+}
+
 TEST(LossByPosition, RejectsTextShorterThanOneStretch) {
   auto m = model::Model::Create(Tiny("taylor"), 1).value();
   auto b = PositionBuckets::Create({0, 64}).value();
