@@ -66,7 +66,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (options->model_dirs.empty()) options->model_dirs = {ATTNSERVE_DEFAULT_MODEL_DIR};
-  auto models = attnserve::session::ModelCatalogue::Load(options->model_dirs);
+  attnserve::model::LoadOptions load;
+  load.weights_bf16 = options->weights_bf16;
+  auto models = attnserve::session::ModelCatalogue::Load(options->model_dirs, load);
   if (!models.ok()) {
     std::cerr << "attnserve_server: " << models.status().message() << "\n";
     return 1;
@@ -74,7 +76,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> names;
   for (const auto& m : (*models)->all()) {
     names.push_back(m->name + " (" + m->attention() + ", " +
-                    std::to_string(m->model->ParameterCount()) + " parameters)");
+                    std::to_string(m->model->ParameterCount()) + " parameters" +
+                    (m->model->UsesBf16Weights() ? ", bf16 weights for decode" : "") + ")");
   }
   auto server = attnserve::service::AttnServer::Start(*options, *std::move(models));
   if (!server.ok()) {

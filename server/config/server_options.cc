@@ -43,6 +43,11 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
                  "shipped default model.",
                  "none (the shipped default model)")
       .ValueName("DIR[,DIR...]");
+  f.Add("weights_bf16", &o->weights_bf16,
+        "Decode steps of up to 32 sessions read bf16 copies of the weight "
+        "matrices (half the bytes, fp32 arithmetic; logits within about 0.05 "
+        "of fp32 on the default model). Snapshots then only import into servers "
+        "with the same setting.");
   f.AddByteSize("memory_budget", &o->memory_budget_bytes,
                 "Memory for all session state, in bytes or with a suffix "
                 "KiB/MiB/GiB/KB/MB/GB.");

@@ -38,6 +38,8 @@ struct ServerOptions {
   // Model directories to load (--model_dirs, comma-separated). Empty means the
   // shipped default model(s); the caller decides what that is.
   std::vector<std::string> model_dirs;
+  // Decode from bf16 copies of the weight matrices (--weights_bf16; model::LoadOptions).
+  bool weights_bf16 = false;
   // Upper bound on the bytes of all session state together (--memory_budget).
   int64_t memory_budget_bytes = int64_t{2} << 30;
   // Most sessions alive at once (--max_sessions).

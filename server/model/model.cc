@@ -206,6 +206,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     return absl::OkStatus();
   });
   if (!copied.ok()) return copied;
+  if (options.weights_bf16) (*model)->UseBf16Weights();
   return model;
 }
 
@@ -256,6 +257,7 @@ const Sha256Digest& Model::Fingerprint() const {
     Sha256 h;
     h.Update(ModelConfigToText(identity));
     h.Update(weights_digest_->digest.data(), weights_digest_->digest.size());
+    if (bf16_ != nullptr) h.Update("weights bf16");  // other decode arithmetic
     fingerprint_ = h.Finish();
   });
   return fingerprint_;
@@ -296,8 +298,23 @@ absl::StatusOr<std::unique_ptr<Model>> Model::ServeAs(const std::string& module,
   m->head_ = head_;
   m->inv_freq_ = inv_freq_;
   m->weights_digest_ = weights_digest_;
+  m->bf16_ = bf16_;
   m->ChooseStepPath();
   return m;
+}
+
+void Model::UseBf16Weights() {
+  auto copies = std::make_shared<Bf16Weights>();
+  auto pack = [](const at::Tensor& w) {  // (out, in) contiguous fp32
+    at::Tensor c = w.detach().to(at::kFloat).contiguous();
+    return PackBf16(c.data_ptr<float>(), c.size(0), c.size(1));
+  };
+  for (const Layer& l : layers_) {
+    copies->layers.push_back({pack(l.wq), pack(l.wk), pack(l.wv), pack(l.wo), pack(l.w_gate),
+                              pack(l.w_up), pack(l.w_down)});
+  }
+  copies->head = pack(head_);
+  bf16_ = std::move(copies);
 }
 
 std::unique_ptr<DecodeState> Model::NewState() const {

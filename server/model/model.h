@@ -9,6 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,7 @@
 #include "server/attention/attention.h"
 #include "server/common/sha256.h"
 #include "server/model/config.h"
+#include "server/model/step_kernels.h"
 
 namespace attnserve::model {
 
@@ -61,6 +63,8 @@ struct LoadOptions {
   int attention_order = 0;
   // Largest fixed state per session per layer (rejects orders that would exceed it).
   int64_t max_state_bytes_per_layer = attention::AttentionOptions{}.max_state_bytes_per_layer;
+  // Decode from bf16 copies of the weight matrices (Model::UseBf16Weights).
+  bool weights_bf16 = false;
 };
 
 class Model {
@@ -147,6 +151,17 @@ class Model {
   int64_t BreakEvenContext() const;
   int64_t ParameterCount() const;
 
+  // From now on the fused path's projections read bf16 copies of the weight matrices
+  // (step_kernels.h LinearBf16, fp32 arithmetic) whenever a call has at most
+  // kBf16MaxRows rows (decode steps of a few sessions, prompts of a few tokens): half
+  // the weight bytes per decode step. Larger batches and prompts, and the LibTorch
+  // reference, keep the fp32 weights, which stay. Fingerprint() then
+  // says bf16: a session's state is only byte-exact on a server with the same weights.
+  // Call before the model serves (not thread-safe against Step); ServeAs variants made
+  // afterwards share the copies.
+  void UseBf16Weights();
+  bool UsesBf16Weights() const { return bf16_ != nullptr; }
+
   // Every trained tensor by name ("embed", "layers.3.wq", ..., "head"). The tensors are
   // the model's own: the trainer updates them in place.
   attention::NamedTensors NamedParameters() const;
@@ -185,7 +200,14 @@ class Model {
   at::Tensor RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* positions,
                           int64_t scratch_floats, const RawAttendFn& attend) const;
 
+  // UseBf16Weights' copies: per layer wq, wk, wv, wo, w_gate, w_up, w_down; the head.
+  struct Bf16Weights {
+    std::vector<std::array<Bf16Matrix, 7>> layers;
+    Bf16Matrix head;
+  };
+
   ModelConfig config_;
+  std::shared_ptr<const Bf16Weights> bf16_;  // null: fp32 only
   at::Tensor embed_;  // (V, dim)
   std::vector<Layer> layers_;
   at::Tensor norm_;  // (dim)

@@ -72,25 +72,38 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
       sin[i * half + j] = float(std::sin(angle));
     }
   }
+  // y (B, out) = in (B, n) W^T (+ beta y): from W's bf16 copy where UseBf16Weights asked
+  // for it and the step is small enough, else fp32.
+  const bool bf16 = bf16_ != nullptr && b <= kBf16MaxRows;
+  auto linear = [&](const float* in, int64_t n, const at::Tensor& w, const Bf16Matrix* w16,
+                    int64_t out, float* y, float beta) {
+    if (bf16) {
+      LinearBf16(in, b, *w16, y, beta);
+    } else {
+      Linear(in, b, n, Data(w), out, y, beta, lin);
+    }
+  };
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& l = layers_[li];
+    const Bf16Matrix* w16 = bf16 ? bf16_->layers[li].data() : nullptr;  // wq .. w_down
+    auto pick = [&](int i) { return w16 == nullptr ? nullptr : w16 + i; };
     RmsNormRows(x, b, dim, Data(l.attn_norm), eps, hn);
-    Linear(hn, b, dim, Data(l.wq), dim, q, 0.0f, lin);
-    Linear(hn, b, dim, Data(l.wk), dim, k, 0.0f, lin);
-    Linear(hn, b, dim, Data(l.wv), dim, v, 0.0f, lin);
+    linear(hn, dim, l.wq, pick(0), dim, q, 0.0f);
+    linear(hn, dim, l.wk, pick(1), dim, k, 0.0f);
+    linear(hn, dim, l.wv, pick(2), dim, v, 0.0f);
     RopeRows(q, b, heads, d, cos, sin);
     RopeRows(k, b, heads, d, cos, sin);
     attend(li, q, k, v, o, scratch);  // (B, H, Dv) = (B, dim)
-    Linear(o, b, dim, Data(l.wo), dim, x, /*beta=*/1.0f, lin);  // x += o W_o^T
+    linear(o, dim, l.wo, pick(3), dim, x, /*beta=*/1.0f);  // x += o W_o^T
     RmsNormRows(x, b, dim, Data(l.mlp_norm), eps, hn);
-    Linear(hn, b, dim, Data(l.w_gate), hidden, gate, 0.0f, lin);
-    Linear(hn, b, dim, Data(l.w_up), hidden, up, 0.0f, lin);
+    linear(hn, dim, l.w_gate, pick(4), hidden, gate, 0.0f);
+    linear(hn, dim, l.w_up, pick(5), hidden, up, 0.0f);
     SiluMul(gate, up, b * hidden);
-    Linear(gate, b, hidden, Data(l.w_down), dim, x, /*beta=*/1.0f, lin);  // x += . W_down^T
+    linear(gate, hidden, l.w_down, pick(6), dim, x, /*beta=*/1.0f);  // x += . W_down^T
   }
   RmsNormRows(x, b, dim, Data(norm_), eps, hn);
   at::Tensor logits = at::empty({b, vocab}, at::kFloat);  // (B, V)
-  Linear(hn, b, dim, Data(head_), vocab, logits.data_ptr<float>(), 0.0f, lin);
+  linear(hn, dim, head_, bf16 ? &bf16_->head : nullptr, vocab, logits.data_ptr<float>(), 0.0f);
   return logits;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace attnserve::model {
 
@@ -17,6 +18,28 @@ namespace attnserve::model {
 // (the residual).
 void Linear(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y,
             float beta, float* scratch);
+
+// A linear weight W (out, in) rounded to bf16 (the high 16 bits of an fp32, rounded to
+// nearest even) and packed for LinearBf16: blocks of 64 outputs, each (in, 64) with the
+// outputs past `out` zero, so the kernel streams every weight once per group of rows.
+struct Bf16Matrix {
+  int64_t in = 0, out = 0;
+  std::vector<uint16_t> packed;  // (ceil(out / 64), in, 64)
+};
+Bf16Matrix PackBf16(const float* w, int64_t out, int64_t in);
+
+// The most rows Model sends through LinearBf16: up to 32 it beat the fp32 path at the mid
+// and large shapes (1.6x at 1 row, 1.1-1.3x at 32; tests/bench/roofline_bench.cc
+// --weights_bf16); larger calls (prefill blocks) keep one fp32 sgemm.
+constexpr int64_t kBf16MaxRows = 32;
+
+// y (rows, out) = x (rows, in) W^T (+ beta * y) with W in bf16: Linear's contract, half
+// the weight bytes. fp32 arithmetic (each weight widened exactly); AVX-512F where the CPU
+// has it, else LinearBf16Reference. Groups of 4 rows share each pass over the weights.
+void LinearBf16(const float* x, int64_t rows, const Bf16Matrix& w, float* y, float beta);
+// The plain loops LinearBf16 is tested against (tests/model/step_kernels_test.cc).
+void LinearBf16Reference(const float* x, int64_t rows, const Bf16Matrix& w, float* y,
+                         float beta);
 
 // out (rows, dim) = x * rsqrt(mean(x^2) + eps) * g, row by row: the model's RmsNorm.
 void RmsNormRows(const float* x, int64_t rows, int64_t dim, const float* g, float eps,

@@ -9,11 +9,14 @@
 namespace attnserve::session {
 
 absl::StatusOr<std::unique_ptr<ModelCatalogue>> ModelCatalogue::Load(
-    const std::vector<std::string>& dirs) {
+    const std::vector<std::string>& dirs, const model::LoadOptions& options) {
+  model::LoadOptions load = options;
+  load.attention_module.clear();  // each model as trained; variants come from ServeAs
+  load.attention_order = 0;
   std::vector<std::shared_ptr<const ServedModel>> out;
   std::set<std::string> names;
   for (const std::string& dir : dirs) {
-    auto model = model::Model::Load(dir);
+    auto model = model::Model::Load(dir, load);
     if (!model.ok()) return model.status();
     const std::string name = (*model)->config().name;
     if (!names.insert(name).second) {

@@ -21,8 +21,9 @@ class ModelCatalogue {
   // weights may be served as (attention::CheckServableAs decides; taylor and
   // taylor_norm of orders 2, 4, 6 whose state fits the per-layer budget). Duplicate
   // model names and an empty list are INVALID_ARGUMENT.
+  // `options` apply to every directory (its attention_module and order are ignored).
   static absl::StatusOr<std::unique_ptr<ModelCatalogue>> Load(
-      const std::vector<std::string>& dirs);
+      const std::vector<std::string>& dirs, const model::LoadOptions& options = {});
 
   // `models` in order; the first is the default.
   explicit ModelCatalogue(std::vector<std::shared_ptr<const ServedModel>> models);

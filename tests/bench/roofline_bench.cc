@@ -1,7 +1,9 @@
 // Roofline of the in-process engine: what each decode / prefill step costs against what
 // this machine allows, all measured in the same run on one thread. --with_reference adds,
 // under each decode row, the same step through Model::Step's LibTorch path
-// (ATTNSERVE_REFERENCE_STEP=1), measured right after it. Prints a markdown
+// (ATTNSERVE_REFERENCE_STEP=1), measured right after it; --weights_bf16 adds, under each
+// decode row of at most 8 sessions, the same step reading bf16 copies of the weights
+// (Model::UseBf16Weights; 2 bytes a weight in its limit). Prints a markdown
 // table; writes the rows as JSON with --json=FILE (tests/bench/roofline_e2e.sh reads it).
 // Asserts nothing. Run through `tests/bench/run.sh roofline` (see README).
 //
@@ -216,18 +218,20 @@ struct Row {
 };
 
 // Per-step traffic and work for decode (see the header comment).
-void DecodeCost(const ModelConfig& c, int64_t batch, int64_t context, Row& r) {
+// weight_bytes: 4 (fp32), or 2 where the step reads bf16 copies (--weights_bf16).
+void DecodeCost(const ModelConfig& c, int64_t batch, int64_t context, Row& r,
+                double weight_bytes = 4) {
   const double w = double(c.num_layers) * (4.0 * c.dim * c.dim + 3.0 * c.dim * c.mlp_hidden) +
                    double(c.vocab_size) * c.dim;
   const auto& a = c.attention;
   const double lh = double(batch) * c.num_layers * a.num_heads;
   const double m = double(attention::FeatureCount(a));
-  r.bytes = 4 * w;
+  r.bytes = weight_bytes * w;
   r.flops = 2 * batch * w;
   if (HasFixedState(a)) {
     r.bytes += lh * 2 * 4 * m * (a.value_dim + 1);
     r.flops += lh * 4 * m * (a.value_dim + 1);
-    r.footprint = 4 * w + lh * 4 * m * (a.value_dim + 1);
+    r.footprint = weight_bytes * w + lh * 4 * m * (a.value_dim + 1);
   } else {
     r.bytes += lh * 4 * double(context + 1) * (a.head_dim + a.value_dim);
     r.flops += lh * 2 * double(context + 1) * (a.head_dim + a.value_dim);
@@ -306,7 +310,7 @@ bool Wanted(const std::string& list, const std::string& name) {
 int main(int argc, char** argv) {
   using namespace attnserve::model;
   std::string json_path, shapes, modules, workloads, label = "engine";
-  bool with_reference = false;
+  bool with_reference = false, weights_bf16 = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -319,12 +323,13 @@ int main(int argc, char** argv) {
     else if (const char* v = value("--label=")) label = v;
     else if (const char* v = value("--workloads=")) workloads = v;
     else if (a == "--with_reference") with_reference = true;
+    else if (a == "--weights_bf16") weights_bf16 = true;
     else if (const char* v = value("--chunk_size=")) g_chunk_size = std::atoi(v);
     else {
       std::fprintf(stderr,
                    "usage: roofline_bench [--json=FILE] [--shapes=tiny,mid,large] "
                    "[--modules=taylor2,softmax,linear] [--workloads=decode,prefill,context] "
-                   "[--label=TEXT] [--with_reference] [--chunk_size=64]\n");
+                   "[--label=TEXT] [--with_reference] [--weights_bf16] [--chunk_size=64]\n");
       return 2;
     }
   }
@@ -373,7 +378,15 @@ int main(int argc, char** argv) {
         reference = MakeModel(s, mod);
         unsetenv("ATTNSERVE_REFERENCE_STEP");
       }
+      // --weights_bf16: the same weights with Model::UseBf16Weights, measured right after
+      // each decode row of at most kBf16MaxRows sessions (larger steps stay fp32).
+      std::unique_ptr<Model> bf16;
+      if (weights_bf16 && model->UsesFusedStep()) {
+        bf16 = MakeModel(s, mod);
+        bf16->UseBf16Weights();
+      }
       const std::string ref_label = std::string(mod.label) + " (LibTorch step)";
+      const std::string bf16_label = std::string(mod.label) + " (bf16 weights)";
       for (int64_t batch : {1, 8, 32}) {
         if (!Wanted(workloads, "decode")) break;
         Row r{s.name, mod.label, "decode B=" + std::to_string(batch), batch, batch};
@@ -384,6 +397,12 @@ int main(int argc, char** argv) {
           r.module = ref_label;
           r.seconds = TimeDecode(*reference, batch, 128, s.reps);
           print(r);
+        }
+        if (bf16 && batch <= kBf16MaxRows) {
+          Row rb{s.name, bf16_label, r.workload, batch, batch};
+          DecodeCost(c, batch, 128, rb, /*weight_bytes=*/2);
+          rb.seconds = TimeDecode(*bf16, batch, 128, s.reps);
+          print(rb);
         }
       }
       for (int64_t context : {0, 4096}) {

@@ -266,5 +266,50 @@ TEST(FusedStepPath, TheEnvironmentForcesTheReference) {
   EXPECT_TRUE((*served)->UsesFusedStep());
 }
 
+// bf16 weights (Model::UseBf16Weights) against fp32, the same prompts and tokens through
+// both: steps of 1 and 8 sessions (the bf16 kernel; the short prompts too) stay within
+// 1% of the logits' range and differ from fp32 at all (the step reads the bf16 copies);
+// the fingerprint says bf16, and ServeAs variants share the copies.
+TEST(Bf16Weights, StepLogitsStayWithinOnePercentOfFp32) {
+  at::set_num_threads(1);
+  const ModelConfig c = StepConfig(Variant{"taylor", 2, false}, /*reference=*/false);
+  auto fp32 = MakeScaled(c);
+  auto bf16 = MakeScaled(c);
+  const Sha256Digest before = bf16->Fingerprint();
+  auto variant_before = bf16->ServeAs("taylor", 0, c.attention.max_state_bytes_per_layer);
+  ASSERT_TRUE(variant_before.ok());
+  EXPECT_FALSE((*variant_before)->UsesBf16Weights());
+  bf16 = MakeScaled(c);  // fresh: the fingerprint is computed once
+  bf16->UseBf16Weights();
+  ASSERT_TRUE(bf16->UsesBf16Weights());
+  EXPECT_NE(bf16->Fingerprint(), before);
+  auto variant = bf16->ServeAs("taylor", 0, c.attention.max_state_bytes_per_layer);
+  ASSERT_TRUE(variant.ok());
+  EXPECT_TRUE((*variant)->UsesBf16Weights());
+  for (int batch : {1, 8}) {
+    std::vector<std::unique_ptr<DecodeState>> own32, own16;
+    std::vector<DecodeState*> s32, s16;
+    for (int s = 0; s < batch; ++s) {
+      own32.push_back(fp32->NewState());
+      own16.push_back(bf16->NewState());
+      ASSERT_TRUE(fp32->Prefill(*own32.back(), Text(5 + 3 * s, s)).ok());
+      ASSERT_TRUE(bf16->Prefill(*own16.back(), Text(5 + 3 * s, s)).ok());
+      s32.push_back(own32.back().get());
+      s16.push_back(own16.back().get());
+    }
+    double worst = 0, range = 0;
+    for (int step = 0; step < 4; ++step) {
+      const std::vector<int32_t> next = Text(batch, 2 * step + 1);
+      auto l32 = fp32->Step(s32, next);
+      auto l16 = bf16->Step(s16, next);
+      ASSERT_TRUE(l32.ok() && l16.ok());
+      worst = std::max(worst, (*l16 - *l32).abs().max().item<double>());
+      range = std::max(range, (l32->max() - l32->min()).item<double>());
+    }
+    EXPECT_GT(worst, 0) << batch << " sessions: the bf16 copies were not used";
+    EXPECT_LE(worst, 0.01 * range) << batch << " sessions, logit range " << range;
+  }
+}
+
 }  // namespace
 }  // namespace attnserve::model

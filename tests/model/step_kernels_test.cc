@@ -38,6 +38,35 @@ TEST(StepKernels, LinearIsXTimesWTransposedPlusBetaY) {
   }
 }
 
+// bf16 weights: each rounds to the nearest bf16 (relative error <= 2^-8: 8 significant bits), and LinearBf16
+// (AVX-512 where the CPU has it) computes with them what the plain loops compute, for
+// outputs that do not fill the last block of 64 and rows that do not fill a group of 4.
+TEST(StepKernels, LinearBf16IsLinearOnTheRoundedWeights) {
+  const int64_t in = 45, out = 150;
+  const std::vector<float> w = Random(out * in, 4);
+  const Bf16Matrix packed = PackBf16(w.data(), out, in);
+  std::vector<float> ones(in, 0.0f), col(out);
+  for (int64_t i = 0; i < in; ++i) {  // read W back one input at a time: x = e_i
+    ones.assign(in, 0.0f);
+    ones[i] = 1.0f;
+    LinearBf16Reference(ones.data(), 1, packed, col.data(), 0.0f);
+    for (int64_t o = 0; o < out; ++o) {
+      EXPECT_NEAR(col[o], w[o * in + i], std::abs(w[o * in + i]) * 0x1p-8f) << o << ", " << i;
+    }
+  }
+  for (int64_t rows : {1, 3, 4, 7}) {
+    const std::vector<float> x = Random(rows * in, 5);
+    for (float beta : {0.0f, 1.0f}) {
+      std::vector<float> y = Random(rows * out, 6), want = y;
+      LinearBf16(x.data(), rows, packed, y.data(), beta);
+      LinearBf16Reference(x.data(), rows, packed, want.data(), beta);
+      for (int64_t i = 0; i < rows * out; ++i) {
+        EXPECT_NEAR(y[i], want[i], 1e-4f * (1 + std::abs(want[i]))) << rows << " rows, " << i;
+      }
+    }
+  }
+}
+
 TEST(StepKernels, RmsNormScalesEachRowToUnitRms) {
   const int64_t rows = 3, dim = 19;
   const std::vector<float> x = Random(rows * dim, 4), g = Random(dim, 5);
