@@ -39,7 +39,8 @@ class AttentionState {
   virtual std::unique_ptr<AttentionState> Clone() const = 0;
   // A state to go back to if what follows fails: equal to this one as long as nothing
   // but appends happen to this one meanwhile. Fixed states (updated in place) copy their
-  // tensors; KV caches share theirs (appends write past the length they remember).
+  // pool slot into a new one; KV caches share their tensors (appends write past the
+  // length they remember).
   virtual std::unique_ptr<AttentionState> Checkpoint() const { return Clone(); }
   // The tensors a snapshot holds, in a fixed order, with the names and shapes that
   // Attention::StateShapes(Position()) lists: fixed-state modules their whole state,
@@ -67,9 +68,10 @@ class Attention {
   //   KV cache:    k (H, position, D), v (H, position, Dv)
   virtual TensorShapes StateShapes(int64_t position) const = 0;
   // A state at `position` made of `tensors`, whose names and shapes the caller has
-  // checked against StateShapes(position) (TORCH_CHECK fails otherwise). Takes them:
-  // contiguous fp32 tensors become the state as they are (no copy), so the caller must
-  // not use them afterwards; others are converted.
+  // checked against StateShapes(position) (TORCH_CHECK fails otherwise). Fixed-state
+  // modules copy them into their pool (converting to fp32). KV caches take them:
+  // contiguous fp32 tensors become the state as they are (no copy), others are converted.
+  // So the caller must not use them afterwards.
   virtual std::unique_ptr<AttentionState> RestoreState(int64_t position,
                                                        const NamedTensors& tensors) const = 0;
 

@@ -5,33 +5,53 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "server/attention/feature_kernels.h"
 #include "server/attention/taylor_features.h"
 
 namespace attnserve::attention {
 
+// A state in a slot of its module's pool: s (H, m, Dv), then z (H, m) under the sum
+// normaliser. s and z are views of the slot; each holds the slot too, so a view that
+// outlives the state (Tensors()) stays valid as a tensor's would, and the slot goes back
+// to the pool when the state and its last view are gone.
 class FeatureState : public AttentionState {
  public:
-  FeatureState(at::Tensor s, at::Tensor z, int64_t position)
-      : s(std::move(s)), z(std::move(z)), position(position) {}
+  // Views `slot` (contents as they are) as a state at `position`.
+  FeatureState(std::shared_ptr<StatePool::Slot> slot, int64_t heads, int64_t m, int64_t dv,
+               bool has_z, int64_t position)
+      : s(View(slot, 0, {heads, m, dv})),
+        z(has_z ? View(slot, heads * m * dv, {heads, m}) : at::Tensor()),
+        position(position),
+        slot_(std::move(slot)) {}
 
   int64_t Position() const override { return position; }
   int64_t Bytes() const override {
     return s.nbytes() + (z.defined() ? int64_t(z.nbytes()) : 0);
   }
   std::unique_ptr<AttentionState> Clone() const override {
-    return std::make_unique<FeatureState>(s.clone(), z.defined() ? z.clone() : z,
-                                          position);
+    auto copy = std::make_unique<FeatureState>(slot_->pool().Allocate(), s.size(0),
+                                               s.size(1), s.size(2), z.defined(), position);
+    std::memcpy(copy->slot_->data(), slot_->data(), Bytes());
+    return copy;
   }
   NamedTensors Tensors() const override {
     if (!z.defined()) return {{"s", s}};
     return {{"s", s}, {"z", z}};
   }
 
-  at::Tensor s;  // (H, m, Dv) fp32
-  at::Tensor z;  // (H, m) fp32, undefined under the L2 normaliser
+  at::Tensor s;  // (H, m, Dv) fp32, contiguous
+  at::Tensor z;  // (H, m) fp32, contiguous, after s; undefined under the L2 normaliser
   int64_t position;
+
+ private:
+  static at::Tensor View(const std::shared_ptr<StatePool::Slot>& slot, int64_t offset,
+                         at::IntArrayRef sizes) {
+    return at::from_blob(slot->data() + offset, sizes, [slot](void*) {}, at::kFloat);
+  }
+
+  std::shared_ptr<StatePool::Slot> slot_;
 };
 
 namespace {
@@ -97,6 +117,11 @@ void NormaliseRows(float* out, int64_t rows, int64_t dv, int64_t ld, const float
   }
 }
 
+// Floats of one state: s (H, m, Dv), and z (H, m) under the sum normaliser.
+int64_t StateFloats(const AttentionOptions& o, int64_t m, Normaliser normaliser) {
+  return o.num_heads * m * (o.value_dim + (normaliser == Normaliser::kSum ? 1 : 0));
+}
+
 FeatureState& AsFeatureState(AttentionState& state) {
   auto* s = dynamic_cast<FeatureState*>(&state);
   TORCH_CHECK(s != nullptr, "attention state does not belong to a feature-map module");
@@ -119,7 +144,8 @@ FeatureAttention::FeatureAttention(AttentionOptions options,
     : Attention(std::move(options)),
       features_(std::move(features)),
       normaliser_(normaliser),
-      decays_(HeadDecays(this->options())) {}
+      decays_(HeadDecays(this->options())),
+      pool_(StatePool::Create(StateFloats(this->options(), features_->size(), normaliser_))) {}
 
 at::Tensor FeatureAttention::DecayMask(int64_t t, const at::TensorOptions& options) const {
   const int64_t h = this->options().num_heads;
@@ -152,13 +178,18 @@ at::Tensor FeatureAttention::Parallel(const at::Tensor& q, const at::Tensor& k,
   return Normalise(normaliser_, num, den);
 }
 
-std::unique_ptr<AttentionState> FeatureAttention::NewState() const {
+std::unique_ptr<FeatureState> FeatureAttention::StateInNewSlot(int64_t position) const {
   const auto& o = options();
-  const int64_t m = features_->size();
-  at::Tensor s = at::zeros({o.num_heads, m, o.value_dim}, at::kFloat);
-  at::Tensor z = normaliser_ == Normaliser::kSum ? at::zeros({o.num_heads, m}, at::kFloat)
-                                                 : at::Tensor();
-  return std::make_unique<FeatureState>(std::move(s), std::move(z), 0);
+  return std::make_unique<FeatureState>(pool_->Allocate(), o.num_heads, features_->size(),
+                                        o.value_dim, normaliser_ == Normaliser::kSum,
+                                        position);
+}
+
+std::unique_ptr<AttentionState> FeatureAttention::NewState() const {
+  std::unique_ptr<FeatureState> st = StateInNewSlot(0);
+  st->s.zero_();
+  if (st->z.defined()) st->z.zero_();
+  return st;
 }
 
 TensorShapes FeatureAttention::StateShapes(int64_t) const {
@@ -179,11 +210,11 @@ std::unique_ptr<AttentionState> FeatureAttention::RestoreState(
                     tensors[i].second.sizes() == at::IntArrayRef(shapes[i].second),
                 "RestoreState: tensor ", i, " is not ", shapes[i].first);
   }
-  at::Tensor s = tensors[0].second.to(at::kFloat).contiguous();
-  at::Tensor z = shapes.size() > 1
-                     ? tensors[1].second.to(at::kFloat).contiguous()
-                     : at::Tensor();
-  return std::make_unique<FeatureState>(std::move(s), std::move(z), position);
+  // Copied into the pool (converting dtype and layout on the way).
+  std::unique_ptr<FeatureState> st = StateInNewSlot(position);
+  st->s.copy_(tensors[0].second);
+  if (st->z.defined()) st->z.copy_(tensors[1].second);
+  return st;
 }
 
 at::Tensor FeatureAttention::PrefillChunk(FeatureState& st, const at::Tensor& q,

@@ -10,6 +10,7 @@
 
 #include "server/attention/attention.h"
 #include "server/attention/normaliser.h"
+#include "server/attention/state_pool.h"
 
 namespace attnserve::attention {
 
@@ -63,7 +64,13 @@ class FeatureAttention : public Attention {
   void PrefillRaw(AttentionState& state, int64_t t, float* q, float* k, const float* v,
                   float* out, float* scratch) const override;
 
+  // The slots this module's states live in, one per state (for tests and metrics).
+  const StatePool& pool() const { return *pool_; }
+
  private:
+  // A state at `position` in a new slot of pool_, contents unspecified.
+  std::unique_ptr<class FeatureState> StateInNewSlot(int64_t position) const;
+
   // One chunk of one session: q (scaled), k: (H, C, D); v: (H, C, Dv) -> (H, C, Dv).
   at::Tensor PrefillChunk(class FeatureState& state, const at::Tensor& q,
                           const at::Tensor& k, const at::Tensor& v) const;
@@ -86,6 +93,9 @@ class FeatureAttention : public Attention {
 
   // Per-head decay factors (options HeadDecays); empty: no decay.
   std::vector<float> decays_;
+  // Every state of this module: slots of H*m*Dv floats for s, then H*m for z under the
+  // sum normaliser. Shared with the slots, which may outlive the module.
+  std::shared_ptr<StatePool> pool_;
 };
 
 }  // namespace attnserve::attention
