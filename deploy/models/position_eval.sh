@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Loss by position along the context, out to 16k bytes (README.md, "The default model"):
-# every whole 16,385-byte stretch of the KJV validation split (13 of them) is fed
-# continuously through each model's serving path (chunked prefill into one session per
-# stretch: the recurrent state for taylor/taylor_norm/linear, the KV cache for softmax),
-# and the mean loss is reported per position bucket. Writes
+# stretches of 16,385 bytes of the KJV validation split, one starting every 4,096 bytes
+# (49 of them, overlapping, so the short buckets average over 49 stretches rather than
+# the 13 that fit side by side), are each fed continuously through each model's serving
+# path (chunked prefill into one fresh session per stretch: the recurrent state for
+# taylor/taylor_norm/linear, the KV cache for softmax), and the mean loss is reported
+# per position bucket. About 1 minute per model, one at a time. Writes
 #   deploy/models/position/table.md       the markdown table (bits per byte)
 #   deploy/models/position/NAME.csv       power-of-two buckets, for the plot
 #   deploy/models/position/position.png   the plot (needs gnuplot, as plot.sh)
@@ -16,15 +18,15 @@ build=${1:-build}
 shift || true
 models=("$@")
 [ ${#models[@]} -gt 0 ] ||
-  models=(kjv-softmax kjv-taylor2 kjv-taylor-norm4 kjv-linear kjv-taylor2-long)
+  models=(kjv-softmax kjv-taylor2 kjv-taylor-norm4 kjv-linear kjv-taylor2-long kjv-taylor2-decay)
 corpus=$build/corpus/kjv.txt
 [ -f "$corpus" ] || deploy/corpus.sh "$corpus"
 out=deploy/models/position
 mkdir -p "$out"
 table=$out/table.md
 {
-  echo "| model | attention | trained on (bytes) | 0-128 | 128-512 | 512-1k | 1k-4k | 4k-16k |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| model | attention | trained on (bytes) | 0-128 | 128-512 | 512-1k | 1k-4k | 4k-16k | 1k-4k vs 128-512 |"
+  echo "|---|---|---|---|---|---|---|---|---|"
 } >"$table.tmp"
 for name in "${models[@]}"; do
   dir=deploy/models/$name
@@ -43,7 +45,7 @@ for name in "${models[@]}"; do
     if [ -n "$short" ] && [ "$step" -le "${short_steps:-0}" ]; then trained="$short so far"; fi
   fi
   line=$(nice -n 10 "$build/server/trainer/attnserve_position_eval" --model_dir="$dir" \
-    --corpus="$corpus" --curve_csv="$out/$name.csv" "${flags[@]}")
+    --corpus="$corpus" --stride=4096 --curve_csv="$out/$name.csv" "${flags[@]}")
   echo "$line"
   /usr/bin/python3 -c '
 import sys
@@ -51,7 +53,9 @@ kv = dict(p.split("=", 1) for p in sys.argv[1].split())
 att = kv["attention"] + (" N=" + kv["order"] if kv["order"] != "0" else "")
 cells = " | ".join("%.3f" % float(kv["bpb_" + b])
                    for b in ["0-128", "128-512", "512-1k", "1k-4k", "4k-16k"])
-print("| `%s`%s | %s | %s | %s |" % (kv["model"], sys.argv[2], att, sys.argv[3], cells))
+ratio = float(kv["bpb_1k-4k"]) / float(kv["bpb_128-512"]) - 1
+print("| `%s`%s | %s | %s | %s | %+.1f%% |" % (kv["model"], sys.argv[2], att, sys.argv[3], cells,
+                                          100 * ratio))
 ' "$line" "$note" "$trained" >>"$table.tmp"
 done
 mv "$table.tmp" "$table"

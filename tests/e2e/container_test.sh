@@ -213,7 +213,7 @@ step "single: $image on the host's network: gRPC $grpc, metrics $metrics (compos
 run_container single --health-cmd "$health_cmd" --health-interval=disable "${blas_env[@]}" \
   -e ATTNSERVE_LISTEN="$grpc" -e ATTNSERVE_METRICS_LISTEN="$metrics" \
   -e ATTNSERVE_SHUTDOWN_GRACE=2s -e ATTNSERVE_MAX_GENERATED_TOKENS=200000 \
-  -e ATTNSERVE_MODEL_DIRS=/opt/attnserve/models/kjv-taylor2-long,/opt/attnserve/models/kjv-softmax \
+  -e ATTNSERVE_MODEL_DIRS=/opt/attnserve/models/kjv-taylor2-decay,/opt/attnserve/models/kjv-softmax \
   "$image"
 wait_serving single "$grpc"
 lap single-start
@@ -225,7 +225,7 @@ uid=$(pm exec "$prefix-single" sh -c 'id -u') || fail "single: podman exec"
 [ "$(pm exec "$prefix-single" attnserve_client --server="$grpc" health)" = SERVING ] ||
   fail "single: the image's own client does not see SERVING"
 cli "$grpc" models >"$work/models.out" || fail "single: models"
-grep -q kjv-taylor2-long "$work/models.out" || fail "single: models: $(cat "$work/models.out")"
+grep -q kjv-taylor2-decay "$work/models.out" || fail "single: models: $(cat "$work/models.out")"
 [ "$(metric_sum "$metrics" '^attnserve_requests_total\{[^}]*method="ListModels"[^}]*\}')" -ge 1 ] ||
   fail "single: /metrics does not count the ListModels call"
 

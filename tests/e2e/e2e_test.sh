@@ -58,7 +58,7 @@ sid=$(client sessions create)
 client sessions get "$sid" >/dev/null || fail "sessions get"
 client sessions close "$sid" >/dev/null || fail "sessions close"
 if client sessions get "$sid" 2>/dev/null; then fail "closed session still there"; fi
-client models | grep -q kjv-taylor2-long || fail "models does not list the default model kjv-taylor2-long"
+client models | grep -q kjv-taylor2-decay || fail "models does not list the default model kjv-taylor2-decay"
 
 step "reflection lists the services"
 "$reflection_bin" "$addr" >"$work/services"

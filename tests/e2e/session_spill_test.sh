@@ -21,7 +21,7 @@ verses=("In the beginning" "And God said" "The LORD is my shepherd" "Blessed are
 prompt() { if [ "$2" -eq 1 ]; then echo "${verses[$(($1 - 1))]}"; else echo " and in round $2,"; fi; }
 
 ref_addr=127.0.0.1:$(free_port)
-start_named ref "$ref_addr" "127.0.0.1:$(free_port)"  # the default model, kjv-taylor2-long
+start_named ref "$ref_addr" "127.0.0.1:$(free_port)"  # the default model, kjv-taylor2-decay
 ref_pid=$started_pid
 
 step "reference: $n sessions x $rounds rounds on an unconstrained memory-only server"

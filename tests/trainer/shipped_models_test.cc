@@ -1,6 +1,6 @@
 // Every model shipped in deploy/models/ loads, and its validation loss on the fixed
 // windows its report.txt describes matches the figure recorded there within 1%. The
-// long-window default (kjv-taylor2-long) also meets its bits/byte target.
+// default (kjv-taylor2-decay) also meets its bits/byte target along the context.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -48,14 +48,13 @@ TEST(ShippedModels, LoadAndReproduceTheirRecordedValidationLoss) {
   EXPECT_GE(checked, 1) << "no trained model under " << ATTNSERVE_MODELS_DIR;
 }
 
-// The default (kjv-taylor2-long, deploy/models/train_default.sh): at most 1.50 bits/byte on
-// its 512-byte validation windows, and through the serving path it uses its context
-// inside its training window (128-512 better than 0-128, at most 1.50 bits). Past the
-// window it breaks down (1k-4k is 3.4 times 128-512 at the end of its training; README,
-// "The default model"), so the issue's 5% bound on 1k-4k is not met and not asserted:
-// the ratio is printed and recorded as a test property.
-TEST(ShippedModels, LongWindowDefaultReachesItsTargetInsideItsTrainingWindow) {
-  const fs::path dir = fs::path(ATTNSERVE_MODELS_DIR) / "kjv-taylor2-long";
+// The default (kjv-taylor2-decay, deploy/models/train_default.sh): at most 1.50 bits/byte
+// on its 512-byte validation windows, and through the serving path (Model::Prefill, the
+// chunked recurrent form) it uses its context inside the training window (128-512 better
+// than 0-128, at most 1.50 bits) and holds it past the window: the 1k-4k bucket at most
+// 5% above 128-512 (issue 13's target; the full 13 x 16k table is in the README).
+TEST(ShippedModels, DefaultHoldsItsLossPastItsTrainingWindow) {
+  const fs::path dir = fs::path(ATTNSERVE_MODELS_DIR) / "kjv-taylor2-decay";
   ASSERT_TRUE(fs::exists(dir / "report.txt")) << "the default model is not shipped";
   auto kv = ReadReport(dir / "report.txt");
   EXPECT_EQ(kv.at("seq_len"), "512");
@@ -64,20 +63,55 @@ TEST(ShippedModels, LongWindowDefaultReachesItsTargetInsideItsTrainingWindow) {
   ASSERT_TRUE(model.ok()) << model.status();
   auto corpus = LoadCorpus(ATTNSERVE_CORPUS, 4097);
   ASSERT_TRUE(corpus.ok()) << corpus.status();
-  // Four 4k stretches through the serving path (Model::Prefill, the chunked form).
+  // Eight 4k stretches, each fed continuously into one session.
   auto b = PositionBuckets::Create({0, 128, 512, 1024, 4096}).value();
   PositionEvalOptions o;
   o.length = 4096;
-  o.stretches = 4;
+  o.stretches = 8;
   ASSERT_TRUE(LossByPosition(**model, corpus->validation, o, {&b}).ok());
   const double bits = 1.0 / std::log(2.0);
-  EXPECT_LT(b.mean(1), b.mean(0)) << "128-512 should beat 0-128: the model uses its context";
-  EXPECT_LE(b.mean(1) * bits, 1.50) << "128-512 bits/byte";
   const double ratio = b.mean(3) / b.mean(1);
-  std::printf("kjv-taylor2-long: bits/byte 0-128 %.3f, 128-512 %.3f, 512-1k %.3f, 1k-4k %.3f; "
-              "1k-4k / 128-512 = %.2f (issue target <= 1.05, not met)\n",
+  std::printf("kjv-taylor2-decay: bits/byte 0-128 %.3f, 128-512 %.3f, 512-1k %.3f, 1k-4k "
+              "%.3f; 1k-4k / 128-512 = %.3f\n",
               b.mean(0) * bits, b.mean(1) * bits, b.mean(2) * bits, b.mean(3) * bits, ratio);
   testing::Test::RecordProperty("ratio_1k_4k_over_128_512", std::to_string(ratio));
+  EXPECT_LT(b.mean(1), b.mean(0)) << "128-512 should beat 0-128: the model uses its context";
+  EXPECT_LE(b.mean(1) * bits, 1.50) << "128-512 bits/byte";
+  EXPECT_LE(ratio, 1.05) << "1k-4k against 128-512: the model breaks past its window";
+}
+
+// The default served from bf16 weights (--weights_bf16): 400 bytes of validation text fed
+// one token a step into a session of each (the bf16 kernel runs for steps of one row);
+// the logits stay within 0.1 of fp32's everywhere and pick the same most likely next
+// byte at least 99% of the time.
+TEST(ShippedModels, DefaultWithBf16WeightsDecodesLikeFp32) {
+  const std::string dir = (fs::path(ATTNSERVE_MODELS_DIR) / "kjv-taylor2-decay").string();
+  auto fp32 = model::Model::Load(dir);
+  model::LoadOptions o;
+  o.weights_bf16 = true;
+  auto bf16 = model::Model::Load(dir, o);
+  ASSERT_TRUE(fp32.ok() && bf16.ok()) << fp32.status() << " " << bf16.status();
+  ASSERT_TRUE((*bf16)->UsesBf16Weights());
+  auto corpus = LoadCorpus(ATTNSERVE_CORPUS, 401);
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  auto s32 = (*fp32)->NewState(), s16 = (*bf16)->NewState();
+  model::DecodeState* one32[] = {s32.get()};
+  model::DecodeState* one16[] = {s16.get()};
+  double worst = 0;
+  int same = 0;
+  const int steps = 400;
+  for (int i = 0; i < steps; ++i) {
+    const int32_t token = static_cast<unsigned char>(corpus->validation[i]);
+    auto l32 = (*fp32)->Step(one32, {token});
+    auto l16 = (*bf16)->Step(one16, {token});
+    ASSERT_TRUE(l32.ok() && l16.ok());
+    worst = std::max(worst, (*l16 - *l32).abs().max().item<double>());
+    same += l16->argmax().item<int64_t>() == l32->argmax().item<int64_t>();
+  }
+  std::printf("kjv-taylor2-decay bf16 against fp32 over %d steps: max |logit difference| "
+              "%.4f, same argmax %d\n", steps, worst, same);
+  EXPECT_LE(worst, 0.1);
+  EXPECT_GE(same, steps * 99 / 100);
 }
 
 }  // namespace
