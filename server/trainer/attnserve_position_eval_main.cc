@@ -1,10 +1,9 @@
 // attnserve_position_eval: loss by position along long contexts. Feeds stretches of the
 // validation text (each --length bytes, default 16k, starting every --stride bytes)
 // continuously through the model's serving path (chunked prefill into one session per
-// stretch) and
-// prints the mean loss per position bucket as one line of key=value pairs; optionally a
-// finer CSV curve for plots. Loads a model directory, or a running trainer's
-// checkpoint.bin with --checkpoint.
+// stretch) and prints the mean loss per position bucket as one line of key=value pairs;
+// optionally a finer CSV curve for plots. Loads a model directory, or a running
+// trainer's checkpoint.bin with --checkpoint.
 #include <ATen/Parallel.h>
 
 #include <cmath>
