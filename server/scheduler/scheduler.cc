@@ -298,23 +298,29 @@ void Scheduler::PlanDecode(Turn& t, StepWork& work) {
   work.segments.push_back({&state, token});
 }
 
+std::vector<std::pair<size_t, size_t>> RowGroups(absl::Span<const int64_t> rows,
+                                                 int64_t max_rows) {
+  std::vector<std::pair<size_t, size_t>> groups;
+  size_t begin = 0;
+  while (begin < rows.size()) {
+    size_t end = begin;
+    int64_t sum = 0;
+    while (end < rows.size() && (end == begin || sum + rows[end] <= max_rows)) sum += rows[end++];
+    groups.emplace_back(begin, end);
+    begin = end;
+  }
+  return groups;
+}
+
 void Scheduler::RunBatch(const model::Model& m, StepWork& work) {
   // One Model::Batch per group of at most kMaxRowsPerCall rows (one group unless the
   // prefill budget is off and many prompts land at once): the workspace stays bounded.
   constexpr int64_t kMaxRowsPerCall = 2048;
-  size_t begin = 0;
-  while (begin < work.turns.size()) {
-    size_t end = begin;
-    int64_t rows = 0;
-    while (end < work.turns.size() &&
-           (end == begin || rows + int64_t(work.segments[end].tokens.size()) <= kMaxRowsPerCall)) {
-      rows += int64_t(work.segments[end].tokens.size());
-      ++end;
-    }
-    const size_t first = begin;
+  std::vector<int64_t> rows;
+  for (const auto& segment : work.segments) rows.push_back(int64_t(segment.tokens.size()));
+  for (const auto& [first, end] : RowGroups(rows, kMaxRowsPerCall)) {
     const auto turns = absl::MakeSpan(work.turns).subspan(first, end - first);
     auto logits = m.Batch(absl::MakeConstSpan(work.segments).subspan(first, end - first));
-    begin = end;
     if (!logits.ok()) {
       for (Turn* t : turns) Finish(*t, FinishReason::kError, logits.status());
       continue;

@@ -14,11 +14,19 @@
 #include <thread>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "server/metrics/metrics.h"
 #include "server/scheduler/turn.h"
 #include "server/session/session_store.h"
 
 namespace attnserve::scheduler {
+
+// Splits segments of rows[i] rows, in order, into consecutive groups [begin, end) of at
+// most max_rows rows each, as many segments per group as fit; a segment larger than
+// max_rows goes alone. Scheduler::RunBatch makes one Model::Batch call per group, so
+// its workspace stays bounded when many prompts land in one step.
+std::vector<std::pair<size_t, size_t>> RowGroups(absl::Span<const int64_t> rows,
+                                                 int64_t max_rows);
 
 class Scheduler {
  public:

@@ -116,6 +116,17 @@ class SchedulerTest : public testing::Test {
   std::shared_ptr<const session::ServedModel> taylor_ = TinyModel("taylor");
 };
 
+// RunBatch's grouping: in order, as many segments per Model::Batch call as fit in the
+// row limit; a segment over the limit alone; nothing dropped.
+TEST(RowGroups, FillEachCallUpToTheLimitInOrder) {
+  using Groups = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(RowGroups({}, 2048), Groups{});
+  EXPECT_EQ(RowGroups({1, 1, 1}, 2048), (Groups{{0, 3}}));
+  EXPECT_EQ(RowGroups({1500, 1500, 1}, 2048), (Groups{{0, 1}, {1, 3}}));
+  EXPECT_EQ(RowGroups({1000, 1048, 1}, 2048), (Groups{{0, 2}, {2, 3}}));
+  EXPECT_EQ(RowGroups({5000, 1, 3000}, 2048), (Groups{{0, 1}, {1, 2}, {2, 3}}));
+}
+
 TEST_F(SchedulerTest, StreamsTokensThenFinishesWithUsage) {
   auto [session, sink] = Run(taylor_, Greedy("In the beginning", 12));
   TurnResult r = sink->WaitFinish();
