@@ -74,6 +74,17 @@ absl::Status CopyFromCheckpoint(const std::unordered_map<std::string, at::Tensor
   return absl::OkStatus();
 }
 
+// Copies the tensors of the file at `path` (a checkpoint or a weights.bin) into `params`,
+// by name; errors as CopyFromCheckpoint.
+absl::Status LoadWeights(const std::string& path, const attention::NamedTensors& params) {
+  auto saved = model::ReadTensors(path);
+  if (!saved.ok()) return saved.status();
+  const std::unordered_map<std::string, at::Tensor> byname(saved->begin(), saved->end());
+  std::vector<at::Tensor> dst;
+  for (auto& [name, p] : params) dst.push_back(p);
+  return CopyFromCheckpoint(byname, params, "", dst, path);
+}
+
 // (seq_len, batch) of training step `step` under the curriculum.
 std::pair<int, int> WindowsOfStep(const TrainOptions& o, int step) {
   if (o.short_seq_len > 0 && step < o.short_steps) {
@@ -89,15 +100,8 @@ absl::StatusOr<std::unique_ptr<model::Model>> LoadCheckpoint(const model::ModelC
   auto created = model::Model::Create(config, /*seed=*/1);
   if (!created.ok()) return created.status();
   std::unique_ptr<model::Model> model = std::move(created).value();
-  auto saved = model::ReadTensors(path);
-  if (!saved.ok()) return saved.status();
-  const std::unordered_map<std::string, at::Tensor> byname(saved->begin(), saved->end());
-  attention::NamedTensors params = model->NamedParameters();
-  std::vector<at::Tensor> dst;
-  for (auto& [name, p] : params) dst.push_back(p);
-  absl::Status s = CatchTorch("loading a checkpoint", [&] {
-    return CopyFromCheckpoint(byname, params, "", dst, path);
-  });
+  absl::Status s = CatchTorch("loading a checkpoint",
+                              [&] { return LoadWeights(path, model->NamedParameters()); });
   if (!s.ok()) return s;
   return model;
 }
@@ -169,13 +173,7 @@ absl::Status Train(const model::ModelConfig& config, const TrainOptions& o,
       start = int(byname.at("step").item<double>());
     } else {
       if (!o.init_from.empty()) {
-        const std::string weights = o.init_from + "/weights.bin";
-        auto saved = model::ReadTensors(weights);
-        if (!saved.ok()) return saved.status();
-        const std::unordered_map<std::string, at::Tensor> byname(saved->begin(), saved->end());
-        std::vector<at::Tensor> dst;
-        for (auto& [name, p] : params) dst.push_back(p);
-        if (absl::Status s = CopyFromCheckpoint(byname, params, "", dst, weights); !s.ok()) {
+        if (absl::Status s = LoadWeights(o.init_from + "/weights.bin", params); !s.ok()) {
           return s;
         }
       }
