@@ -17,24 +17,32 @@
 
 namespace attnserve::attention {
 
+namespace {
+// The one exp of ExpShifted and the flash kernel's Exp16, in their constants:
+// exp(y) = 2^k exp(r), k = round(y / ln 2), r = y - k ln 2 with ln 2 in two parts
+// (kLn2Hi exact in few bits, so k * kLn2Hi is exact), exp(r) by the degree-6 minimax
+// polynomial of Cephes' expf (kExpPoly, highest degree first), y clamped at kExpFloor so
+// 2^k stays a normal float.
+constexpr float kExpFloor = -87.0f;
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f;
+constexpr float kLn2Lo = -2.12194440e-4f;
+constexpr float kExpPoly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                               4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+}  // namespace
+
 ATTNSERVE_CLONES
 float ExpShifted(float* x, int64_t n, float shift) {
-  // exp(y) = 2^k exp(r), k = round(y / ln 2), r = y - k ln 2 in [-ln2/2, ln2/2] (ln 2 in
-  // two parts for an exact product); exp(r) by the degree-6 minimax polynomial of Cephes'
-  // expf; 2^k built in the exponent bits. The clamp keeps 2^k a normal float (this file
-  // is built with -fno-trapping-math so the select vectorises).
+  // The exp of kExpPoly above, r in [-ln2/2, ln2/2]; 2^k built in the exponent bits
+  // (this file is built with -fno-trapping-math so the clamp's select vectorises).
   for (int64_t i = 0; i < n; ++i) {
     float y = x[i] - shift;
-    y = y > -87.0f ? y : -87.0f;
-    const float kf = (y * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round
-    float r = y - kf * 0.693359375f;
-    r = r + kf * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
+    y = y > kExpFloor ? y : kExpFloor;
+    const float kf = (y * kLog2e + 12582912.0f) - 12582912.0f;  // round
+    float r = y - kf * kLn2Hi;
+    r = r - kf * kLn2Lo;
+    float p = kExpPoly[0];
+    for (int j = 1; j < 6; ++j) p = p * r + kExpPoly[j];
     p = p * r * r + r + 1.0f;
     const int32_t bits = (int32_t(kf) + 127) << 23;
     float scale;
@@ -105,17 +113,13 @@ constexpr int64_t kTileKeys = 128;  // a multiple of kLanes; k and v of a tile f
 
 // exp(y) for y <= 0: ExpShifted's range reduction and polynomial, 2^k by vscalefps.
 ATTNSERVE_AVX512 inline __m512 Exp16(__m512 y) {
-  y = _mm512_max_ps(y, _mm512_set1_ps(-87.0f));
-  const __m512 kf = _mm512_roundscale_ps(_mm512_mul_ps(y, _mm512_set1_ps(1.44269504088896341f)),
+  y = _mm512_max_ps(y, _mm512_set1_ps(kExpFloor));
+  const __m512 kf = _mm512_roundscale_ps(_mm512_mul_ps(y, _mm512_set1_ps(kLog2e)),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(0.693359375f), y);
-  r = _mm512_fmadd_ps(kf, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(kLn2Hi), y);
+  r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpPoly[0]);
+  for (int j = 1; j < 6; ++j) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPoly[j]));
   p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(p, kf);
 }
