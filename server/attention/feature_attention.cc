@@ -341,8 +341,7 @@ void FeatureAttention::StepRaw(absl::Span<AttentionState* const> states, float* 
     FeatureState& st = AsFeatureState(*states[i]);
     StateUpdateAndRead(st.s.data_ptr<float>(), sum ? st.z.data_ptr<float>() : nullptr,
                        phi_q + i * h * m, phi_k + i * h * m, v + i * h * dv, Decays(), h,
-                       m, dv,
-                       out + i * h * dv, den + i * h);
+                       m, dv, out + i * h * dv, den + i * h);
     st.position += 1;
   }
   NormaliseRows(out, b * h, dv, dv, sum ? den : nullptr);
@@ -398,6 +397,7 @@ void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, fl
       const float* vh = vc + hh * dv;
       float* oh = oc + hh * dv;
       float* sh = s_all + hh * m * dv;
+      float* zh = sum ? z_all + hh * m : nullptr;
       // A (len, len): the kernel from q.k where it is a function of it, else phi_q phi_k^T.
       if (features_->KernelIsOfDots()) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, int(d), 1.0f, qc + hh * d,
@@ -424,7 +424,6 @@ void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, fl
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(dv), int(m), 1.0f, pq, ldp,
                   sh, int(dv), 1.0f, oh, ldv);
       if (sum) {
-        float* zh = z_all + hh * m;
         RowSums(a, len, len, len, den);
         cblas_sgemv(CblasRowMajor, CblasNoTrans, n, int(m), 1.0f, pq, ldp, zh, 1, 0.0f, zden,
                     1);
@@ -433,9 +432,9 @@ void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, fl
       if (!decays_.empty()) {
         ScaleRows(pk, len, m, ldp, rev);
         cblas_sscal(int(m * dv), powers[len], sh, 1);
-        if (sum) cblas_sscal(int(m), powers[len], z_all + hh * m, 1);
+        if (sum) cblas_sscal(int(m), powers[len], zh, 1);
       }
-      if (sum) AddColumnSums(pk, len, m, ldp, z_all + hh * m);
+      if (sum) AddColumnSums(pk, len, m, ldp, zh);
       // S_h += phi_k^T v_h: (m, len) (len, Dv).
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(m), int(dv), n, 1.0f, pk, ldp,
                   vh, ldv, 1.0f, sh, int(dv));

@@ -45,6 +45,11 @@ int64_t Binomial(int64_t n, int64_t k) {
   return static_cast<int64_t>(r);
 }
 
+// Head h's decay horizon in tokens: decay_horizon / 2^(num_heads - 1 - h).
+double HeadHorizon(const AttentionOptions& o, int h) {
+  return std::ldexp(double(o.decay_horizon), -(o.num_heads - 1 - h));
+}
+
 int64_t SatMul(int64_t a, int64_t b) {
   __int128 r = static_cast<__int128>(a) * b;
   return r > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max()
@@ -96,7 +101,7 @@ absl::Status ValidateAttentionOptions(const AttentionOptions& o, ModuleKind* kin
           "attention.decay_horizon is implemented for the fixed-state modules (taylor, "
           "taylor_norm, linear), not for '", o.module, "'"));
     }
-    const double shortest = std::ldexp(double(o.decay_horizon), -(o.num_heads - 1));
+    const double shortest = HeadHorizon(o, 0);
     if (shortest < 2) {
       return absl::InvalidArgumentError(absl::StrCat(
           "attention.decay_horizon ", o.decay_horizon, " gives the first of ", o.num_heads,
@@ -142,8 +147,7 @@ std::vector<float> HeadDecays(const AttentionOptions& o) {
   std::vector<float> decays;
   if (o.decay_horizon == 0) return decays;
   for (int h = 0; h < o.num_heads; ++h) {
-    const double tau = std::ldexp(double(o.decay_horizon), -(o.num_heads - 1 - h));
-    decays.push_back(float(1.0 - 1.0 / tau));
+    decays.push_back(float(1.0 - 1.0 / HeadHorizon(o, h)));
   }
   return decays;
 }
