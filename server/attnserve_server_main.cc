@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   if (options->model_dirs.empty()) options->model_dirs = {ATTNSERVE_DEFAULT_MODEL_DIR};
   attnserve::model::LoadOptions load;
   load.weights_bf16 = options->weights_bf16;
-  auto models = attnserve::session::ModelCatalogue::Load(options->model_dirs, load);
+  auto models = attnserve::catalogue::ModelCatalogue::Load(options->model_dirs, load);
   if (!models.ok()) {
     std::cerr << "attnserve_server: " << models.status().message() << "\n";
     return 1;

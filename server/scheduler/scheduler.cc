@@ -17,7 +17,7 @@
 namespace attnserve::scheduler {
 
 struct Scheduler::Turn {
-  session::TurnLease lease;
+  session::TurnClaim lease;
   std::shared_ptr<session::Session> session;  // the lease's
   TurnRequest request;
   std::shared_ptr<TurnSink> sink;
@@ -58,7 +58,7 @@ Scheduler::~Scheduler() {
   engine_.join();
 }
 
-absl::StatusOr<std::shared_ptr<TurnControl>> Scheduler::Submit(session::TurnLease lease,
+absl::StatusOr<std::shared_ptr<TurnControl>> Scheduler::Submit(session::TurnClaim lease,
                                                                TurnRequest request,
                                                                std::shared_ptr<TurnSink> sink) {
   auto turn = std::make_unique<Turn>();
@@ -193,6 +193,12 @@ bool Scheduler::Step(std::vector<std::unique_ptr<Turn>>& turns) {
         continue;
       }
       t.sampler = std::move(sampler).value();
+      // A session loaded from a snapshot makes its tensors now: under memory pressure
+      // that fails this turn (the session stays as it was), not the server.
+      if (absl::Status made = t.session->Materialize(); !made.ok()) {
+        Finish(t, FinishReason::kError, made);
+        continue;
+      }
       std::optional<int32_t>& pending = t.session->pending_token();
       if (pending) t.to_prefill.push_back(*pending);
       t.had_pending = pending.has_value();

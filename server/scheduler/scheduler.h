@@ -59,7 +59,7 @@ class Scheduler {
   // UNAVAILABLE once StopAccepting ran: the lease is released, the sink never called,
   // and nothing happened to the session, so a client may retry elsewhere.
   // Thread-safe; never blocks on the engine.
-  absl::StatusOr<std::shared_ptr<TurnControl>> Submit(session::TurnLease lease,
+  absl::StatusOr<std::shared_ptr<TurnControl>> Submit(session::TurnClaim lease,
                                                       TurnRequest request,
                                                       std::shared_ptr<TurnSink> sink);
 

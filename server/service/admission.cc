@@ -82,7 +82,7 @@ int MaxRequestMessageBytes(const RequestLimits& limits) {
 }
 
 absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
-                                             const session::ModelCatalogue& models,
+                                             const catalogue::ModelCatalogue& models,
                                              const RequestLimits& limits) {
   ParsedGenerate out;
   out.session_id = r.session_id();
@@ -123,7 +123,7 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
 }
 
 absl::Status CheckTurnFits(const ParsedGenerate& request, const session::Session& session) {
-  const session::ServedModel& served = session.served();
+  const catalogue::ServedModel& served = session.served();
   if (!request.model_name.empty() && request.model_name != served.name) {
     return Invalid(absl::StrCat("model: session '", session.id(), "' runs model '",
                                 served.name, "', not '", Excerpt(request.model_name), "'"));
@@ -144,7 +144,7 @@ absl::Status CheckTurnFits(const ParsedGenerate& request, const session::Session
 }
 
 absl::Status CheckPromptFits(const scheduler::TurnRequest& turn,
-                             const session::ServedModel& model) {
+                             const catalogue::ServedModel& model) {
   const int vocab = model.model->config().vocab_size;
   for (size_t i = 0; i < turn.prompt.size(); ++i) {
     if (turn.prompt[i] < 0 || turn.prompt[i] >= vocab) {

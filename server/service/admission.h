@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "attnserve/v1/attnserve.pb.h"
 #include "server/scheduler/turn.h"
-#include "server/session/model_catalogue.h"
+#include "server/catalogue/model_catalogue.h"
 #include "server/session/session_store.h"
 
 namespace attnserve::service {
@@ -29,7 +29,7 @@ struct RequestLimits {
 
 // A Generate request, validated: everything but the session lookup.
 struct ParsedGenerate {
-  std::shared_ptr<const session::ServedModel> model;  // null when a session is named
+  std::shared_ptr<const catalogue::ServedModel> model;  // null when a session is named
   std::string model_name;                             // as requested (may be empty)
   std::string session_id;
   scheduler::TurnRequest turn;
@@ -40,7 +40,7 @@ struct ParsedGenerate {
 // top_p outside (0, 1], negative top_k, max_tokens negative or over the limit, an
 // unknown stop encoding or undecodable stop string. NOT_FOUND for an unknown model.
 absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& request,
-                                             const session::ModelCatalogue& models,
+                                             const catalogue::ModelCatalogue& models,
                                              const RequestLimits& limits);
 
 // The checks that need the session (after it is claimed): the requested model is the
@@ -63,6 +63,6 @@ int MaxRequestMessageBytes(const RequestLimits& limits);
 
 // Token ids must fit the vocabulary of the model that will run them.
 absl::Status CheckPromptFits(const scheduler::TurnRequest& turn,
-                             const session::ServedModel& model);
+                             const catalogue::ServedModel& model);
 
 }  // namespace attnserve::service

@@ -148,7 +148,7 @@ absl::StatusOr<ApiKeys> ApiKeys::Load(const std::string& path) {
 
 absl::StatusOr<std::string> ApiKeys::Authenticate(
     const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
-  if (!enabled()) return std::string(session::kDefaultTenant);
+  if (!enabled()) return std::string(attnserve::kDefaultTenant);
   auto it = metadata.find("authorization");
   if (it == metadata.end()) return Unauthenticated("missing");
   absl::string_view value(it->second.data(), it->second.size());

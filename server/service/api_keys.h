@@ -30,7 +30,7 @@ namespace attnserve::service {
 
 class ApiKeys {
  public:
-  // No keys: every caller is the one tenant session::kDefaultTenant.
+  // No keys: every caller is the one tenant attnserve::kDefaultTenant.
   ApiKeys() = default;
 
   // Parses keys-file text (format above); `origin` (the path) prefixes errors:

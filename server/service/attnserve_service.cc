@@ -6,7 +6,7 @@
 
 namespace attnserve::service {
 
-AttnServeService::AttnServeService(const session::ModelCatalogue* models, session::SessionStore* store,
+AttnServeService::AttnServeService(const catalogue::ModelCatalogue* models, session::SessionStore* store,
                                    scheduler::Scheduler* scheduler,
                                    metrics::Metrics* metrics, RequestLimits limits,
                                    BlockingPool* pool, const ApiKeys* keys)
@@ -18,25 +18,30 @@ AttnServeService::AttnServeService(const session::ModelCatalogue* models, sessio
       pool_(pool),
       keys_(keys != nullptr ? keys : &no_keys_) {}
 
-absl::StatusOr<std::string> AttnServeService::Authenticate(
-    const grpc::CallbackServerContext* context) const {
-  return keys_->Authenticate(context->client_metadata());
+absl::StatusOr<Caller> AttnServeService::ResolveCaller(
+    const grpc::CallbackServerContext* context, const std::string& session_id) const {
+  auto tenant = keys_->Authenticate(context->client_metadata());
+  if (!tenant.ok()) return tenant.status();
+  if (absl::Status s = CheckSessionMetadata(context->client_metadata(), session_id); !s.ok()) {
+    return s;
+  }
+  return Caller{*std::move(tenant)};
 }
 
 bool AttnServeService::RunBlocking(std::function<void()> work) {
-  if (!store_->durable()) {
-    work();
-    return true;
-  }
   return pool_->Run(std::move(work));
 }
 
 grpc::ServerUnaryReactor* AttnServeService::Defer(grpc::CallbackServerContext* context,
-                                                  const char* method, UnaryWork work) {
+                                                  const char* method,
+                                                  const std::string& session_id,
+                                                  UnaryWork work) {
+  auto caller = ResolveCaller(context, session_id);
+  if (!caller.ok()) return Reply(context, method, caller.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto run = [this, reactor, method, work = std::move(work)] {
-    const session::ServedModel* model = nullptr;
-    const grpc::Status g = ToGrpcStatus(work(&model));
+  auto run = [this, reactor, method, caller = *std::move(caller), work = std::move(work)] {
+    const catalogue::ServedModel* model = nullptr;
+    const grpc::Status g = ToGrpcStatus(work(caller, &model));
     Record(method, g, model);
     reactor->Finish(g);
   };
@@ -50,7 +55,7 @@ grpc::ServerUnaryReactor* AttnServeService::Defer(grpc::CallbackServerContext* c
 }
 
 void AttnServeService::Record(const char* method, const grpc::Status& status,
-                              const session::ServedModel* model) const {
+                              const catalogue::ServedModel* model) const {
   if (metrics_ == nullptr) return;
   metrics_->RecordRequest(method, GrpcCodeName(status.error_code()),
                           model ? model->name : "", model ? model->attention() : "");
@@ -59,7 +64,7 @@ void AttnServeService::Record(const char* method, const grpc::Status& status,
 grpc::ServerUnaryReactor* AttnServeService::Reply(grpc::CallbackServerContext* context,
                                                   const char* method,
                                                   const absl::Status& status,
-                                                  const session::ServedModel* model) {
+                                                  const catalogue::ServedModel* model) {
   const grpc::Status g = ToGrpcStatus(status);
   Record(method, g, model);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -75,9 +80,8 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* AttnServeService::Generate(
 grpc::ServerUnaryReactor* AttnServeService::CreateSession(
     grpc::CallbackServerContext* context, const v1::CreateSessionRequest* request,
     v1::Session* response) {
-  return Defer(context, "CreateSession", [=](const session::ServedModel** model) {
-    auto tenant = Authenticate(context);
-    if (!tenant.ok()) return tenant.status();
+  return Defer(context, "CreateSession", "", [=](const Caller& caller,
+                                                 const catalogue::ServedModel** model) {
     auto served = models_->Resolve(request->model(), request->attention_module(),
                                    request->attention_order());
     if (!served.ok()) return served.status();
@@ -86,10 +90,9 @@ grpc::ServerUnaryReactor* AttnServeService::CreateSession(
       return absl::InvalidArgumentError("ttl_seconds must be >= 0 (0 = default)");
     }
     // With a durable store, admission may spill idle sessions to make room.
-    auto session = store_->Create(*served, absl::Seconds(request->ttl_seconds()),
-                                  /*ephemeral=*/false, *tenant);
+    auto session = store_->Create(caller.tenant, *served, absl::Seconds(request->ttl_seconds()));
     if (!session.ok()) return session.status();
-    auto info = store_->Get((*session)->id(), *tenant);
+    auto info = store_->Get(caller.tenant, (*session)->id());
     if (info.ok()) *response = ToProto(*info);
     return info.status();
   });
@@ -98,14 +101,9 @@ grpc::ServerUnaryReactor* AttnServeService::CreateSession(
 grpc::ServerUnaryReactor* AttnServeService::GetSession(grpc::CallbackServerContext* context,
                                                        const v1::GetSessionRequest* request,
                                                        v1::Session* response) {
-  return Defer(context, "GetSession", [=](const session::ServedModel**) {
-    auto tenant = Authenticate(context);
-    if (!tenant.ok()) return tenant.status();
-    if (absl::Status s = CheckSessionMetadata(context->client_metadata(), request->session_id());
-        !s.ok()) {
-      return s;
-    }
-    auto info = store_->Get(request->session_id(), *tenant);  // loads a spilled session
+  return Defer(context, "GetSession", request->session_id(),
+               [=](const Caller& caller, const catalogue::ServedModel**) {
+    auto info = store_->Get(caller.tenant, request->session_id());  // loads a spilled one
     if (info.ok()) *response = ToProto(*info);
     return info.status();
   });
@@ -114,11 +112,9 @@ grpc::ServerUnaryReactor* AttnServeService::GetSession(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* AttnServeService::CloseSession(
     grpc::CallbackServerContext* context, const v1::CloseSessionRequest* request,
     v1::CloseSessionResponse*) {
-  return Defer(context, "CloseSession", [=](const session::ServedModel**) {
-    auto tenant = Authenticate(context);
-    if (!tenant.ok()) return tenant.status();
-    absl::Status s = CheckSessionMetadata(context->client_metadata(), request->session_id());
-    if (s.ok()) s = store_->Close(request->session_id(), *tenant);
+  return Defer(context, "CloseSession", request->session_id(),
+               [=](const Caller& caller, const catalogue::ServedModel**) {
+    absl::Status s = store_->Close(caller.tenant, request->session_id());
     if (s.ok()) scheduler_->Wake();  // a running turn on it stops at the next step
     return s;
   });
@@ -127,9 +123,9 @@ grpc::ServerUnaryReactor* AttnServeService::CloseSession(
 grpc::ServerUnaryReactor* AttnServeService::ListSessions(grpc::CallbackServerContext* context,
                                                          const v1::ListSessionsRequest*,
                                                          v1::ListSessionsResponse* response) {
-  auto tenant = Authenticate(context);
-  if (!tenant.ok()) return Reply(context, "ListSessions", tenant.status());
-  for (const auto& info : store_->List(*tenant)) *response->add_sessions() = ToProto(info);
+  auto caller = ResolveCaller(context, "");
+  if (!caller.ok()) return Reply(context, "ListSessions", caller.status());
+  for (const auto& info : store_->List(caller->tenant)) *response->add_sessions() = ToProto(info);
   return Reply(context, "ListSessions", absl::OkStatus());
 }
 
@@ -146,21 +142,16 @@ grpc::ServerReadReactor<v1::ImportSessionRequest>* AttnServeService::ImportSessi
 grpc::ServerUnaryReactor* AttnServeService::ForkSession(grpc::CallbackServerContext* context,
                                                         const v1::ForkSessionRequest* request,
                                                         v1::Session* response) {
-  return Defer(context, "ForkSession", [=](const session::ServedModel** model) {
-    auto tenant = Authenticate(context);
-    if (!tenant.ok()) return tenant.status();
+  return Defer(context, "ForkSession", request->session_id(),
+               [=](const Caller& caller, const catalogue::ServedModel** model) {
     if (request->ttl_seconds() < 0) {
       return absl::InvalidArgumentError("ttl_seconds must be >= 0 (0 = the original's)");
     }
-    if (absl::Status s = CheckSessionMetadata(context->client_metadata(), request->session_id());
-        !s.ok()) {
-      return s;
-    }
-    auto fork = store_->Fork(request->session_id(), absl::Seconds(request->ttl_seconds()),
-                             *tenant);
+    auto fork = store_->Fork(caller.tenant, request->session_id(),
+                             absl::Seconds(request->ttl_seconds()));
     if (!fork.ok()) return fork.status();
     *model = &(*fork)->served();
-    auto info = store_->Get((*fork)->id(), *tenant);
+    auto info = store_->Get(caller.tenant, (*fork)->id());
     if (info.ok()) *response = ToProto(*info);
     return info.status();
   });
@@ -169,8 +160,8 @@ grpc::ServerUnaryReactor* AttnServeService::ForkSession(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* AttnServeService::ListModels(grpc::CallbackServerContext* context,
                                                        const v1::ListModelsRequest*,
                                                        v1::ListModelsResponse* response) {
-  if (auto tenant = Authenticate(context); !tenant.ok()) {
-    return Reply(context, "ListModels", tenant.status());
+  if (auto caller = ResolveCaller(context, ""); !caller.ok()) {
+    return Reply(context, "ListModels", caller.status());
   }
   for (const auto& m : models_->all()) *response->add_models() = ToProto(*m);
   return Reply(context, "ListModels", absl::OkStatus());
@@ -179,8 +170,8 @@ grpc::ServerUnaryReactor* AttnServeService::ListModels(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* AttnServeService::DescribeModel(
     grpc::CallbackServerContext* context, const v1::DescribeModelRequest* request,
     v1::ModelInfo* response) {
-  if (auto tenant = Authenticate(context); !tenant.ok()) {
-    return Reply(context, "DescribeModel", tenant.status());
+  if (auto caller = ResolveCaller(context, ""); !caller.ok()) {
+    return Reply(context, "DescribeModel", caller.status());
   }
   auto model = models_->Find(request->name());
   if (model.ok()) *response = ToProto(**model);

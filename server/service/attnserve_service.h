@@ -1,5 +1,6 @@
-// The gRPC service: callback handlers that parse, validate and hand work to the session
-// store and the scheduler. They never block and never touch tensors.
+// The gRPC service: callback handlers that resolve the caller, parse, validate and hand
+// work to the session store and the scheduler. They never block and never touch tensors:
+// work that may wait (on the store, a lease, another turn) runs on the blocking pool.
 #pragma once
 
 #include <functional>
@@ -16,13 +17,20 @@
 
 namespace attnserve::service {
 
+// Who makes a call, resolved once per call from its metadata before any handler body
+// runs, and passed to the session store as a value.
+struct Caller {
+  // The tenant its API key maps to (kDefaultTenant without API keys).
+  std::string tenant;
+};
+
 class AttnServeService final : public v1::AttnServe::CallbackService {
  public:
   // All pointers are not owned and must outlive the service; metrics may be null.
   // `pool` runs the handler work that may wait on a durable session store; it must
   // outlive every call (destroy it after the gRPC server has shut down). `keys` null or
   // empty: one tenant, no authentication.
-  AttnServeService(const session::ModelCatalogue* models, session::SessionStore* store,
+  AttnServeService(const catalogue::ModelCatalogue* models, session::SessionStore* store,
                    scheduler::Scheduler* scheduler, metrics::Metrics* metrics,
                    RequestLimits limits, BlockingPool* pool, const ApiKeys* keys = nullptr);
 
@@ -56,30 +64,37 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
 
   // Counts one finished request (requests_total) by method, status and model.
   void Record(const char* method, const grpc::Status& status,
-              const session::ServedModel* model) const;
+              const catalogue::ServedModel* model) const;
 
-  // Runs `work` where it may block on the session store: on the blocking pool when the
-  // store is durable, inline otherwise. False (work not run) when the pool is full.
+  // Runs `work` on the blocking pool, off gRPC's callback threads: it may wait on the
+  // session store, a store lease, or a session's previous turn. False (work not run)
+  // when the pool is full.
   bool RunBlocking(std::function<void()> work);
 
-  // The calling tenant (ApiKeys::Authenticate on the call's metadata).
-  absl::StatusOr<std::string> Authenticate(const grpc::CallbackServerContext* context) const;
+  // The caller of `context`: its tenant (ApiKeys::Authenticate; UNAUTHENTICATED), once
+  // the session-id routing hint in its metadata (x-session-id) agrees with the session
+  // the request names, `session_id` (empty: none; INVALID_ARGUMENT otherwise). Every
+  // handler calls it first.
+  absl::StatusOr<Caller> ResolveCaller(const grpc::CallbackServerContext* context,
+                                       const std::string& session_id) const;
 
  private:
   friend class GenerateReactor;
-  // The work of a unary call that may touch the store: returns the call's status and
-  // sets `model` (for metrics) when it resolved one.
-  using UnaryWork = std::function<absl::Status(const session::ServedModel** model)>;
-  // Starts the call's reactor and finishes it with what `work` returns, run through
-  // RunBlocking (RESOURCE_EXHAUSTED if the pool is full).
+  // The work of a unary call that may touch the store, for `caller`: returns the call's
+  // status and sets `model` (for metrics) when it resolved one.
+  using UnaryWork =
+      std::function<absl::Status(const Caller& caller, const catalogue::ServedModel** model)>;
+  // Starts the call's reactor, resolves the caller (about `session_id`, empty: none) and
+  // finishes the call with what `work` returns, run through RunBlocking
+  // (RESOURCE_EXHAUSTED if the pool is full).
   grpc::ServerUnaryReactor* Defer(grpc::CallbackServerContext* context, const char* method,
-                                  UnaryWork work);
+                                  const std::string& session_id, UnaryWork work);
   // Finishes a unary call with `status`, counting it.
   grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const char* method,
                                   const absl::Status& status,
-                                  const session::ServedModel* model = nullptr);
+                                  const catalogue::ServedModel* model = nullptr);
 
-  const session::ModelCatalogue* models_;
+  const catalogue::ModelCatalogue* models_;
   session::SessionStore* store_;
   scheduler::Scheduler* scheduler_;
   metrics::Metrics* metrics_;

@@ -21,7 +21,7 @@ v1::Session ToProto(const session::SessionInfo& info) {
   return s;
 }
 
-v1::ModelInfo ToProto(const session::ServedModel& m) {
+v1::ModelInfo ToProto(const catalogue::ServedModel& m) {
   v1::ModelInfo info;
   info.set_name(m.name);
   google::protobuf::TextFormat::ParseFromString(model::ModelConfigToText(m.model->config()),

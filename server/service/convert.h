@@ -9,13 +9,13 @@
 #include "absl/status/statusor.h"
 #include "attnserve/v1/attnserve.pb.h"
 #include "server/scheduler/turn.h"
-#include "server/session/model_catalogue.h"
+#include "server/catalogue/model_catalogue.h"
 #include "server/session/session_store.h"
 
 namespace attnserve::service {
 
 v1::Session ToProto(const session::SessionInfo& info);
-v1::ModelInfo ToProto(const session::ServedModel& model);
+v1::ModelInfo ToProto(const catalogue::ServedModel& model);
 v1::FinishReason ToProto(scheduler::FinishReason reason);
 
 }  // namespace attnserve::service

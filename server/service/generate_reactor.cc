@@ -17,7 +17,7 @@ class StreamSink : public scheduler::TurnSink {
  public:
   StreamSink(grpc::ServerWriteReactor<v1::GenerateResponse>* reactor,
              AttnServeService* service, scheduler::Scheduler* scheduler,
-             std::shared_ptr<const session::ServedModel> model)
+             std::shared_ptr<const catalogue::ServedModel> model)
       : reactor_(reactor), service_(service), scheduler_(scheduler), model_(std::move(model)) {}
 
   void OnToken(scheduler::TokenEvent token) override {
@@ -149,7 +149,7 @@ class StreamSink : public scheduler::TurnSink {
   grpc::ServerWriteReactor<v1::GenerateResponse>* const reactor_;
   AttnServeService* const service_;
   scheduler::Scheduler* const scheduler_;
-  const std::shared_ptr<const session::ServedModel> model_;
+  const std::shared_ptr<const catalogue::ServedModel> model_;
   std::string session_id_;  // set before submission, read-only afterwards
 
   std::mutex call_mu_;  // guards cancel_call_; never held with mu_ by the same thread
@@ -169,14 +169,22 @@ class StreamSink : public scheduler::TurnSink {
 
 class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(AttnServeService* service, const session::ModelCatalogue* models,
+  GenerateReactor(AttnServeService* service, const catalogue::ModelCatalogue* models,
                   session::SessionStore* store, scheduler::Scheduler* scheduler,
                   const RequestLimits& limits, grpc::CallbackServerContext* context,
                   const v1::GenerateRequest* request)
       : service_(service), arrival_(absl::Now()) {
-    // Claiming the session may load it from a durable store: off gRPC's threads.
-    auto start = [=] {
-      absl::Status s = Start(models, store, scheduler, limits, context, *request);
+    auto caller = service_->ResolveCaller(context, request->session_id());
+    if (!caller.ok()) {
+      const grpc::Status status = ToGrpcStatus(caller.status());
+      service_->Record("Generate", status, nullptr);
+      Finish(status);
+      return;
+    }
+    // Claiming the session may wait (loading it from a durable store, its previous turn
+    // ending): off gRPC's threads.
+    auto start = [=, caller = *std::move(caller)] {
+      absl::Status s = Start(caller, models, store, scheduler, limits, context, *request);
       if (!s.ok()) {
         const grpc::Status status = ToGrpcStatus(s);
         service_->Record("Generate", status, model_.get());
@@ -207,35 +215,21 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   }
 
  private:
-  absl::Status Start(const session::ModelCatalogue* models, session::SessionStore* store,
+  absl::Status Start(const Caller& caller, const catalogue::ModelCatalogue* models, session::SessionStore* store,
                      scheduler::Scheduler* scheduler, const RequestLimits& limits,
                      grpc::CallbackServerContext* context, const v1::GenerateRequest& r) {
-    auto tenant = service_->Authenticate(context);
-    if (!tenant.ok()) return tenant.status();
-    if (absl::Status s = CheckSessionMetadata(context->client_metadata(), r.session_id());
-        !s.ok()) {
-      return s;
-    }
     auto parsed = ParseGenerate(r, *models, limits);
     if (!parsed.ok()) return parsed.status();
-    session::TurnLease lease;
-    if (parsed->session_id.empty()) {
-      auto created =
-          store->Create(parsed->model, absl::ZeroDuration(), /*ephemeral=*/true, *tenant);
-      if (!created.ok()) return created.status();
-      auto begun = store->BeginTurn((*created)->id(), *tenant);
-      if (!begun.ok()) return begun.status();
-      lease = std::move(begun).value();
-      lease.CloseOnRelease();
-    } else {
-      auto begun = store->BeginTurn(parsed->session_id, *tenant);
-      if (!begun.ok()) return begun.status();
-      lease = std::move(begun).value();
-    }
-    // The lease is released on return if the turn does not fit.
-    if (absl::Status fits = CheckTurnFits(*parsed, lease.session()); !fits.ok()) return fits;
-    std::shared_ptr<session::Session> session = lease.shared();
-    model_ = std::shared_ptr<const session::ServedModel>(
+    // A one-turn session (no session id) is closed when its claim is released.
+    auto begun = parsed->session_id.empty()
+                     ? store->BeginOneTurn(caller.tenant, parsed->model)
+                     : store->BeginTurn(caller.tenant, parsed->session_id);
+    if (!begun.ok()) return begun.status();
+    session::TurnClaim claim = *std::move(begun);
+    // The claim is released on return if the turn does not fit.
+    if (absl::Status fits = CheckTurnFits(*parsed, claim.session()); !fits.ok()) return fits;
+    std::shared_ptr<session::Session> session = claim.shared();
+    model_ = std::shared_ptr<const catalogue::ServedModel>(
         session, &session->served());  // aliasing: keeps the session alive
     parsed->turn.arrival = arrival_;  // time to first token includes loading the session
     parsed->turn.deadline = absl::FromChrono(context->deadline());
@@ -248,7 +242,7 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
       sink_ = sink;
       cancelled = cancelled_;
     }
-    auto control = scheduler->Submit(std::move(lease), std::move(parsed->turn), sink);
+    auto control = scheduler->Submit(std::move(claim), std::move(parsed->turn), sink);
     if (!control.ok()) return control.status();  // nothing ran: the client may retry
     sink->SetControl(*std::move(control));
     if (cancelled) sink->Cancel();  // OnCancel ran before the sink existed
@@ -262,14 +256,14 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
 
   AttnServeService* const service_;
   const absl::Time arrival_;
-  std::shared_ptr<const session::ServedModel> model_;
+  std::shared_ptr<const catalogue::ServedModel> model_;
   std::mutex mu_;
   std::shared_ptr<StreamSink> sink_;  // guarded by mu_; set once by Start
   bool cancelled_ = false;            // guarded by mu_
 };
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* StartGenerate(
-    AttnServeService* service, const session::ModelCatalogue* models, session::SessionStore* store,
+    AttnServeService* service, const catalogue::ModelCatalogue* models, session::SessionStore* store,
     scheduler::Scheduler* scheduler, const RequestLimits& limits,
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   return new GenerateReactor(service, models, store, scheduler, limits, context, request);

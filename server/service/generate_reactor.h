@@ -18,7 +18,7 @@ class GenerateReactor;
 
 // Creates the reactor for one call and starts it (validation, session, submission).
 grpc::ServerWriteReactor<v1::GenerateResponse>* StartGenerate(
-    AttnServeService* service, const session::ModelCatalogue* models, session::SessionStore* store,
+    AttnServeService* service, const catalogue::ModelCatalogue* models, session::SessionStore* store,
     scheduler::Scheduler* scheduler, const RequestLimits& limits,
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request);
 

@@ -17,7 +17,7 @@
 namespace attnserve::service {
 
 absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
-    const config::ServerOptions& options, std::unique_ptr<session::ModelCatalogue> catalogue) {
+    const config::ServerOptions& options, std::unique_ptr<catalogue::ModelCatalogue> catalogue) {
   if (catalogue == nullptr || catalogue->all().empty()) {
     return absl::InvalidArgumentError("no model to serve");
   }
@@ -29,7 +29,10 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   auto metrics = metrics::Metrics::Create(options.metrics_address);
   if (!metrics.ok()) return metrics.status();
   s->metrics_ = std::move(metrics).value();
-  for (const auto& m : catalogue->all()) s->metrics_->ForModel(m->name, m->attention());
+  for (const auto& m : catalogue->all()) {
+    s->metrics_->ForModel(m->name, m->attention());
+    for (const auto& v : m->variants) s->metrics_->ForModel(v->name, v->attention());
+  }
   s->models_ = std::move(catalogue);
   if (!options.api_keys_file.empty()) {
     auto keys = ApiKeys::Load(options.api_keys_file);
@@ -154,8 +157,30 @@ void AttnServer::Shutdown(absl::Duration grace) {
   scheduler_.reset();
 }
 
+void PublishSessionGauges(const catalogue::ModelCatalogue& models,
+                          const std::vector<session::SessionInfo>& sessions,
+                          metrics::Metrics& metrics) {
+  // Keyed by the metrics' labels (model, attention module): a variant's sessions count
+  // under its own module, and every model and variant drops back to zero.
+  std::map<std::pair<std::string, std::string>, std::pair<int, int64_t>> totals;
+  for (const auto& m : models.all()) {
+    totals[{m->name, m->attention()}] = {0, 0};
+    for (const auto& v : m->variants) totals[{v->name, v->attention()}] = {0, 0};
+  }
+  for (const auto& info : sessions) {
+    auto& t = totals[{info.served->name, info.served->attention()}];
+    t.first += 1;
+    t.second += info.state_bytes;
+  }
+  for (const auto& [labels, t] : totals) {
+    metrics::ModelMetrics& mm = metrics.ForModel(labels.first, labels.second);
+    mm.SetActiveSessions(t.first);
+    mm.SetSessionStateBytes(t.second);
+  }
+}
+
 std::vector<std::string> AttnServer::Tenants() const {
-  if (!api_keys_.enabled()) return {session::kDefaultTenant};
+  if (!api_keys_.enabled()) return {attnserve::kDefaultTenant};
   std::vector<std::string> out;
   for (const auto& [tenant, limits] : api_keys_.limits()) out.push_back(tenant);
   return out;
@@ -167,23 +192,8 @@ void AttnServer::Housekeeping() {
     lock.unlock();
     store_->ExpireIdle();
     store_->SpillIdle();
-    // Per-model session gauges, zero for models with no session.
-    std::map<const session::ServedModel*, std::pair<int, int64_t>> totals;
-    for (const auto& m : models_->all()) totals[m.get()] = {0, 0};
-    std::map<std::string, const session::ServedModel*> by_name;
-    for (const auto& m : models_->all()) by_name[m->name] = m.get();
-    const std::vector<session::SessionInfo> sessions = store_->List();
-    for (const auto& info : sessions) {
-      auto& t = totals[by_name[info.model]];
-      t.first += 1;
-      t.second += info.state_bytes;
-    }
-    for (const auto& [m, t] : totals) {
-      if (m == nullptr) continue;
-      metrics::ModelMetrics& mm = metrics_->ForModel(m->name, m->attention());
-      mm.SetActiveSessions(t.first);
-      mm.SetSessionStateBytes(t.second);
-    }
+    const std::vector<session::SessionInfo> sessions = store_->ListAll();
+    PublishSessionGauges(*models_, sessions, *metrics_);
     // Per-tenant gauges, zero for tenants with no session.
     std::map<std::string, std::pair<int, int64_t>> tenants;
     for (const std::string& tenant : Tenants()) tenants[tenant] = {0, 0};

@@ -22,6 +22,13 @@
 
 namespace attnserve::service {
 
+// Sets each served model's and variant's session gauges (active sessions, state bytes)
+// from `sessions`: a session counts under the model or variant it runs on (labelled by
+// its attention module); one with no session reads 0.
+void PublishSessionGauges(const catalogue::ModelCatalogue& models,
+                          const std::vector<session::SessionInfo>& sessions,
+                          metrics::Metrics& metrics);
+
 class AttnServer {
  public:
   // Serves the models of `catalogue` (the first is the default) as `options` says.
@@ -29,7 +36,7 @@ class AttnServer {
   // the session store cannot be opened.
   static absl::StatusOr<std::unique_ptr<AttnServer>> Start(
       const config::ServerOptions& options,
-      std::unique_ptr<session::ModelCatalogue> catalogue);
+      std::unique_ptr<catalogue::ModelCatalogue> catalogue);
 
   // Shutdown(0) unless already shut down.
   ~AttnServer();
@@ -53,7 +60,7 @@ class AttnServer {
 
   config::ServerOptions options_;
   std::unique_ptr<metrics::Metrics> metrics_;
-  std::unique_ptr<session::ModelCatalogue> models_;
+  std::unique_ptr<catalogue::ModelCatalogue> models_;
   std::unique_ptr<session::SessionStore> store_;
   std::unique_ptr<scheduler::Scheduler> scheduler_;
   std::unique_ptr<BlockingPool> pool_;  // outlives every call: reset after server_ stops

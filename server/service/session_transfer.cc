@@ -17,16 +17,12 @@ class ExportReactor : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
       : service_(service) {
     // Exporting may load the session from a durable store: off gRPC's threads.
     auto start = [this, store, context, id = request.session_id()] {
-      auto tenant = service_->Authenticate(context);
-      if (!tenant.ok()) {
-        Done(ToGrpcStatus(tenant.status()));
+      auto caller = service_->ResolveCaller(context, id);
+      if (!caller.ok()) {
+        Done(ToGrpcStatus(caller.status()));
         return;
       }
-      if (absl::Status s = CheckSessionMetadata(context->client_metadata(), id); !s.ok()) {
-        Done(ToGrpcStatus(s));
-        return;
-      }
-      auto bytes = store->Export(id, *tenant);
+      auto bytes = store->Export(caller->tenant, id);
       if (!bytes.ok()) {
         Done(ToGrpcStatus(bytes.status()));
         return;
@@ -79,12 +75,12 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
                 grpc::CallbackServerContext* context, v1::Session* response)
       : service_(service), store_(store), response_(response) {
     // Before reading a byte: an unauthenticated caller does not get to upload.
-    auto tenant = service_->Authenticate(context);
-    if (!tenant.ok()) {
-      Done(tenant.status());
+    auto caller = service_->ResolveCaller(context, "");
+    if (!caller.ok()) {
+      Done(caller.status());
       return;
     }
-    tenant_ = *std::move(tenant);
+    tenant_ = std::move(caller->tenant);
     StartRead(&request_);
   }
 
@@ -107,8 +103,8 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
     }
     bytes_ += request_.data();
     // Refuse an absurd snapshot as soon as its header says so, before buffering it.
-    if (declared_ == 0 && bytes_.size() >= session::kSnapshotFixedHeaderBytes) {
-      auto total = session::SnapshotTotalBytes(bytes_, store_->max_snapshot_bytes());
+    if (declared_ == 0 && bytes_.size() >= snapshot::kSnapshotFixedHeaderBytes) {
+      auto total = snapshot::SnapshotTotalBytes(bytes_, store_->max_snapshot_bytes());
       if (!total.ok()) {
         Done(total.status());
         return;
@@ -116,7 +112,7 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
       declared_ = *total;
       bytes_.reserve(declared_);
     }
-    const uint64_t limit = declared_ > 0 ? declared_ : session::kSnapshotFixedHeaderBytes;
+    const uint64_t limit = declared_ > 0 ? declared_ : snapshot::kSnapshotFixedHeaderBytes;
     if (bytes_.size() > limit && declared_ > 0) {
       Done(absl::DataLossError(absl::StrCat("snapshot: more bytes than the ", declared_,
                                             " it declares")));
@@ -135,16 +131,16 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
   void Import() {
     // The session is the importer's, whoever the snapshot names.
     auto session =
-        store_->Import(std::make_shared<const std::string>(std::move(bytes_)), ttl_, tenant_);
+        store_->Import(tenant_, std::make_shared<const std::string>(std::move(bytes_)), ttl_);
     if (!session.ok()) {
       Done(session.status());
       return;
     }
-    auto info = store_->Get((*session)->id(), tenant_);
+    auto info = store_->Get(tenant_, (*session)->id());
     if (info.ok()) *response_ = ToProto(*info);
     Done(info.status(), &(*session)->served());
   }
-  void Done(const absl::Status& status, const session::ServedModel* model = nullptr) {
+  void Done(const absl::Status& status, const catalogue::ServedModel* model = nullptr) {
     const grpc::Status g = ToGrpcStatus(status);
     service_->Record("ImportSession", g, model);
     Finish(g);

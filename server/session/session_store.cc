@@ -1,16 +1,11 @@
 #include "server/session/session_store.h"
 
-#include "server/session/session_store_internal.h"
-
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 
-#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "server/common/random_id.h"
+#include "server/session/session_store_internal.h"
 
 namespace attnserve::session {
 using internal::ChargeFor;
@@ -21,102 +16,33 @@ namespace {
 // How long a turn waits for the session's previous turn to end (SessionStore::Claim).
 constexpr absl::Duration kBusyWait = absl::Milliseconds(500);
 
-// 128 bits from the kernel's CSPRNG, as 32 lowercase hex digits. Session ids are the
-// only handle on a session, so they must not be guessable from earlier ones.
-std::string NewSessionId() {
-  uint64_t words[2] = {0, 0};
-  size_t got = 0;
-  const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    while (got < sizeof words) {
-      const ssize_t n = ::read(fd, reinterpret_cast<char*>(words) + got, sizeof words - got);
-      if (n <= 0) break;
-      got += size_t(n);
-    }
-    ::close(fd);
-  }
-  if (got != sizeof words) {
-    // No usable /dev/urandom: nothing sensible to serve ids from.
-    std::fprintf(stderr, "attnserve: cannot read /dev/urandom for session ids\n");
-    std::abort();
-  }
-  return absl::StrFormat("%016x%016x", words[0], words[1]);
+absl::Status CheckTtl(absl::Duration ttl, absl::Duration max_ttl) {
+  if (ttl <= max_ttl) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("ttl_seconds: ", absl::FormatDuration(ttl),
+                                                 " is over the server's maximum of ",
+                                                 absl::FormatDuration(max_ttl)));
 }
 
 }  // namespace
 
-// --- Session ---
+// --- TurnClaim ---
 
-Session::Session(std::string id, std::shared_ptr<const ServedModel> model, absl::Time now,
-                 absl::Duration ttl)
-    : id_(std::move(id)), model_(std::move(model)), created_(now), last_used_(now), ttl_(ttl) {}
-
-model::DecodeState& Session::state() {
-  if (!state_ && restore_) {
-    // The snapshot was verified when the session was made from it; restoring copies
-    // its values into tensors and cannot disagree with the model.
-    auto restored = RestoreSnapshotState(*restore_);
-    if (!restored.ok()) {
-      std::fprintf(stderr, "attnserve: restoring verified session %s failed: %s\n",
-                   id_.c_str(), std::string(restored.status().message()).c_str());
-      std::abort();
-    }
-    state_ = std::move(restored).value();
-    restore_.reset();
-  }
-  if (!state_) state_ = model_->model->NewState();
-  return *state_;
-}
-
-void Session::PublishProgress() {
-  const int64_t in_state =
-      state_ ? state_->position() : (restore_ ? restore_->info.position : 0);
-  position_.store(in_state + (pending_token_ ? 1 : 0));
-}
-
-std::shared_ptr<const std::string> Session::Snapshot() {
-  if (!state_ && restore_ && restore_->info.pending_token == pending_token_ &&
-      restore_->info.ttl == ttl_ && restore_->info.owner == owner_) {
-    return restore_->bytes;  // unchanged since it was loaded
-  }
-  SnapshotInfo info;
-  info.pending_token = pending_token_;
-  info.ttl = ttl_;
-  info.owner = owner_;
-  return std::make_shared<const std::string>(EncodeSnapshot(*model_, &state(), info));
-}
-
-std::shared_ptr<Session> SessionStore::FromSnapshot(std::string id, VerifiedSnapshot verified,
-                                                   absl::Duration ttl) const {
-  auto session = std::make_shared<Session>(std::move(id), verified.model,
-                                           options_.clock->Now(), ttl);
-  session->pending_token_ = verified.info.pending_token;
-  session->owner_ = verified.info.owner;
-  session->restore_ = std::make_shared<const VerifiedSnapshot>(std::move(verified));
-  session->PublishProgress();
-  return session;
-}
-
-// --- TurnLease ---
-
-TurnLease& TurnLease::operator=(TurnLease&& other) noexcept {
+TurnClaim& TurnClaim::operator=(TurnClaim&& other) noexcept {
   if (this != &other) {
     Release();
     store_ = other.store_;
     session_ = std::move(other.session_);
-    close_on_release_ = other.close_on_release_;
     other.store_ = nullptr;
     other.session_ = nullptr;
   }
   return *this;
 }
 
-void TurnLease::Release() {
+void TurnClaim::Release() {
   if (!session_) return;
   std::shared_ptr<Session> s = std::move(session_);
   session_ = nullptr;
-  store_->EndTurn(*s);
-  if (close_on_release_) (void)store_->Close(s->id());
+  store_->EndTurn(s);
 }
 
 // --- SessionStore ---
@@ -139,7 +65,10 @@ absl::StatusOr<std::unique_ptr<SessionStore>> SessionStore::Create(Options optio
   return std::make_unique<SessionStore>(std::move(options));
 }
 
-SessionStore::SessionStore(Options options) : options_(std::move(options)) {
+SessionStore::SessionStore(Options options)
+    : options_(std::move(options)),
+      residency_(Residency::Limits{options_.max_sessions, options_.memory_budget_bytes,
+                                   options_.tenant_limits}) {
   int64_t largest = 0;
   if (options_.catalogue != nullptr) {
     for (const auto& m : options_.catalogue->all()) {
@@ -150,14 +79,12 @@ SessionStore::SessionStore(Options options) : options_(std::move(options)) {
     }
   }
   max_snapshot_bytes_ = uint64_t(largest) + 64 * 1024;
-  if (options_.durable && options_.metrics) {
-    store_metrics_ = &options_.metrics->ForStore(options_.durable->name());
-  }
   if (options_.durable) {
-    leases_ = std::make_unique<LeaseKeeper>(options_.durable.get(), options_.leases,
-                                            store_metrics_);
+    if (options_.metrics) store_metrics_ = &options_.metrics->ForStore(options_.durable->name());
+    leases_ = std::make_unique<store::LeaseKeeper>(options_.durable.get(), options_.leases,
+                                                   store_metrics_);
+    writer_ = std::thread([this] { WriterLoop(); });
   }
-  if (options_.durable) writer_ = std::thread([this] { WriterLoop(); });
 }
 
 SessionStore::~SessionStore() {
@@ -173,101 +100,90 @@ std::string SessionStore::store_name() const {
   return options_.durable ? options_.durable->name() : "memory";
 }
 
-absl::Status SessionStore::CheckTenantLocked(const Session& s, int sessions,
-                                             int64_t bytes) const {
-  auto limits = options_.tenant_limits.find(s.owner());
-  if (limits == options_.tenant_limits.end()) return absl::OkStatus();
-  TenantUsage used;
-  if (auto it = usage_.find(s.owner()); it != usage_.end()) used = it->second;
-  const TenantLimits& l = limits->second;
-  if (sessions > 0 && l.max_sessions > 0 && used.sessions + sessions > l.max_sessions) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "max_sessions: tenant '", s.owner(), "' already holds ", used.sessions,
-        " sessions on this server, its limit; close idle sessions or wait for their TTL"));
-  }
-  if (bytes > 0 && l.max_state_bytes > 0 && used.bytes + bytes > l.max_state_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "max_state_bytes: tenant '", s.owner(), "' would hold ", used.bytes + bytes,
-        " bytes of session state on this server; its limit is ", l.max_state_bytes));
-  }
-  return absl::OkStatus();
+std::shared_ptr<Session> SessionStore::FromSnapshot(std::string id, std::string owner,
+                                                   snapshot::VerifiedSnapshot verified,
+                                                   absl::Duration ttl) const {
+  auto session = std::make_shared<Session>(std::move(id), std::move(owner), verified.model,
+                                           options_.clock->Now(), ttl);
+  session->pending_token_ = verified.info.pending_token;
+  session->restore_ = std::make_shared<const snapshot::VerifiedSnapshot>(std::move(verified));
+  session->PublishProgress();
+  return session;
 }
 
-void SessionStore::AccountLocked(const Session& s, int sessions, int64_t bytes) {
-  auto it = usage_.find(s.owner());
-  if (it == usage_.end()) it = usage_.emplace(s.owner(), TenantUsage{}).first;
-  it->second.sessions += sessions;
-  it->second.bytes += bytes;
-  if (it->second.sessions == 0 && it->second.bytes == 0) usage_.erase(it);
-}
-
-absl::Status SessionStore::Admit(const std::shared_ptr<Session>& session, int64_t bytes) {
+absl::StatusOr<std::shared_ptr<Session>> SessionStore::Admit(std::shared_ptr<Session> session,
+                                                             int64_t bytes) {
   while (true) {
-    absl::Status tenant_full;
+    Residency::Refusal refusal;
+    absl::Status refused;
     {
       absl::MutexLock lock(&mu_);
       if (!accepting_) return Draining();
-      tenant_full = CheckTenantLocked(*session, 1, bytes);
-      const bool over_count = int(sessions_.size()) >= options_.max_sessions;
-      const bool over_bytes = charged_bytes_ + bytes > options_.memory_budget_bytes;
-      if (tenant_full.ok() && !over_count && !over_bytes) {
-        session->charged_bytes_ = bytes;
-        charged_bytes_ += bytes;
-        sessions_[session->id()] = session;
-        AccountLocked(*session, 1, bytes);
-        return absl::OkStatus();
+      if (auto it = sessions_.find(session->id()); it != sessions_.end()) {
+        return it->second;  // loaded by another call meanwhile: charged once, shared
       }
-      if (!tenant_full.ok() && !options_.durable) return tenant_full;
-      if (tenant_full.ok() && (!options_.durable || sessions_.empty())) {
-        if (over_count) {
-          return absl::ResourceExhaustedError(absl::StrCat(
-              "max_sessions: the server already holds ", sessions_.size(),
-              " sessions (its limit); close idle sessions or wait for their TTL"));
-        }
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "memory budget: a '", session->served().name, "' session needs ", bytes,
-            " bytes of state; ", charged_bytes_, " of the server's ",
-            options_.memory_budget_bytes, " bytes are in use"));
+      refused = residency_.CheckAdmit(session->owner(), bytes, session->served().name, &refusal);
+      if (refused.ok()) {
+        refused = residency_.Admit(session->id(), session->owner(), bytes,
+                                   session->served().name);
+        if (!refused.ok()) return refused;  // impossible: checked just now
+        sessions_[session->id()] = session;
+        return session;
+      }
+      if (!options_.durable || (refusal == Residency::Refusal::kServer && sessions_.empty())) {
+        return refused;
       }
     }
     // With a durable store, memory is a cache: make room by spilling the least recently
     // used idle session (the tenant's own when its limits are in the way), then look
     // again.
-    if (!tenant_full.ok()) {
-      if (!SpillOne(session->owner())) return tenant_full;
+    if (refusal == Residency::Refusal::kTenant) {
+      if (!SpillOne(session->owner())) return refused;
       continue;
     }
     if (!SpillOne()) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "memory budget: every session in memory is busy or could not be saved to ",
-          store_name(), "; a '", session->served().name, "' session needs ", bytes,
-          " bytes of state"));
+          refused.message(), "; every session in memory is busy or could not be saved to ",
+          store_name()));
     }
   }
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
-    std::shared_ptr<const ServedModel> model, absl::Duration ttl, bool ephemeral,
-    std::string_view tenant) {
+    std::string_view tenant, std::shared_ptr<const catalogue::ServedModel> model,
+    absl::Duration ttl) {
   if (ttl <= absl::ZeroDuration()) ttl = options_.default_ttl;
-  if (ttl > options_.max_ttl) {
-    return absl::InvalidArgumentError(absl::StrCat("ttl_seconds: ", absl::FormatDuration(ttl),
-                                                   " is over the server's maximum of ",
-                                                   absl::FormatDuration(options_.max_ttl)));
-  }
+  if (absl::Status s = CheckTtl(ttl, options_.max_ttl); !s.ok()) return s;
   const int64_t bytes = ChargeFor(*model, 0);
-  auto session = std::make_shared<Session>(NewSessionId(), model, options_.clock->Now(), ttl);
-  session->ephemeral_ = ephemeral;
-  session->owner_ = std::string(tenant);
-  if (options_.durable && !ephemeral) {
-    // Written at once, so that every server sharing the store can find it.
-    if (absl::Status s = Publish(*session); !s.ok()) return s;
+  auto session = std::make_shared<Session>(RandomId128(), std::string(tenant), std::move(model),
+                                           options_.clock->Now(), ttl);
+  auto admitted = Admit(session, bytes);
+  if (!admitted.ok()) return admitted.status();
+  if (options_.durable) {
+    // Written at once, so that every server sharing the store can find it. Nobody else
+    // knows the fresh id yet, so nothing can claim it before the write.
+    if (absl::Status s = Publish(*session); !s.ok()) {
+      absl::MutexLock lock(&mu_);
+      RemoveLocked(session, /*closed=*/true);
+      return s;
+    }
   }
-  if (absl::Status s = Admit(session, bytes); !s.ok()) return s;
   return session;
 }
 
-absl::StatusOr<TurnLease> SessionStore::Claim(const std::string& id, std::string_view tenant) {
+absl::StatusOr<TurnClaim> SessionStore::BeginOneTurn(
+    std::string_view tenant, std::shared_ptr<const catalogue::ServedModel> model) {
+  const int64_t bytes = ChargeFor(*model, 0);
+  auto session = std::make_shared<Session>(RandomId128(), std::string(tenant), std::move(model),
+                                           options_.clock->Now(), options_.default_ttl);
+  session->one_turn_ = true;
+  session->busy_ = true;  // claimed before anyone could see it
+  auto admitted = Admit(session, bytes);
+  if (!admitted.ok()) return admitted.status();
+  return TurnClaim(this, session);
+}
+
+absl::StatusOr<TurnClaim> SessionStore::Claim(std::string_view tenant, const std::string& id) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::shared_ptr<Session> found;
     {
@@ -276,11 +192,13 @@ absl::StatusOr<TurnLease> SessionStore::Claim(const std::string& id, std::string
       auto it = sessions_.find(id);
       if (it != sessions_.end()) {
         Session& s = *it->second;
-        if (s.owner() != tenant) return NotFound(id);  // before anything that tells it apart
+        // Before anything that tells it apart; a one-turn session has no id to claim by.
+        if (s.owner() != tenant || s.one_turn_) return NotFound(id);
         if (s.busy_) {
           // The turn in flight may be ending (its client cancelled it or its deadline
           // passed, and the engine stops it at its next step): a client that sends its
-          // next turn at once should not be refused for that. Wait a little.
+          // next turn at once should not be refused for that. Wait a little (callers run
+          // on a thread whose job is waiting, never a gRPC callback thread).
           std::shared_ptr<Session> busy = it->second;
           auto idle = [](Session* session) { return !session->busy_; };
           if (!mu_.AwaitWithTimeout(absl::Condition(+idle, busy.get()), kBusyWait)) {
@@ -297,16 +215,18 @@ absl::StatusOr<TurnLease> SessionStore::Claim(const std::string& id, std::string
       }
     }
     if (found) {
-      TurnLease lease(this, found);
+      TurnClaim claim(this, found);
       // Across servers: take the store lease, and catch up if another server wrote.
-      if (options_.durable && !found->ephemeral_) {
+      if (options_.durable) {
         // ABORTED: unsaved turns here were overtaken by another server's; the session
         // now holds that newer copy, which is what this turn must run from.
-        if (absl::Status s = Sync(*found); !s.ok() && !absl::IsAborted(s)) return s;
+        if (absl::Status s = Sync(*found, /*wait=*/true); !s.ok() && !absl::IsAborted(s)) {
+          return s;
+        }
       }
-      return lease;
+      return claim;
     }
-    auto loaded = Load(id, tenant);
+    auto loaded = Load(tenant, id);
     if (!loaded.ok()) return loaded.status();
     // Loaded and admitted: claim it on the next pass (it may have been claimed or
     // spilled again meanwhile, in which case that pass says so or loads it again).
@@ -315,91 +235,92 @@ absl::StatusOr<TurnLease> SessionStore::Claim(const std::string& id, std::string
                                              store_name(), "; retry"));
 }
 
-absl::StatusOr<TurnLease> SessionStore::BeginTurn(const std::string& id,
-                                                  std::string_view tenant) {
-  return Claim(id, tenant);
+absl::StatusOr<TurnClaim> SessionStore::BeginTurn(std::string_view tenant,
+                                                  const std::string& id) {
+  return Claim(tenant, id);
 }
 
 absl::Status SessionStore::Charge(Session& s, int64_t bytes) {
   absl::MutexLock lock(&mu_);
-  const int64_t total = charged_bytes_ - s.charged_bytes_ + bytes;
-  if (bytes > s.charged_bytes_ && total > options_.memory_budget_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "memory budget: session '", s.id(), "' would grow to ", bytes,
-        " bytes of state; the server's budget of ", options_.memory_budget_bytes,
-        " bytes would be exceeded by ", total - options_.memory_budget_bytes));
+  auto it = sessions_.find(s.id());
+  if (it == sessions_.end() || it->second.get() != &s) {
+    // Closed (or replaced) meanwhile: not charged again, but no budget is overrun either.
+    if (bytes > residency_.limits().budget_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "memory budget: session '", s.id(), "' would grow to ", bytes,
+          " bytes of state; the server's budget is ", residency_.limits().budget_bytes));
+    }
+    return absl::OkStatus();
   }
-  if (s.closed()) return absl::OkStatus();
-  if (absl::Status t = CheckTenantLocked(s, 0, bytes - s.charged_bytes_); !t.ok()) return t;
-  AccountLocked(s, 0, bytes - s.charged_bytes_);
-  charged_bytes_ = total;
-  s.charged_bytes_ = bytes;
-  return absl::OkStatus();
+  return residency_.Resize(s.id(), bytes);
 }
 
-void SessionStore::EndTurn(Session& s) {
-  s.PublishProgress();
-  if (options_.durable && !s.ephemeral_) ReleaseIfClean(s);
+void SessionStore::EndTurn(const std::shared_ptr<Session>& s) {
+  s->PublishProgress();
+  if (options_.durable && !s->one_turn_) ReleaseIfClean(*s);
   absl::MutexLock lock(&mu_);
-  s.busy_ = false;
-  s.last_used_ = options_.clock->Now();
+  s->busy_ = false;
+  s->last_used_ = options_.clock->Now();
+  if (s->one_turn_) RemoveLocked(s, /*closed=*/true);
 }
 
-void SessionStore::RemoveLocked(Session& s) {
-  s.closed_.store(true);
-  AccountLocked(s, -1, -s.charged_bytes_);
-  charged_bytes_ -= s.charged_bytes_;
-  s.charged_bytes_ = 0;
-  sessions_.erase(s.id());
+void SessionStore::RemoveLocked(const std::shared_ptr<Session>& s, bool closed) {
+  if (closed) s->closed_.store(true);
+  auto it = sessions_.find(s->id());
+  if (it == sessions_.end() || it->second != s) return;  // already removed
+  residency_.Release(s->id());
+  sessions_.erase(it);
 }
 
-absl::Status SessionStore::Close(const std::string& id, std::string_view tenant) {
-  bool in_memory = false, ephemeral = false;
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    auto it = sessions_.find(id);
-    if (it != sessions_.end()) {
-      if (it->second->owner() != tenant) return NotFound(id);
-      in_memory = true;
-      ephemeral = it->second->ephemeral_;
-    }
-  }
-  if (options_.durable && !ephemeral) {
-    // The stored copy goes first: if the store cannot be reached, nothing changes and
-    // the client may retry, rather than the session coming back later from the store.
-    if (!in_memory) {
-      auto owner = StoredOwner(id);
-      if (!owner.ok()) return owner.status();
-      if (*owner != tenant) return NotFound(id);
-    }
-    if (absl::Status s = DeleteStored(id); !s.ok()) return s;
-  }
-  std::string token;  // a store lease to give up (a busy session's turn gives up its own)
-  bool removed = false;
+absl::Status SessionStore::Close(std::string_view tenant, const std::string& id) {
+  std::shared_ptr<Session> s;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
     if (it != sessions_.end()) {
-      std::shared_ptr<Session> keep = it->second;  // erase must not destroy it under us
-      if (!keep->busy_) std::swap(token, keep->store_token_);
-      RemoveLocked(*keep);
-      removed = true;
+      if (it->second->owner() != tenant || it->second->one_turn_) return NotFound(id);
+      s = it->second;
+      // A save in progress (spill, drain, write-through) writes nothing more from now
+      // on, and deletes what it wrote meanwhile.
+      s->closing_.store(true);
     }
+  }
+  if (options_.durable) {
+    // The stored copy goes first: if the store cannot be reached, nothing changes and
+    // the client may retry, rather than the session coming back later from the store.
+    absl::Status deleted;
+    if (s == nullptr) {
+      auto owner = StoredOwner(id);
+      deleted = !owner.ok() ? owner.status() : *owner != tenant ? NotFound(id) : absl::OkStatus();
+    }
+    if (deleted.ok()) deleted = DeleteStored(id);
+    if (!deleted.ok()) {
+      if (s) s->closing_.store(false);
+      return deleted;
+    }
+  }
+  std::string token;  // a store lease to give up (a busy session's claim gives up its own)
+  {
+    absl::MutexLock lock(&mu_);
     spilled_.erase(id);
+    if (s == nullptr) return options_.durable ? absl::OkStatus() : NotFound(id);
+    if (!s->busy_) std::swap(token, s->store_token_);
+    RemoveLocked(s, /*closed=*/true);
   }
   if (!token.empty()) leases_->Release(id, token);
-  return removed || (options_.durable && !ephemeral) ? absl::OkStatus() : NotFound(id);
+  return absl::OkStatus();
 }
 
 SessionInfo SessionStore::Info(const Session& s) const {
   SessionInfo info;
   info.id = s.id();
   info.owner = s.owner();
+  info.served = &s.served();
   info.model = s.served().name;
   info.attention = s.served().attention();
   info.attention_order = s.served().attention_order();
   info.position = s.position();
-  info.state_bytes = s.charged_bytes_;
+  info.state_bytes = residency_.charged(s.id());
   info.created = s.created_;
   info.last_used = s.last_used_;
   info.ttl = s.ttl_;
@@ -407,7 +328,7 @@ SessionInfo SessionStore::Info(const Session& s) const {
   return info;
 }
 
-absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id, std::string_view tenant) {
+absl::StatusOr<SessionInfo> SessionStore::Get(std::string_view tenant, const std::string& id) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::shared_ptr<Session> check;
     int64_t generation = 0;
@@ -416,10 +337,10 @@ absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id, std::string
       auto it = sessions_.find(id);
       if (it != sessions_.end()) {
         const Session& s = *it->second;
-        if (s.owner() != tenant) return NotFound(id);
+        if (s.owner() != tenant || s.one_turn_) return NotFound(id);
         // A copy that is clean and idle here may be stale: another server sharing the
         // store may have run turns since. Busy or dirty copies are the newest.
-        if (!options_.durable || s.ephemeral_ || s.busy_ || s.dirty_) return Info(s);
+        if (!options_.durable || s.busy_ || s.dirty_) return Info(s);
         check = it->second;
         generation = s.generation_;
       } else if (!accepting_) {
@@ -434,7 +355,7 @@ absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id, std::string
       }
       EvictIfStale(check, generation);
     }
-    auto loaded = Load(id, tenant);
+    auto loaded = Load(tenant, id);
     if (!loaded.ok()) return loaded.status();
   }
   return absl::UnavailableError(absl::StrCat("session '", id, "' is moving; retry"));
@@ -442,18 +363,13 @@ absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id, std::string
 
 void SessionStore::EvictIfStale(const std::shared_ptr<Session>& s, int64_t generation) {
   absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(s->id());
-  if (it == sessions_.end() || it->second != s || s->busy_ || s->dirty_ ||
-      s->generation_ != generation) {
+  if (s->busy_ || s->dirty_ || s->generation_ != generation) {
     return;  // changed meanwhile: the next look decides again
   }
-  AccountLocked(*s, -1, -s->charged_bytes_);
-  charged_bytes_ -= s->charged_bytes_;
-  s->charged_bytes_ = 0;
-  sessions_.erase(it);
+  RemoveLocked(s, /*closed=*/false);
 }
 
-std::vector<SessionInfo> SessionStore::List() const {
+std::vector<SessionInfo> SessionStore::ListAll() const {
   absl::ReaderMutexLock lock(&mu_);
   std::vector<SessionInfo> out;
   out.reserve(sessions_.size());
@@ -465,85 +381,99 @@ std::vector<SessionInfo> SessionStore::List(std::string_view tenant) const {
   absl::ReaderMutexLock lock(&mu_);
   std::vector<SessionInfo> out;
   for (const auto& [id, s] : sessions_) {
-    if (s->owner() == tenant) out.push_back(Info(*s));
+    if (s->owner() == tenant && !s->one_turn_) out.push_back(Info(*s));
   }
   return out;
 }
 
 absl::StatusOr<std::shared_ptr<const std::string>> SessionStore::Export(
-    const std::string& id, std::string_view tenant) {
-  auto lease = Claim(id, tenant);
-  if (!lease.ok()) return lease.status();
-  return (*lease)->Snapshot();  // the lease is released on return
+    std::string_view tenant, const std::string& id) {
+  auto claim = Claim(tenant, id);
+  if (!claim.ok()) return claim.status();
+  return (*claim)->Snapshot();  // the claim is released on return
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Import(
-    std::shared_ptr<const std::string> bytes, absl::Duration ttl, std::string_view tenant) {
+    std::string_view tenant, std::shared_ptr<const std::string> bytes, absl::Duration ttl) {
   if (options_.catalogue == nullptr) {
     return absl::FailedPreconditionError("this server has no model catalogue to import into");
   }
-  auto verified = VerifySnapshot(std::move(bytes), *options_.catalogue, max_snapshot_bytes_);
+  auto verified = snapshot::VerifySnapshot(std::move(bytes), *options_.catalogue,
+                                           max_snapshot_bytes_);
   if (!verified.ok()) return verified.status();
   if (ttl <= absl::ZeroDuration()) ttl = verified->info.ttl;
   if (ttl <= absl::ZeroDuration()) ttl = options_.default_ttl;
-  if (ttl > options_.max_ttl) {
-    return absl::InvalidArgumentError(absl::StrCat("ttl_seconds: ", absl::FormatDuration(ttl),
-                                                   " is over the server's maximum of ",
-                                                   absl::FormatDuration(options_.max_ttl)));
-  }
+  if (absl::Status s = CheckTtl(ttl, options_.max_ttl); !s.ok()) return s;
   const int64_t charge = ChargeFor(*verified->model, verified->info.position);
-  auto session = FromSnapshot(NewSessionId(), *std::move(verified), ttl);
-  session->owner_ = std::string(tenant);  // the importer's, whoever exported it
+  // The importer's, whoever exported it.
+  auto session = FromSnapshot(RandomId128(), std::string(tenant), *std::move(verified), ttl);
+  auto admitted = Admit(session, charge);
+  if (!admitted.ok()) return admitted.status();
   if (options_.durable) {
-    if (absl::Status s = Publish(*session); !s.ok()) return s;
+    if (absl::Status s = Publish(*session); !s.ok()) {
+      absl::MutexLock lock(&mu_);
+      RemoveLocked(session, /*closed=*/true);
+      return s;
+    }
   }
-  if (absl::Status s = Admit(session, charge); !s.ok()) return s;
   return session;
 }
 
-absl::StatusOr<std::shared_ptr<Session>> SessionStore::Fork(const std::string& id,
-                                                            absl::Duration ttl,
-                                                            std::string_view tenant) {
+absl::StatusOr<std::shared_ptr<Session>> SessionStore::Fork(std::string_view tenant,
+                                                            const std::string& id,
+                                                            absl::Duration ttl) {
   std::shared_ptr<const std::string> bytes;
   absl::Duration original_ttl;
   {
-    auto lease = Claim(id, tenant);
-    if (!lease.ok()) return lease.status();
-    bytes = (*lease)->Snapshot();
-    original_ttl = (*lease)->ttl_;
+    auto claim = Claim(tenant, id);
+    if (!claim.ok()) return claim.status();
+    auto snapshot = (*claim)->Snapshot();
+    if (!snapshot.ok()) return snapshot.status();
+    bytes = *std::move(snapshot);
+    original_ttl = (*claim)->ttl_;
   }
   // The copy goes through the snapshot codec: one path for every way a session is
   // duplicated, and the fork's tensors are made by its first turn, not here.
-  return Import(std::move(bytes), ttl > absl::ZeroDuration() ? ttl : original_ttl, tenant);
+  return Import(tenant, std::move(bytes), ttl > absl::ZeroDuration() ? ttl : original_ttl);
 }
 
 int SessionStore::ExpireIdle() {
   const absl::Time now = options_.clock->Now();
-  std::vector<std::shared_ptr<Session>> expired;
+  std::vector<std::pair<std::string, std::string>> leases;  // (id, store lease token)
+  int expired = 0;
   {
     absl::MutexLock lock(&mu_);
+    std::vector<std::shared_ptr<Session>> idle;
     for (const auto& [id, s] : sessions_) {
-      if (!s->busy_ && now - s->last_used_ >= s->ttl_) expired.push_back(s);
+      if (!s->busy_ && now - s->last_used_ >= s->ttl_) idle.push_back(s);
     }
-    for (auto& s : expired) RemoveLocked(*s);
+    for (auto& s : idle) {
+      // Nobody else can hold it now: a store lease still held (a session newer than its
+      // stored copy) is given up, and the copy expires on its own.
+      if (!s->store_token_.empty()) leases.emplace_back(s->id(), std::move(s->store_token_));
+      s->store_token_.clear();
+      RemoveLocked(s, /*closed=*/true);
+      ++expired;
+    }
   }
-  for (auto& s : expired) {
-    // Nobody else can hold it now: a store lease still held (a session newer than its
-    // stored copy) is given up, and the copy expires on its own.
-    if (leases_ && !s->store_token_.empty()) leases_->Release(s->id(), s->store_token_);
-  }
+  for (const auto& [id, token] : leases) leases_->Release(id, token);
   if (options_.durable) (void)options_.durable->RemoveExpired();
-  return int(expired.size());
+  return expired;
 }
 
 int SessionStore::size() const {
   absl::ReaderMutexLock lock(&mu_);
-  return int(sessions_.size());
+  return residency_.total().sessions;
 }
 
 int64_t SessionStore::charged_bytes() const {
   absl::ReaderMutexLock lock(&mu_);
-  return charged_bytes_;
+  return residency_.total().bytes;
+}
+
+Residency::Usage SessionStore::usage(std::string_view tenant) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return residency_.usage(tenant);
 }
 
 }  // namespace attnserve::session

@@ -1,13 +1,15 @@
 // SessionStore's durable half: loading sessions from the store, the store lease that
-// makes one server at a time the writer of a session (DESIGN.md §7), fenced writes after
-// turns, spills and the drain.
+// makes one server at a time the writer of a session (server/DESIGN.md, "Sessions beyond
+// one process"), fenced writes after turns, spills and the drain.
 //
-// The invariant, for every non-ephemeral session in memory with a durable store: either
+// The invariant, for every session in memory (one-turn sessions aside) with a durable store: either
 // it is clean (the store holds its state at `generation_`), or it is dirty and this
 // process holds its store lease, renewed in the background, so no other server can run a
 // turn on it from the older stored copy. A claim takes the lease (waiting briefly for
 // another server's turn to end) and replaces the copy in memory if the store's
-// generation is newer.
+// generation is newer. A closing or closed session is never written: Close marks it
+// closing before it deletes the stored copy, and a save that wrote meanwhile deletes
+// what it wrote.
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +19,7 @@
 namespace attnserve::session {
 using internal::ChargeFor;
 using internal::NotFound;
+using snapshot::SnapshotOwner;
 
 namespace {
 
@@ -44,7 +47,9 @@ absl::Status SessionStore::DeleteStored(const std::string& id) {
 
 absl::Status SessionStore::Publish(Session& s) {
   // A fresh random id: nobody else can be writing it, so no lease is needed.
-  if (absl::Status st = Write(s.id(), *s.Snapshot(), s.ttl_); !st.ok()) return st;
+  auto bytes = s.Snapshot();
+  if (!bytes.ok()) return bytes.status();
+  if (absl::Status st = Write(s.id(), **bytes, s.ttl_); !st.ok()) return st;
   s.generation_ = 1;
   s.dirty_ = false;
   return absl::OkStatus();
@@ -64,8 +69,8 @@ absl::StatusOr<std::string> SessionStore::StoredOwner(const std::string& id) {
   return owner;
 }
 
-absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(const std::string& id,
-                                                            std::string_view tenant) {
+absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(std::string_view tenant,
+                                                            const std::string& id) {
   if (!options_.durable || options_.catalogue == nullptr) return NotFound(id);
   // No lease: stored copies are replaced atomically, and a claim compares generations
   // under the lease before it runs anything.
@@ -83,8 +88,9 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(const std::string& i
   if (auto owner = SnapshotOwner(got->first); owner.ok() && *owner != tenant) {
     return NotFound(id);
   }
-  auto verified = VerifySnapshot(std::make_shared<const std::string>(std::move(got->first)),
-                                 *options_.catalogue, max_snapshot_bytes_);
+  auto verified = snapshot::VerifySnapshot(
+      std::make_shared<const std::string>(std::move(got->first)), *options_.catalogue,
+      max_snapshot_bytes_);
   if (!verified.ok()) {
     return absl::Status(verified.status().code(),
                         absl::StrCat("session '", id, "' in ", store_name(), ": ",
@@ -94,21 +100,24 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(const std::string& i
   absl::Duration ttl = verified->info.ttl;
   if (ttl <= absl::ZeroDuration() || ttl > options_.max_ttl) ttl = options_.default_ttl;
   const int64_t charge = ChargeFor(*verified->model, verified->info.position);
-  auto session = FromSnapshot(id, *std::move(verified), ttl);
+  auto session = FromSnapshot(id, std::string(tenant), *std::move(verified), ttl);
   session->generation_ = got->second;
-  bool migrated;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = sessions_.find(id);  // another thread loaded it meanwhile
-    if (it != sessions_.end()) return it->second;
-    migrated = spilled_.erase(id) == 0;
+  // Another call may be loading it too: Admit keeps the first and charges it once.
+  auto admitted = Admit(session, charge);
+  if (!admitted.ok()) return admitted.status();
+  if (*admitted == session) {
+    bool migrated;
+    {
+      absl::MutexLock lock(&mu_);
+      migrated = spilled_.erase(id) == 0;
+    }
+    if (store_metrics_) store_metrics_->AddLoaded(migrated);
   }
-  if (absl::Status s = Admit(session, charge); !s.ok()) return s;
-  if (store_metrics_) store_metrics_->AddLoaded(migrated);
-  return session;
+  return admitted;
 }
 
-absl::Status SessionStore::Adopt(Session& s, VerifiedSnapshot snapshot, int64_t generation) {
+absl::Status SessionStore::Adopt(Session& s, snapshot::VerifiedSnapshot snapshot,
+                                 int64_t generation) {
   if (snapshot.model.get() != &s.served()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "session '", s.id(), "' in ", store_name(), " now belongs to another model"));
@@ -118,17 +127,17 @@ absl::Status SessionStore::Adopt(Session& s, VerifiedSnapshot snapshot, int64_t 
   }
   s.state_.reset();
   s.pending_token_ = snapshot.info.pending_token;
-  s.restore_ = std::make_shared<const VerifiedSnapshot>(std::move(snapshot));
+  s.restore_ = std::make_shared<const snapshot::VerifiedSnapshot>(std::move(snapshot));
   s.generation_ = generation;
   s.dirty_ = false;
   s.PublishProgress();
   return absl::OkStatus();
 }
 
-absl::Status SessionStore::Sync(Session& s) {
+absl::Status SessionStore::Sync(Session& s, bool wait) {
   if (!s.store_token_.empty() && leases_->Held(s.id(), s.store_token_)) return absl::OkStatus();
   s.store_token_.clear();
-  auto grant = leases_->Acquire(s.id());
+  auto grant = leases_->Acquire(s.id(), wait);
   if (absl::IsAborted(grant.status())) {  // another server's turn did not end in time
     return absl::UnavailableError(std::string(grant.status().message()));
   }
@@ -164,8 +173,9 @@ absl::Status SessionStore::Sync(Session& s) {
   absl::Status adopted = got.status();
   const bool discarded = s.dirty_;
   if (got.ok()) {
-    auto verified = VerifySnapshot(std::make_shared<const std::string>(std::move(got->first)),
-                                   *options_.catalogue, max_snapshot_bytes_);
+    auto verified = snapshot::VerifySnapshot(
+        std::make_shared<const std::string>(std::move(got->first)), *options_.catalogue,
+        max_snapshot_bytes_);
     adopted = verified.ok() ? Adopt(s, *std::move(verified), got->second) : verified.status();
   }
   if (!adopted.ok()) {
@@ -187,17 +197,22 @@ absl::Status SessionStore::Sync(Session& s) {
   return absl::OkStatus();
 }
 
-absl::Status SessionStore::Save(Session& s) {
-  if (s.ephemeral_) return absl::OkStatus();
+absl::Status SessionStore::Save(Session& s, bool wait) {
+  if (s.one_turn_) return absl::OkStatus();
+  auto closing = [&s] { return s.closing_.load() || s.closed(); };
   for (int attempt = 0; attempt < 2 && s.dirty_; ++attempt) {
-    if (absl::Status st = Sync(s); !st.ok()) return st;
+    if (closing()) return absl::OkStatus();  // closed: nothing to keep
+    if (absl::Status st = Sync(s, wait); !st.ok()) return st;
     if (s.store_token_.empty()) {
       return absl::UnavailableError(absl::StrCat("session store ", store_name(),
                                                  " is unreachable; not saved"));
     }
     if (!s.dirty_) break;  // Sync took a newer copy another server wrote
+    if (closing()) return absl::OkStatus();
     const absl::Time start = absl::Now();
-    auto bytes = s.Snapshot();
+    auto snapshot = s.Snapshot();
+    if (!snapshot.ok()) return snapshot.status();
+    std::shared_ptr<const std::string> bytes = *std::move(snapshot);
     auto written = leases_->WriteFenced(s.id(), *bytes, s.ttl_, s.store_token_, s.generation_);
     if (store_metrics_) {
       store_metrics_->ObserveWrite(absl::Now() - start, int64_t(bytes->size()), written.ok());
@@ -206,6 +221,9 @@ absl::Status SessionStore::Save(Session& s) {
       s.generation_ = *written;
       s.dirty_ = false;
       s.uncertain_.clear();
+      // Closed while this wrote (Close deleted the stored copy before or after the
+      // write): whatever the write put there goes too.
+      if (closing()) (void)DeleteStored(s.id());
       break;
     }
     // Failed, or so it seems: the script may have run with its reply lost (or run twice,
@@ -233,10 +251,20 @@ void SessionStore::ReleaseIfClean(Session& s) {
   s.store_token_.clear();
 }
 
-void SessionStore::FinishTurn(TurnLease lease, std::function<void(absl::Status)> then) {
-  Session& s = lease.session();
-  if (!options_.durable || s.ephemeral_ || lease.close_on_release() || s.closed()) {
-    lease.Release();
+void SessionStore::FinishTurn(TurnClaim claim, std::function<void(absl::Status)> then,
+                              bool broken) {
+  std::shared_ptr<Session> s = claim.shared();
+  if (broken) {
+    // The failed step may have moved the state part-way: the session is never served
+    // again. Its stored copy (older than what the client saw) goes too, below.
+    std::fprintf(stderr, "attnserve: session %s closed: a failed engine step left its state "
+                 "unknown\n", s->id().c_str());
+    absl::MutexLock lock(&mu_);
+    s->closing_.store(true);
+    RemoveLocked(s, /*closed=*/true);
+  }
+  if (!options_.durable || s->one_turn_) {
+    claim.Release();
     then(absl::OkStatus());
     return;
   }
@@ -245,36 +273,49 @@ void SessionStore::FinishTurn(TurnLease lease, std::function<void(absl::Status)>
     absl::ReaderMutexLock lock(&mu_);
     draining = !accepting_;
   }
-  s.dirty_ = true;  // the turn changed the state; the store lease stays held until saved
-  if (options_.persist != PersistMode::kEachTurn && !draining) {
-    lease.Release();
+  const bool closed = s->closed() || s->closing_.load();
+  if (!closed) s->dirty_ = true;  // the turn changed the state; the store lease stays held
+  const bool write = !closed && (options_.persist == PersistMode::kEachTurn || draining);
+  if (!write && (!closed || s->store_token_.empty())) {
+    // Nothing to write and no store lease to give up (a dirty session keeps its lease
+    // until saved): releasing the claim makes no store call.
+    claim.Release();
     then(absl::OkStatus());
     return;
   }
-  // Written on the writer thread, so the engine never waits on the store; the turn's
-  // lease keeps everyone else off the state until then.
-  auto write = [this, lease = std::make_shared<TurnLease>(std::move(lease)),
-                then = std::move(then)] {
-    Session& s = lease->session();
-    absl::Status saved = Save(s);  // writes, fenced, and gives the store lease up
-    if (absl::IsAborted(saved)) {
-      // Another server took the session over while this turn ran: its copy is now the
-      // session's, and this turn's tokens are not part of it.
-      std::fprintf(stderr, "attnserve: session %s: %s\n", s.id().c_str(),
-                   Message(saved).c_str());
-    } else if (!saved.ok()) {
-      // The store is down: the session lives on in memory (its lease held while it can
-      // be renewed); the next turn or the drain tries again.
-      std::fprintf(stderr, "attnserve: session %s not saved after its turn: %s\n",
-                   s.id().c_str(), Message(saved).c_str());
-      saved = absl::OkStatus();
+  // On the writer thread, so the engine never waits on the store; the claim keeps
+  // everyone else off the state until then.
+  Enqueue([this, claim = std::make_shared<TurnClaim>(std::move(claim)), then = std::move(then),
+           write, broken] {
+    Session& s = claim->session();
+    absl::Status saved;
+    if (write) {
+      // No waiting for a lease here: every queued final message waits behind this one.
+      saved = Save(s, /*wait=*/false);  // writes, fenced, and gives the store lease up
+      if (absl::IsAborted(saved)) {
+        // Another server took the session over while this turn ran: its copy is now the
+        // session's, and this turn's tokens are not part of it.
+        std::fprintf(stderr, "attnserve: session %s: %s\n", s.id().c_str(),
+                     Message(saved).c_str());
+      } else if (!saved.ok()) {
+        // The store is down, or another server holds the lease: the session lives on in
+        // memory (its lease held while it can be renewed); the next turn or the drain
+        // tries again.
+        std::fprintf(stderr, "attnserve: session %s not saved after its turn: %s\n",
+                     s.id().c_str(), Message(saved).c_str());
+        saved = absl::OkStatus();
+      }
     }
-    lease->Release();  // gives the store lease up too when the write made the store current
+    if (broken) (void)DeleteStored(s.id());
+    claim->Release();  // gives the store lease up when the store is current or it closed
     then(saved);
-  };
+  });
+}
+
+void SessionStore::Enqueue(std::function<void()> work) {
   {
     std::lock_guard<std::mutex> lock(writer_mu_);
-    writes_.push_back(std::move(write));
+    writes_.push_back(std::move(work));
   }
   writer_cv_.notify_all();
 }
@@ -306,7 +347,7 @@ bool SessionStore::SpillOne(std::optional<std::string_view> owner) {
     if (!victim) return false;
     victim->busy_ = true;
   }
-  absl::Status saved = Save(*victim);
+  absl::Status saved = Save(*victim, /*wait=*/true);
   absl::MutexLock lock(&mu_);
   victim->busy_ = false;
   if (!saved.ok()) {
@@ -314,18 +355,12 @@ bool SessionStore::SpillOne(std::optional<std::string_view> owner) {
                  Message(saved).c_str());
     return false;
   }
-  LeaveMemoryLocked(*victim);
+  if (victim->closed() || victim->closing_.load()) return true;  // Close frees it
+  // Out of memory now; it lives on in the store, so it is not closed.
+  RemoveLocked(victim, /*closed=*/false);
+  spilled_.insert(victim->id());
   if (store_metrics_) store_metrics_->AddSpilled(1);
   return true;
-}
-
-void SessionStore::LeaveMemoryLocked(Session& s) {
-  // Out of memory now; it lives on in the store, so it is not closed.
-  AccountLocked(s, -1, -s.charged_bytes_);
-  charged_bytes_ -= s.charged_bytes_;
-  s.charged_bytes_ = 0;
-  sessions_.erase(s.id());
-  spilled_.insert(s.id());
 }
 
 int SessionStore::SpillIdle() {
@@ -335,7 +370,7 @@ int SessionStore::SpillIdle() {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, s] : sessions_) {
-      if (!s->busy_ && !s->ephemeral_ && now - s->last_used_ >= options_.spill_after) {
+      if (!s->busy_ && !s->one_turn_ && now - s->last_used_ >= options_.spill_after) {
         s->busy_ = true;
         idle.push_back(s);
       }
@@ -343,11 +378,12 @@ int SessionStore::SpillIdle() {
   }
   int spilled = 0;
   for (auto& s : idle) {
-    absl::Status saved = Save(*s);
+    absl::Status saved = Save(*s, /*wait=*/true);
     absl::MutexLock lock(&mu_);
     s->busy_ = false;
-    if (!saved.ok() || s->closed()) continue;
-    LeaveMemoryLocked(*s);
+    if (!saved.ok() || s->closed() || s->closing_.load()) continue;
+    RemoveLocked(s, /*closed=*/false);
+    spilled_.insert(s->id());
     ++spilled;
   }
   if (store_metrics_ && spilled > 0) store_metrics_->AddSpilled(spilled);
@@ -378,7 +414,7 @@ absl::StatusOr<int> SessionStore::SaveAll(absl::Duration timeout) {
     };
     mu_.AwaitWithDeadline(absl::Condition(&none_busy), deadline);
     for (const auto& [id, s] : sessions_) {
-      if (s->busy_ || s->ephemeral_) continue;
+      if (s->busy_ || s->one_turn_) continue;
       s->busy_ = true;
       all.push_back(s);
     }
@@ -386,7 +422,7 @@ absl::StatusOr<int> SessionStore::SaveAll(absl::Duration timeout) {
   int saved = 0;
   absl::Status first_error;
   for (auto& s : all) {
-    absl::Status st = Save(*s);
+    absl::Status st = Save(*s, /*wait=*/true);
     if (st.ok()) {
       ++saved;
     } else if (first_error.ok()) {

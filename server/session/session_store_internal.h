@@ -6,7 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/excerpt.h"
-#include "server/session/served_model.h"
+#include "server/catalogue/served_model.h"
 
 namespace attnserve::session::internal {
 
@@ -22,7 +22,7 @@ inline absl::Status Draining() {
 
 // Bytes a session of `model` at `position` is charged: fixed states at once, KV caches
 // as they grow.
-inline int64_t ChargeFor(const ServedModel& model, int64_t position) {
+inline int64_t ChargeFor(const catalogue::ServedModel& model, int64_t position) {
   const model::Model& m = *model.model;
   return m.BreakEvenContext() > 0 ? m.StateBytes(0) : m.StateBytes(position);
 }

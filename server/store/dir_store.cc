@@ -82,9 +82,9 @@ absl::Time MTime(const struct stat& st) { return absl::TimeFromTimespec(st.st_mt
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DirSnapshotStore>> DirSnapshotStore::Create(std::string path,
-                                                                           NowFn now) {
+                                                                           const Clock* clock) {
   std::unique_ptr<DirSnapshotStore> store(
-      new DirSnapshotStore(std::move(path), std::move(now)));
+      new DirSnapshotStore(std::move(path), clock));
   const std::string& dir = store->path_;
   struct stat st;
   if (stat(dir.c_str(), &st) == 0) {
@@ -104,14 +104,14 @@ absl::StatusOr<std::unique_ptr<DirSnapshotStore>> DirSnapshotStore::Create(std::
   }
   // Root ignores permission bits, so only a real write shows the directory is usable.
   absl::StatusOr<std::string> probe =
-      store->WriteTemp("probe", kSnapSuffix, "", store->now_());
+      store->WriteTemp("probe", kSnapSuffix, "", store->clock_->Now());
   if (!probe.ok()) return probe.status();
   unlink(probe->c_str());
   return store;
 }
 
-DirSnapshotStore::DirSnapshotStore(std::string path, NowFn now)
-    : path_(std::move(path)), name_(absl::StrCat("dir:", path_)), now_(std::move(now)) {}
+DirSnapshotStore::DirSnapshotStore(std::string path, const Clock* clock)
+    : path_(std::move(path)), name_(absl::StrCat("dir:", path_)), clock_(clock) {}
 
 std::string DirSnapshotStore::SnapshotPath(const std::string& id) const {
   return absl::StrCat(path_, "/", id, kSnapSuffix);
@@ -150,7 +150,7 @@ absl::StatusOr<int64_t> DirSnapshotStore::Write(const std::string& id,
   if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
   if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
   if (fence != nullptr && !HoldsLease(id, fence->token)) return LeaseLostError(id);
-  const absl::Time expiry = now_() + RoundTtl(ttl);
+  const absl::Time expiry = clock_->Now() + RoundTtl(ttl);
   // The temp files are written before the gate is taken, so it is held only for the checks
   // and renames; a plain Put guesses the generation it will write (and Install writes it
   // again in the rare case that a concurrent write moved it).
@@ -158,7 +158,7 @@ absl::StatusOr<int64_t> DirSnapshotStore::Write(const std::string& id,
   if (fence != nullptr) {
     expected = fence->generation;
   } else {
-    absl::StatusOr<int64_t> stored = ReadGeneration(id, now_());
+    absl::StatusOr<int64_t> stored = ReadGeneration(id, clock_->Now());
     if (!stored.ok()) return stored.status();
     expected = *stored;
   }
@@ -192,7 +192,7 @@ absl::StatusOr<int64_t> DirSnapshotStore::Install(const std::string& id, const F
                                                   int64_t expected, absl::Time expiry,
                                                   const std::string& snap_temp,
                                                   std::string* gen_temp) {
-  absl::StatusOr<int64_t> stored = ReadGeneration(id, now_());
+  absl::StatusOr<int64_t> stored = ReadGeneration(id, clock_->Now());
   if (!stored.ok()) return stored.status();
   if (fence != nullptr) {
     if (!HoldsLease(id, fence->token)) return LeaseLostError(id);
@@ -250,7 +250,7 @@ absl::StatusOr<std::pair<std::string, int64_t>> DirSnapshotStore::GetWithGenerat
     if (snap_errno != ENOENT) return Errno("opening", snap_file, snap_errno);
     return absl::NotFoundError(absl::StrCat("session ", id, ": no snapshot in ", name_));
   }
-  const absl::Time now = now_();
+  const absl::Time now = clock_->Now();
   absl::StatusOr<std::string> bytes = ReadSnapshot(id, snap_fd);
   if (!bytes.ok()) {
     if (gen_fd >= 0) close(gen_fd);
@@ -270,7 +270,7 @@ absl::StatusOr<std::string> DirSnapshotStore::ReadSnapshot(const std::string& id
   const std::string file = SnapshotPath(id);
   struct stat st;
   if (fstat(fd, &st) != 0) return Errno("examining", file, errno);
-  if (MTime(st) <= now_()) {
+  if (MTime(st) <= clock_->Now()) {
     std::move(close_fd).Invoke();
     UnlinkIfExpired(id);
     return absl::NotFoundError(
@@ -286,7 +286,7 @@ absl::StatusOr<std::string> DirSnapshotStore::ReadSnapshot(const std::string& id
 absl::StatusOr<int64_t> DirSnapshotStore::GetGeneration(const std::string& id) {
   if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
   // One small file, replaced by rename: a reader sees one whole generation.
-  return ReadGeneration(id, now_());
+  return ReadGeneration(id, clock_->Now());
 }
 
 absl::StatusOr<int64_t> DirSnapshotStore::ReadGeneration(const std::string& id,
@@ -351,7 +351,7 @@ absl::StatusOr<int> DirSnapshotStore::RemoveExpired() {
       // A temp file's ctime is its last write: an old one belongs to a crashed Put.
       struct stat st;
       if (lstat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-          now_() - absl::TimeFromTimespec(st.st_ctim) >= kStaleTempAge) {
+          clock_->Now() - absl::TimeFromTimespec(st.st_ctim) >= kStaleTempAge) {
         unlink(file.c_str());
       }
     } else if (ParseFileName(entry_name, kSnapSuffix, &id) ||
@@ -360,7 +360,7 @@ absl::StatusOr<int> DirSnapshotStore::RemoveExpired() {
       // between a write's renames, a Delete cut short). The gate is taken only for files
       // that look expired.
       struct stat st;
-      if (lstat(file.c_str(), &st) == 0 && MTime(st) <= now_() && UnlinkIfExpired(id)) {
+      if (lstat(file.c_str(), &st) == 0 && MTime(st) <= clock_->Now() && UnlinkIfExpired(id)) {
         ++removed;
       }
     } else if (ParseFileName(entry_name, kLeaseSuffix, &id) ||
@@ -378,7 +378,7 @@ absl::StatusOr<int> DirSnapshotStore::RemoveExpired() {
 bool DirSnapshotStore::UnlinkIfExpired(const std::string& id) {
   FileLock gate;
   if (!LockGate(id, LOCK_EX, &gate).ok()) return false;
-  const absl::Time now = now_();
+  const absl::Time now = clock_->Now();
   auto unlink_if_expired = [now](const std::string& file) {
     struct stat st;
     return lstat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && MTime(st) <= now &&

@@ -58,7 +58,7 @@ class DirSnapshotStore : public SnapshotStore {
   // cannot be written in it (checked by writing and removing a probe file). `now` is the
   // clock expiry is measured by.
   static absl::StatusOr<std::unique_ptr<DirSnapshotStore>> Create(std::string path,
-                                                                  NowFn now = absl::Now);
+                                                                  const Clock* clock = RealClock::Get());
   ~DirSnapshotStore() override;  // releases the leases it holds
 
   absl::Status Put(const std::string& id, std::string_view bytes,
@@ -98,7 +98,7 @@ class DirSnapshotStore : public SnapshotStore {
     int64_t generation;
   };
 
-  DirSnapshotStore(std::string path, NowFn now);
+  DirSnapshotStore(std::string path, const Clock* clock);
 
   // Put and PutFenced (`fence` non-null); returns the new generation.
   absl::StatusOr<int64_t> Write(const std::string& id, std::string_view bytes,
@@ -145,7 +145,7 @@ class DirSnapshotStore : public SnapshotStore {
 
   const std::string path_;
   const std::string name_;
-  const NowFn now_;
+  const Clock* const clock_;  // not owned
   mutable absl::Mutex leases_mu_;
   absl::flat_hash_map<std::string, Lease> leases_ ABSL_GUARDED_BY(leases_mu_);  // by token
 };

@@ -26,7 +26,7 @@ absl::StatusOr<LeaseGrant> DirSnapshotStore::AcquireLease(const std::string& id,
     if (err == EWOULDBLOCK) return LeaseHeldError(id);
     return Errno("locking", file, err);
   }
-  absl::StatusOr<int64_t> generation = ReadGeneration(id, now_());
+  absl::StatusOr<int64_t> generation = ReadGeneration(id, clock_->Now());
   if (!generation.ok()) {
     lock.RemoveAndRelease();
     return generation.status();
@@ -71,7 +71,7 @@ void DirSnapshotStore::RemoveIfStaleLock(const std::string& file) {
   // not to get in the way of a lock being taken right now.
   struct stat st;
   if (lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
-      now_() - absl::TimeFromTimespec(st.st_ctim) < kStaleTempAge) {
+      clock_->Now() - absl::TimeFromTimespec(st.st_ctim) < kStaleTempAge) {
     return;
   }
   FileLock lock;

@@ -1,8 +1,9 @@
 #include "server/store/snapshot_store.h"
 
+#include "server/common/random_id.h"
+
 #include <utility>
 
-#include "absl/random/random.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -65,11 +66,11 @@ absl::StatusOr<RedisSnapshotStore::Address> ParseRedisAddress(const std::string&
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SnapshotStore>> OpenSnapshotStore(const std::string& spec,
-                                                                 NowFn now) {
+                                                                 const Clock* clock) {
   absl::string_view rest = spec;
   if (absl::ConsumePrefix(&rest, "dir:")) {
     if (rest.empty()) return BadSpec(spec, "empty PATH");
-    auto store = DirSnapshotStore::Create(std::string(rest), std::move(now));
+    auto store = DirSnapshotStore::Create(std::string(rest), clock);
     if (!store.ok()) return store.status();
     return std::unique_ptr<SnapshotStore>(std::move(*store));
   }
@@ -112,12 +113,7 @@ absl::Status StoreUnavailable(const std::string& store_name, absl::string_view w
   return absl::UnavailableError(absl::StrCat("session store ", store_name, ": ", what));
 }
 
-std::string NewLeaseToken() {
-  // BitGen seeds itself from the OS's entropy, so tokens differ across processes too.
-  absl::BitGen random;
-  return absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16),
-                      absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16));
-}
+std::string NewLeaseToken() { return RandomId128(); }
 
 absl::Status LeaseHeldError(const std::string& id) {
   return absl::AbortedError(absl::StrCat("session ", id, " is leased by another writer"));

@@ -18,11 +18,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/common/clock.h"
 
 namespace attnserve::store {
-
-// The time source a backend reads for expiry; tests pass a manual clock.
-using NowFn = std::function<absl::Time()>;
 
 // A writer's claim on one session, for `ttl` unless renewed (see AcquireLease).
 struct LeaseGrant {
@@ -113,10 +111,10 @@ class SnapshotStore {
 //                              connect, so the server need not be up: the store connects on
 //                              first use and reconnects after failures.
 // Anything else, including "memory" (which the caller handles itself: it means no durable
-// store), is INVALID_ARGUMENT naming the accepted forms. `now` is the clock the dir backend
-// expires files by (Redis keeps its own).
+// store), is INVALID_ARGUMENT naming the accepted forms. `clock` is what the dir backend
+// expires files by (not owned, outlives the store) (Redis keeps its own).
 absl::StatusOr<std::unique_ptr<SnapshotStore>> OpenSnapshotStore(const std::string& spec,
-                                                                 NowFn now = absl::Now);
+                                                                 const Clock* clock = RealClock::Get());
 
 // --- For backends. ---
 

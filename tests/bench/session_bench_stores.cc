@@ -27,7 +27,7 @@ void Record(TtftRow& row, const TurnResult& r) {
 }
 
 struct TtftModel {
-  std::shared_ptr<const session::ServedModel> served;
+  std::shared_ptr<const catalogue::ServedModel> served;
   std::vector<std::string> ids;
 };
 
@@ -81,7 +81,7 @@ void MemoryRows(const Flags& flags, Client& client, std::vector<TtftModel>& mode
 // Durable store, sessions already drained to it: each round a fresh server loads every
 // session on its first turn; the second turn finds it in memory.
 void RestartRows(const Flags& flags, const std::string& label, const config::ServerOptions& o,
-                 const std::vector<std::shared_ptr<const session::ServedModel>>& served,
+                 const std::vector<std::shared_ptr<const catalogue::ServedModel>>& served,
                  std::vector<TtftModel>& models, std::vector<TtftRow>& out) {
   const int rounds = (flags.ttft_reps + kTtftSessions - 1) / kTtftSessions;
   for (int round = 0; round < rounds; ++round) {
@@ -104,7 +104,7 @@ void RestartRows(const Flags& flags, const std::string& label, const config::Ser
 // session and spills the least recently used one to make room (checked through
 // ListSessions).
 void EvictionRows(const Flags& flags, const std::string& label, const std::string& spec,
-                  const std::vector<std::shared_ptr<const session::ServedModel>>& served,
+                  const std::vector<std::shared_ptr<const catalogue::ServedModel>>& served,
                   std::vector<TtftModel>& models, std::vector<TtftRow>& out) {
   for (TtftModel& m : models) {
     const int64_t budget = m.served->model->StateBytes(kTtftContext) * 5 / 2;
@@ -128,7 +128,7 @@ void EvictionRows(const Flags& flags, const std::string& label, const std::strin
 
 void RunTtftStore(const Flags& flags, const std::string& label, const std::string& spec,
                   std::vector<TtftModel>& models, std::vector<TtftRow>& out) {
-  std::vector<std::shared_ptr<const session::ServedModel>> served;
+  std::vector<std::shared_ptr<const catalogue::ServedModel>> served;
   for (auto& m : models) served.push_back(m.served);
   auto server = StartServer(BenchServerOptions(spec), served);
   {
@@ -151,7 +151,7 @@ struct Drain {
   int64_t snapshot_bytes = 0;  // of one session
 };
 
-Drain MeasureDrain(const Flags& flags, const std::shared_ptr<const session::ServedModel>& model,
+Drain MeasureDrain(const Flags& flags, const std::shared_ptr<const catalogue::ServedModel>& model,
                    const std::string& spec) {
   config::ServerOptions o = BenchServerOptions(spec);
   o.max_sessions = flags.drain_sessions + 16;

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/common/crc32c.h"
-#include "server/session/snapshot.h"
+#include "server/snapshot/snapshot.h"
 #include "tests/bench/session_bench.h"
 
 namespace attnserve::bench {
@@ -26,7 +26,7 @@ constexpr Module kModules[] = {{"softmax", "softmax", 0},
 struct TransferRow {
   const Module* module = nullptr;
   int64_t context = 0;
-  std::shared_ptr<const session::ServedModel> model;
+  std::shared_ptr<const catalogue::ServedModel> model;
   std::string session_id;
   double setup_s = 0;
   std::shared_ptr<const std::string> snapshot;
@@ -55,25 +55,25 @@ void TimeTransfers(Client& client, TransferRow& row, bool record) {
 }
 
 // The codec alone, in this thread, on the row's last exported snapshot.
-void TimeCodec(const session::ModelCatalogue& catalogue, TransferRow& row, int reps) {
+void TimeCodec(const catalogue::ModelCatalogue& catalogue, TransferRow& row, int reps) {
   const uint64_t no_limit = ~uint64_t{0};
-  auto verified = Must(session::VerifySnapshot(row.snapshot, catalogue, no_limit), "verify");
+  auto verified = Must(snapshot::VerifySnapshot(row.snapshot, catalogue, no_limit), "verify");
   row.state_bytes = verified.state_bytes;
-  auto state = Must(session::RestoreSnapshotState(verified), "restore");
+  auto state = Must(snapshot::RestoreSnapshotState(verified), "restore");
   std::string copy(row.snapshot->size(), 'x');
   for (int i = 0; i < reps; ++i) {
     auto start = Clock::now();
-    std::string encoded = session::EncodeSnapshot(*row.model, state.get(), verified.info);
+    std::string encoded = snapshot::EncodeSnapshot(*row.model, state.get(), verified.info);
     row.encode_ms.push_back(MsSince(start));
     start = Clock::now();
     volatile uint32_t crc = Crc32c(0, row.snapshot->data(), row.snapshot->size());
     (void)crc;
     row.crc_ms.push_back(MsSince(start));
     start = Clock::now();
-    auto again = session::VerifySnapshot(row.snapshot, catalogue, no_limit);
+    auto again = snapshot::VerifySnapshot(row.snapshot, catalogue, no_limit);
     row.verify_ms.push_back(MsSince(start));
     start = Clock::now();
-    auto restored = session::RestoreSnapshotState(*again);
+    auto restored = snapshot::RestoreSnapshotState(*again);
     row.restore_ms.push_back(MsSince(start));
     start = Clock::now();
     auto clone = state->Clone();
@@ -88,7 +88,7 @@ void TimeCodec(const session::ModelCatalogue& catalogue, TransferRow& row, int r
 
 void RunTransfer(const Flags& flags, double bandwidth) {
   std::printf("\n## 1. Export, import and fork per session (gRPC on loopback)\n\n");
-  std::vector<std::shared_ptr<const session::ServedModel>> models;
+  std::vector<std::shared_ptr<const catalogue::ServedModel>> models;
   std::vector<TransferRow> rows;
   for (const Module& m : kModules) {
     if (std::string(m.name).find(flags.modules) == std::string::npos) continue;
@@ -145,7 +145,7 @@ void RunTransfer(const Flags& flags, double bandwidth) {
   server.reset();
 
   const int codec_reps = flags.codec_reps < 0 ? flags.reps : flags.codec_reps;
-  session::ModelCatalogue catalogue(models);
+  catalogue::ModelCatalogue catalogue(models);
   for (TransferRow& row : rows) TimeCodec(catalogue, row, codec_reps);
 
   std::printf(

@@ -21,7 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/model/model.h"
-#include "server/session/model_catalogue.h"
+#include "server/catalogue/model_catalogue.h"
 
 namespace attnserve::bench {
 namespace {
@@ -122,7 +122,7 @@ double MemcpyBytesPerSecond(size_t bytes, int reps) {
   return double(bytes) / Median(seconds);
 }
 
-std::shared_ptr<const session::ServedModel> MakeServedModel(const Shape& shape,
+std::shared_ptr<const catalogue::ServedModel> MakeServedModel(const Shape& shape,
                                                             const std::string& module, int order,
                                                             const std::string& name) {
   model::ModelConfig c;
@@ -138,7 +138,7 @@ std::shared_ptr<const session::ServedModel> MakeServedModel(const Shape& shape,
   c.attention.value_dim = shape.head_dim;
   c.attention.chunk_size = 64;
   auto m = Must(model::Model::Create(c, 7), "creating model " + name);
-  return std::make_shared<session::ServedModel>(session::ServedModel{name, "", std::move(m), {}});
+  return std::make_shared<catalogue::ServedModel>(catalogue::ServedModel{name, "", std::move(m), {}});
 }
 
 std::vector<int32_t> PromptTokens(int64_t n, int64_t offset) {
@@ -373,8 +373,8 @@ config::ServerOptions BenchServerOptions(const std::string& store, int64_t budge
 
 std::unique_ptr<service::AttnServer> StartServer(
     const config::ServerOptions& o,
-    const std::vector<std::shared_ptr<const session::ServedModel>>& models) {
-  return Must(service::AttnServer::Start(o, std::make_unique<session::ModelCatalogue>(models)),
+    const std::vector<std::shared_ptr<const catalogue::ServedModel>>& models) {
+  return Must(service::AttnServer::Start(o, std::make_unique<catalogue::ModelCatalogue>(models)),
               "starting the server on " + o.session_store);
 }
 

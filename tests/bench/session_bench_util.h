@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "attnserve/v1/attnserve.grpc.pb.h"
 #include "server/service/server.h"
-#include "server/session/served_model.h"
+#include "server/catalogue/served_model.h"
 
 namespace attnserve::bench {
 
@@ -61,7 +61,7 @@ struct Shape {
 
 // `shape` with attention `module` of `order`, named `name`, seeded deterministically. Exits the
 // process with the reason if the config is invalid.
-std::shared_ptr<const session::ServedModel> MakeServedModel(const Shape& shape,
+std::shared_ptr<const catalogue::ServedModel> MakeServedModel(const Shape& shape,
                                                             const std::string& module, int order,
                                                             const std::string& name);
 
@@ -137,7 +137,7 @@ config::ServerOptions BenchServerOptions(const std::string& store,
 // Starts a server on `models` (the first is the default); exits if it cannot.
 std::unique_ptr<service::AttnServer> StartServer(
     const config::ServerOptions& options,
-    const std::vector<std::shared_ptr<const session::ServedModel>>& models);
+    const std::vector<std::shared_ptr<const catalogue::ServedModel>>& models);
 // Shutdown(0) (a drain, with a durable store) and destroys the server; returns what it logged,
 // which is kept out of the tables.
 std::string StopServer(std::unique_ptr<service::AttnServer>& server);

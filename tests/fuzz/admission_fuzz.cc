@@ -61,7 +61,7 @@ void FuzzGenerate(std::string_view bytes) {
   v1::GenerateRequest request;
   if (!request.ParseFromArray(bytes.data(), int(bytes.size()))) return;
   const service::RequestLimits limits = Limits();
-  const session::ModelCatalogue& catalogue = Catalogue();
+  const catalogue::ModelCatalogue& catalogue = Catalogue();
   auto parsed = service::ParseGenerate(request, catalogue, limits);
   CheckMessage(parsed.status(), "ParseGenerate");
   CheckMetadata(request.model(), request.session_id());
@@ -157,10 +157,10 @@ void FuzzSnapshotPrefix(std::string_view bytes) {
   // buffering the rest.
   v1::ImportSessionRequest request;
   if (!request.ParseFromArray(bytes.data(), int(bytes.size()))) return;
-  auto total = session::SnapshotTotalBytes(request.data(), kMaxSnapshotBytes);
+  auto total = snapshot::SnapshotTotalBytes(request.data(), kMaxSnapshotBytes);
   CheckMessage(total.status(), "SnapshotTotalBytes");
   if (total.ok()) {
-    FUZZ_CHECK(*total <= kMaxSnapshotBytes && *total >= session::kSnapshotFixedHeaderBytes,
+    FUZZ_CHECK(*total <= kMaxSnapshotBytes && *total >= snapshot::kSnapshotFixedHeaderBytes,
                "total %llu", static_cast<unsigned long long>(*total));
   } else {
     FUZZ_CHECK(OneOf(total.status(), absl::StatusCode::kInvalidArgument,

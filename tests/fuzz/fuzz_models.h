@@ -10,7 +10,7 @@
 
 #include <google/protobuf/stubs/logging.h>
 
-#include "server/session/model_catalogue.h"
+#include "server/catalogue/model_catalogue.h"
 #include "tests/testing/tiny_model.h"
 
 namespace attnserve::fuzz {
@@ -19,12 +19,12 @@ inline constexpr int64_t kMaxContext = 64;
 inline constexpr uint64_t kMaxSnapshotBytes = uint64_t{1} << 20;
 
 // Built once per process (the models are read-only afterwards).
-inline const session::ModelCatalogue& Catalogue() {
-  static const session::ModelCatalogue* catalogue = [] {
-    std::vector<std::shared_ptr<const session::ServedModel>> models = {
+inline const catalogue::ModelCatalogue& Catalogue() {
+  static const catalogue::ModelCatalogue* catalogue = [] {
+    std::vector<std::shared_ptr<const catalogue::ServedModel>> models = {
         test_util::TinyServedModel("taylor", kMaxContext),
         test_util::TinyServedModel("softmax", kMaxContext)};
-    return new session::ModelCatalogue(std::move(models));
+    return new catalogue::ModelCatalogue(std::move(models));
   }();
   return *catalogue;
 }

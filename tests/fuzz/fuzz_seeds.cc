@@ -12,7 +12,7 @@
 
 #include "attnserve/v1/attnserve.pb.h"
 #include "server/common/crc32c.h"
-#include "server/session/snapshot.h"
+#include "server/snapshot/snapshot.h"
 #include "tests/fuzz/fuzz_models.h"
 
 namespace attnserve::fuzz {
@@ -31,7 +31,7 @@ std::string Admission(char selector, const google::protobuf::MessageLite& messag
   return std::string(1, selector) + message.SerializeAsString();
 }
 
-std::string Snapshot(const session::ServedModel& served, int tokens,
+std::string Snapshot(const catalogue::ServedModel& served, int tokens,
                      std::optional<int32_t> pending, const std::string& owner) {
   auto state = served.model->NewState();
   std::vector<int32_t> ids;
@@ -40,11 +40,11 @@ std::string Snapshot(const session::ServedModel& served, int tokens,
     auto logits = served.model->Prefill(*state, ids);
     FUZZ_CHECK(logits.ok(), "%s", logits.status().ToString().c_str());
   }
-  session::SnapshotInfo info;
+  snapshot::SnapshotInfo info;
   info.pending_token = pending;
   info.ttl = absl::Minutes(5);
   info.owner = owner;
-  return session::EncodeSnapshot(served, state.get(), info);
+  return snapshot::EncodeSnapshot(served, state.get(), info);
 }
 
 std::string WithCrc(std::string bytes) {
@@ -62,18 +62,18 @@ std::string AsVersion1(std::string bytes) {
 
 // Regression seed: a snapshot of a model this server does not serve (a fingerprint bit
 // flipped) whose header names it with 2000 bytes; the refusal once echoed them all.
-std::string UnknownModelWithLongName(const session::ServedModel& served) {
-  session::ServedModel renamed = served;
+std::string UnknownModelWithLongName(const catalogue::ServedModel& served) {
+  catalogue::ServedModel renamed = served;
   renamed.name = std::string(2000, 'm');
-  std::string bytes = session::EncodeSnapshot(renamed, nullptr, session::SnapshotInfo{});
+  std::string bytes = snapshot::EncodeSnapshot(renamed, nullptr, snapshot::SnapshotInfo{});
   bytes[24] ^= 1;  // the fingerprint starts at offset 24
   return WithCrc(std::move(bytes));
 }
 
 int Main(const fs::path& dir) {
-  const session::ModelCatalogue& catalogue = Catalogue();
-  const session::ServedModel& taylor = *catalogue.Find("tiny-taylor").value();
-  const session::ServedModel& softmax = *catalogue.Find("tiny-softmax").value();
+  const catalogue::ModelCatalogue& catalogue = Catalogue();
+  const catalogue::ServedModel& taylor = *catalogue.Find("tiny-taylor").value();
+  const catalogue::ServedModel& softmax = *catalogue.Find("tiny-softmax").value();
   fs::create_directories(dir / "admission_fuzz");
   fs::create_directories(dir / "snapshot_fuzz");
 
@@ -142,7 +142,7 @@ int Main(const fs::path& dir) {
   }
   {
     v1::ImportSessionRequest r;
-    r.set_data(snapshot.substr(0, session::kSnapshotFixedHeaderBytes + 16));
+    r.set_data(snapshot.substr(0, snapshot::kSnapshotFixedHeaderBytes + 16));
     r.set_ttl_seconds(30);
     Write(dir / "admission_fuzz" / "import-first-chunk", Admission(3, r));
   }

@@ -1,4 +1,4 @@
-// libFuzzer target over snapshot decoding (server/session/snapshot.h): SnapshotTotalBytes,
+// libFuzzer target over snapshot decoding (server/snapshot/snapshot.h): SnapshotTotalBytes,
 // SnapshotOwner, VerifySnapshot and, for what verifies, RestoreSnapshotState, against a
 // catalogue of two tiny models (tests/fuzz/fuzz_models.h). The seed corpus is snapshots
 // of those models (tests/fuzz/fuzz_seeds.cc).
@@ -14,7 +14,7 @@
 #include <string>
 
 #include "server/common/crc32c.h"
-#include "server/session/snapshot.h"
+#include "server/snapshot/snapshot.h"
 #include "tests/fuzz/fuzz_models.h"
 
 namespace attnserve::fuzz {
@@ -28,17 +28,17 @@ void CheckMessage(const absl::Status& s, const char* what) {
 }
 
 void Check(std::string bytes) {
-  auto total = session::SnapshotTotalBytes(bytes, kMaxSnapshotBytes);
+  auto total = snapshot::SnapshotTotalBytes(bytes, kMaxSnapshotBytes);
   CheckMessage(total.status(), "SnapshotTotalBytes");
-  auto owner = session::SnapshotOwner(bytes);
+  auto owner = snapshot::SnapshotOwner(bytes);
   CheckMessage(owner.status(), "SnapshotOwner");
   if (owner.ok()) {
-    FUZZ_CHECK(!owner->empty() && owner->size() <= session::kMaxSnapshotOwnerBytes,
+    FUZZ_CHECK(!owner->empty() && owner->size() <= snapshot::kMaxSnapshotOwnerBytes,
                "owner of %zu bytes", owner->size());
   }
 
-  const session::ModelCatalogue& catalogue = Catalogue();
-  auto verified = session::VerifySnapshot(std::make_shared<const std::string>(bytes),
+  const catalogue::ModelCatalogue& catalogue = Catalogue();
+  auto verified = snapshot::VerifySnapshot(std::make_shared<const std::string>(bytes),
                                           catalogue, kMaxSnapshotBytes);
   CheckMessage(verified.status(), "VerifySnapshot");
   if (!verified.ok()) {
@@ -54,7 +54,7 @@ void Check(std::string bytes) {
   FUZZ_CHECK(owner.ok() && *owner == verified->info.owner, "owner '%s' vs '%s'",
              owner.ok() ? owner->c_str() : owner.status().ToString().c_str(),
              verified->info.owner.c_str());
-  const session::ServedModel& served = *verified->model;
+  const catalogue::ServedModel& served = *verified->model;
   const model::ModelConfig& config = served.model->config();
   FUZZ_CHECK(verified->info.position >= 0 && verified->info.position <= config.max_context,
              "position %lld", static_cast<long long>(verified->info.position));
@@ -64,7 +64,7 @@ void Check(std::string bytes) {
                "pending token %d", *verified->info.pending_token);
   }
 
-  auto state = session::RestoreSnapshotState(*verified);
+  auto state = snapshot::RestoreSnapshotState(*verified);
   FUZZ_CHECK(state.ok(), "verified, but RestoreSnapshotState: %s",
              state.status().ToString().c_str());
   FUZZ_CHECK((*state)->position() == verified->info.position, "restored at %lld, not %lld",
@@ -72,8 +72,8 @@ void Check(std::string bytes) {
              static_cast<long long>(verified->info.position));
   FUZZ_CHECK((*state)->Bytes() >= 0, "negative state bytes");
 
-  const std::string again = session::EncodeSnapshot(served, state->get(), verified->info);
-  auto reverified = session::VerifySnapshot(std::make_shared<const std::string>(again),
+  const std::string again = snapshot::EncodeSnapshot(served, state->get(), verified->info);
+  auto reverified = snapshot::VerifySnapshot(std::make_shared<const std::string>(again),
                                             catalogue, kMaxSnapshotBytes);
   FUZZ_CHECK(reverified.ok(), "a restored state re-encodes to a refused snapshot: %s",
              reverified.status().ToString().c_str());
@@ -100,7 +100,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string bytes(reinterpret_cast<const char*>(data), size);
   attnserve::fuzz::Check(bytes);
   // Again with total_bytes (offset 16) and the trailing CRC-32C made to agree.
-  if (bytes.size() >= attnserve::session::kSnapshotFixedHeaderBytes + 4) {
+  if (bytes.size() >= attnserve::snapshot::kSnapshotFixedHeaderBytes + 4) {
     const uint64_t total = bytes.size();
     std::memcpy(bytes.data() + 16, &total, sizeof total);
     const uint32_t crc = attnserve::Crc32c(0, bytes.data(), bytes.size() - 4);

@@ -13,7 +13,7 @@
 namespace attnserve::scheduler {
 namespace {
 
-std::shared_ptr<const session::ServedModel> TinyModel(const std::string& module,
+std::shared_ptr<const catalogue::ServedModel> TinyModel(const std::string& module,
                                                       int64_t max_context = 1 << 20) {
   return attnserve::test_util::TinyServedModel(module, max_context);
 }
@@ -99,10 +99,10 @@ class SchedulerTest : public testing::Test {
 
   // Creates a session and runs one turn on it to completion.
   std::pair<std::shared_ptr<session::Session>, std::shared_ptr<RecordingSink>> Run(
-      std::shared_ptr<const session::ServedModel> model, TurnRequest request,
+      std::shared_ptr<const catalogue::ServedModel> model, TurnRequest request,
       std::shared_ptr<session::Session> session = nullptr) {
-    if (!session) session = store_->Create(model, absl::ZeroDuration()).value();
-    auto lease = store_->BeginTurn(session->id());
+    if (!session) session = store_->Create(kDefaultTenant, model, absl::ZeroDuration()).value();
+    auto lease = store_->BeginTurn(kDefaultTenant, session->id());
     EXPECT_TRUE(lease.ok());
     auto sink = std::make_shared<RecordingSink>();
     scheduler_->Submit(std::move(*lease), std::move(request), sink);
@@ -113,7 +113,7 @@ class SchedulerTest : public testing::Test {
   std::unique_ptr<metrics::Metrics> metrics_;
   std::unique_ptr<session::SessionStore> store_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::shared_ptr<const session::ServedModel> taylor_ = TinyModel("taylor");
+  std::shared_ptr<const catalogue::ServedModel> taylor_ = TinyModel("taylor");
 };
 
 // RunBatch's grouping: in order, as many segments per Model::Batch call as fit in the
@@ -136,7 +136,7 @@ TEST_F(SchedulerTest, StreamsTokensThenFinishesWithUsage) {
   EXPECT_EQ(sink->ids().size(), 12u);
   EXPECT_EQ(r.session_position, 16 + 12);
   EXPECT_GT(r.time_to_first_token, absl::ZeroDuration());
-  EXPECT_FALSE(store_->Get(session->id())->busy);
+  EXPECT_FALSE(store_->Get(kDefaultTenant, session->id())->busy);
   // The engine counts the turn out just after it tells the sink.
   EXPECT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
   EXPECT_EQ(scheduler_->active_turns(), 0);
@@ -166,8 +166,8 @@ TEST_F(SchedulerTest, BatchesDecodeAcrossSessions) {
   const std::string before = metrics_->Serialize();
   // The engine is idle; six turns submitted back to back decode together.
   for (int i = 0; i < 6; ++i) {
-    auto s = store_->Create(taylor_, absl::ZeroDuration()).value();
-    auto lease = store_->BeginTurn(s->id());
+    auto s = store_->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
+    auto lease = store_->BeginTurn(kDefaultTenant, s->id());
   ASSERT_TRUE(lease.ok());
     sinks.push_back(std::make_shared<RecordingSink>());
     scheduler_->Submit(std::move(*lease), Greedy("prompt " + std::to_string(i), 20), sinks.back());
@@ -196,8 +196,8 @@ TEST_F(SchedulerTest, BatchesDecodeAcrossSessions) {
 }
 
 TEST_F(SchedulerTest, CancelMidStreamFreesTheTurnAndKeepsTheSessionUsable) {
-  auto session = store_->Create(taylor_, absl::ZeroDuration()).value();
-  auto lease = store_->BeginTurn(session->id());
+  auto session = store_->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
+  auto lease = store_->BeginTurn(kDefaultTenant, session->id());
   ASSERT_TRUE(lease.ok());
   auto sink = std::make_shared<RecordingSink>();
   sink->SetCapacity(3);  // the reader stops reading after 3 tokens
@@ -218,8 +218,8 @@ TEST_F(SchedulerTest, CancelMidStreamFreesTheTurnAndKeepsTheSessionUsable) {
 }
 
 TEST_F(SchedulerTest, DeadlineStopsTheTurn) {
-  auto session = store_->Create(taylor_, absl::ZeroDuration()).value();
-  auto lease = store_->BeginTurn(session->id());
+  auto session = store_->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
+  auto lease = store_->BeginTurn(kDefaultTenant, session->id());
   ASSERT_TRUE(lease.ok());
   auto sink = std::make_shared<RecordingSink>();
   sink->SetCapacity(3);  // the reader stalls; nobody cancels; the deadline must end it
@@ -233,8 +233,8 @@ TEST_F(SchedulerTest, DeadlineStopsTheTurn) {
 }
 
 TEST_F(SchedulerTest, SlowReaderPausesOnlyItsOwnSession) {
-  auto slow_session = store_->Create(taylor_, absl::ZeroDuration()).value();
-  auto lease = store_->BeginTurn(slow_session->id());
+  auto slow_session = store_->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
+  auto lease = store_->BeginTurn(kDefaultTenant, slow_session->id());
   ASSERT_TRUE(lease.ok());
   auto slow = std::make_shared<RecordingSink>();
   slow->SetCapacity(2);
@@ -299,15 +299,15 @@ TEST_F(SchedulerTest, KvCacheOverBudgetEndsWithResourceExhausted) {
 
 TEST_F(SchedulerTest, RefusesTurnsAfterStopAccepting) {
   scheduler_->StopAccepting();
-  auto session = store_->Create(taylor_, absl::ZeroDuration()).value();
-  auto lease = store_->BeginTurn(session->id());
+  auto session = store_->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
+  auto lease = store_->BeginTurn(kDefaultTenant, session->id());
   ASSERT_TRUE(lease.ok());
   auto sink = std::make_shared<RecordingSink>();
   auto refused = scheduler_->Submit(std::move(*lease), Greedy("abc", 5), sink);
   // Refused without a final message, the session untouched and free again.
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_FALSE(sink->finished());
-  EXPECT_FALSE(store_->Get(session->id())->busy);
+  EXPECT_FALSE(store_->Get(kDefaultTenant, session->id())->busy);
   EXPECT_EQ(session->position(), 0);
   EXPECT_TRUE(scheduler_->WaitIdle(absl::Seconds(1)));
 }
@@ -335,8 +335,8 @@ TEST_F(SchedulerTest, ARefusedTurnKeepsThePendingToken) {
 }
 
 TEST_F(SchedulerTest, StopTurnsEndsRunningTurnsWithShutdownAtAConsistentPosition) {
-  auto session = store_->Create(taylor_, absl::ZeroDuration()).value();
-  auto lease = store_->BeginTurn(session->id());
+  auto session = store_->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
+  auto lease = store_->BeginTurn(kDefaultTenant, session->id());
   ASSERT_TRUE(lease.ok());
   auto sink = std::make_shared<RecordingSink>();
   sink->SetCapacity(5);  // a reader that stalls keeps the turn running
@@ -385,15 +385,15 @@ TEST_F(SchedulerTest, PrefillBudgetServesTheOldestPromptFirst) {
     so.prefill_chunk_tokens = 16;
     so.prefill_tokens_per_step = budget;
     scheduler_ = std::make_unique<Scheduler>(so);
-    auto first = store_->Create(taylor_, absl::ZeroDuration()).value();
-    auto second = store_->Create(taylor_, absl::ZeroDuration()).value();
+    auto first = store_->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
+    auto second = store_->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
     auto probe = std::make_shared<FirstTokenProbe>(second);
     auto other = std::make_shared<RecordingSink>();
     // 30 chunks each: the second turn is queued long before the first one's prompt is in.
     const std::string prompt(480, 'a');
-    scheduler_->Submit(store_->BeginTurn(first->id()).value(), Greedy(prompt, 1), probe)
+    scheduler_->Submit(store_->BeginTurn(kDefaultTenant, first->id()).value(), Greedy(prompt, 1), probe)
         .IgnoreError();
-    scheduler_->Submit(store_->BeginTurn(second->id()).value(), Greedy(prompt, 1), other)
+    scheduler_->Submit(store_->BeginTurn(kDefaultTenant, second->id()).value(), Greedy(prompt, 1), other)
         .IgnoreError();
     EXPECT_EQ(probe->WaitFinish().reason, FinishReason::kLength);
     EXPECT_EQ(other->WaitFinish().reason, FinishReason::kLength);
@@ -459,7 +459,7 @@ TEST_F(SchedulerTest, TurnsThatFailBeforeTheirPromptIsInLeaveTheSessionUntouched
         request.deadline = absl::Now() + absl::Milliseconds(10);
       }
       if (failure == Failure::kModelError) request.prompt[900] = 1 << 20;  // no such token
-      auto lease = store_->BeginTurn(session->id());
+      auto lease = store_->BeginTurn(kDefaultTenant, session->id());
       ASSERT_TRUE(lease.ok()) << lease.status();
       auto sink = std::make_shared<RecordingSink>();
       auto control = scheduler_->Submit(std::move(*lease), std::move(request), sink);
@@ -507,11 +507,11 @@ TEST_F(SchedulerTest, ReaderThatStopsReadingIsCutOffAfterTheIdleTimeout) {
   so.store = store_.get();
   so.stream_idle_timeout = absl::Milliseconds(300);
   scheduler_ = std::make_unique<Scheduler>(so);
-  auto session = store_->Create(taylor_, absl::ZeroDuration()).value();
+  auto session = store_->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
   auto sink = std::make_shared<RecordingSink>();
   sink->SetCapacity(3);  // reads 3 tokens, then nothing
   const absl::Time start = absl::Now();
-  scheduler_->Submit(store_->BeginTurn(session->id()).value(), Greedy("abc", 100), sink)
+  scheduler_->Submit(store_->BeginTurn(kDefaultTenant, session->id()).value(), Greedy("abc", 100), sink)
       .IgnoreError();
   TurnResult r = sink->WaitFinish();
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
@@ -519,10 +519,10 @@ TEST_F(SchedulerTest, ReaderThatStopsReadingIsCutOffAfterTheIdleTimeout) {
   EXPECT_EQ(r.error.code(), absl::StatusCode::kDeadlineExceeded) << r.error;
   EXPECT_TRUE(r.reader_stalled);
   EXPECT_EQ(r.generated_tokens, 3);
-  EXPECT_FALSE(store_->Get(session->id())->busy) << "the session is still held";
+  EXPECT_FALSE(store_->Get(kDefaultTenant, session->id())->busy) << "the session is still held";
   // A reader that keeps up is never cut off, however long the turn.
   auto reader = std::make_shared<RecordingSink>();
-  scheduler_->Submit(store_->BeginTurn(session->id()).value(), Greedy("", 50), reader)
+  scheduler_->Submit(store_->BeginTurn(kDefaultTenant, session->id()).value(), Greedy("", 50), reader)
       .IgnoreError();
   EXPECT_FALSE(reader->WaitFinish().reader_stalled);
 }

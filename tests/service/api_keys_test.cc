@@ -102,9 +102,9 @@ TEST(ApiKeysTest, MissingWrongAndUnknownCredentialsAreUnauthenticatedWithoutEcho
 TEST(ApiKeysTest, WithoutKeysEveryCallerIsTheDefaultTenant) {
   ApiKeys none;
   EXPECT_FALSE(none.enabled());
-  EXPECT_EQ(none.Authenticate(Metadata{}).value(), session::kDefaultTenant);
+  EXPECT_EQ(none.Authenticate(Metadata{}).value(), attnserve::kDefaultTenant);
   EXPECT_EQ(none.Authenticate(Bearer("Bearer anything-at-all-0000")).value(),
-            session::kDefaultTenant);
+            attnserve::kDefaultTenant);
   EXPECT_TRUE(none.limits().empty());
 }
 

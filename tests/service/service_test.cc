@@ -16,7 +16,7 @@
 namespace attnserve::service {
 namespace {
 
-std::shared_ptr<const session::ServedModel> TinyModel(const std::string& module) {
+std::shared_ptr<const catalogue::ServedModel> TinyModel(const std::string& module) {
   return attnserve::test_util::TinyServedModel(module);
 }
 
@@ -48,8 +48,8 @@ class ServiceTest : public testing::Test {
     o.max_generated_tokens = 5000;
     o.threads = 1;
     auto s = AttnServer::Start(
-        o, std::make_unique<session::ModelCatalogue>(
-               std::vector<std::shared_ptr<const session::ServedModel>>{taylor_, softmax_}));
+        o, std::make_unique<catalogue::ModelCatalogue>(
+               std::vector<std::shared_ptr<const catalogue::ServedModel>>{taylor_, softmax_}));
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(s).value();
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
@@ -101,8 +101,8 @@ class ServiceTest : public testing::Test {
     return session;
   }
 
-  std::shared_ptr<const session::ServedModel> taylor_ = TinyModel("taylor");
-  std::shared_ptr<const session::ServedModel> softmax_ = TinyModel("softmax");
+  std::shared_ptr<const catalogue::ServedModel> taylor_ = TinyModel("taylor");
+  std::shared_ptr<const catalogue::ServedModel> softmax_ = TinyModel("softmax");
   std::unique_ptr<AttnServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::AttnServe::Stub> stub_;
@@ -317,8 +317,8 @@ TEST_F(ServiceTest, ThePromptMustFitTheContextFromTheSessionsPosition) {
   config::ServerOptions o;
   o.listen_address = "127.0.0.1:0";
   o.metrics_address = "";
-  server_ = std::move(AttnServer::Start(o, std::make_unique<session::ModelCatalogue>(
-                                               std::vector<std::shared_ptr<const session::ServedModel>>{
+  server_ = std::move(AttnServer::Start(o, std::make_unique<catalogue::ModelCatalogue>(
+                                               std::vector<std::shared_ptr<const catalogue::ServedModel>>{
                                                    test_util::TinyServedModel("taylor", 16)})))
                 .value();
   stub_ = v1::AttnServe::NewStub(grpc::CreateChannel(
@@ -521,7 +521,7 @@ TEST_F(ServiceTest, QkNormSoftmaxCheckpointsCanBeServedAsTaylor) {
   c.attention.qk_temperature = 2;
   const std::string dir = testing::TempDir() + "/attnserve_service_qk";
   ASSERT_TRUE(model::Model::Create(c, 4).value()->Save(dir).ok());
-  auto models = session::ModelCatalogue::Load({dir});
+  auto models = catalogue::ModelCatalogue::Load({dir});
   ASSERT_TRUE(models.ok()) << models.status();
   ASSERT_EQ((*models)->all()[0]->variants.size(), 3u);  // taylor 2, 4, 6
   // Variants share the base model's weight tensors.
@@ -567,6 +567,38 @@ TEST_F(ServiceTest, HealthAnswersServing) {
   EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
   // Reflection is checked against the real binary by tests/e2e (its client-side
   // messages cannot share a process with the server's reflection library).
+}
+
+}  // namespace
+}  // namespace attnserve::service
+
+namespace attnserve::service {
+namespace {
+
+// A session on a served-as variant counts under the variant's labels, and the base model
+// (with no session) reads 0.
+TEST(PublishSessionGauges, CountsAVariantsSessionsUnderTheVariant) {
+  auto base = std::make_shared<catalogue::ServedModel>(*test_util::TinyServedModel("softmax"));
+  base->name = "m";
+  auto variant = std::make_shared<catalogue::ServedModel>(*test_util::TinyServedModel("taylor"));
+  variant->name = "m";
+  base->variants.push_back(variant);
+  catalogue::ModelCatalogue models({base});
+  auto metrics = metrics::Metrics::Create("").value();
+  session::SessionInfo info;
+  info.served = variant.get();
+  info.state_bytes = 123;
+  PublishSessionGauges(models, {info}, *metrics);
+  const std::string text = metrics->Serialize();
+  EXPECT_NE(text.find("attnserve_active_sessions{attention=\"taylor\",model=\"m\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("attnserve_active_sessions{attention=\"softmax\",model=\"m\"} 0\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("attnserve_session_state_bytes{attention=\"taylor\",model=\"m\"} 123\n"),
+            std::string::npos)
+      << text;
 }
 
 }  // namespace

@@ -49,8 +49,8 @@ class TenantsTest : public testing::Test {
     o.api_keys_file = path;
     o.session_store = store;
     auto s = AttnServer::Start(
-        o, std::make_unique<session::ModelCatalogue>(
-               std::vector<std::shared_ptr<const session::ServedModel>>{taylor_}));
+        o, std::make_unique<catalogue::ModelCatalogue>(
+               std::vector<std::shared_ptr<const catalogue::ServedModel>>{taylor_}));
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(s).value();
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
@@ -131,7 +131,7 @@ class TenantsTest : public testing::Test {
   }
 
   const std::string dir_;
-  std::shared_ptr<const session::ServedModel> taylor_ = test_util::TinyServedModel("taylor");
+  std::shared_ptr<const catalogue::ServedModel> taylor_ = test_util::TinyServedModel("taylor");
   std::unique_ptr<AttnServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::AttnServe::Stub> stub_;
@@ -256,6 +256,23 @@ TEST_F(TenantsTest, ATenantsLimitIsResourceExhaustedNamingItAndSparesOthers) {
   EXPECT_TRUE(Create(kBob, &s3).ok());
 }
 
+// Generate without a session id makes a one-turn session that is gone when the turn
+// ends: a tenant with max_sessions=2 makes as many such calls as it likes.
+TEST_F(TenantsTest, OneTurnCallsDoNotUseUpATenantsSessions) {
+  for (int i = 0; i < 6; ++i) {
+    std::string out;
+    grpc::Status s = Generate(kBob, "", "In the", &out);
+    ASSERT_TRUE(s.ok()) << "call " << i << ": " << s.error_message();
+    EXPECT_FALSE(out.empty());
+  }
+  v1::ListSessionsResponse sessions;
+  ASSERT_TRUE(List(kBob, &sessions).ok());
+  EXPECT_EQ(sessions.sessions_size(), 0);
+  v1::Session a, b;
+  EXPECT_TRUE(Create(kBob, &a).ok());
+  EXPECT_TRUE(Create(kBob, &b).ok());
+}
+
 TEST_F(TenantsTest, TheOwnerSurvivesARestartOnADurableStore) {
   const std::string keys = absl::StrCat(kAlice, " alice\n", kBob, " bob\n");
   StartServer(keys, "dir:" + dir_ + "/store");
@@ -284,8 +301,8 @@ TEST_F(TenantsTest, AMalformedKeysFileStopsTheStartNamingItsLine) {
   o.metrics_address = "";
   o.api_keys_file = path;
   auto s = AttnServer::Start(
-      o, std::make_unique<session::ModelCatalogue>(
-             std::vector<std::shared_ptr<const session::ServedModel>>{taylor_}));
+      o, std::make_unique<catalogue::ModelCatalogue>(
+             std::vector<std::shared_ptr<const catalogue::ServedModel>>{taylor_}));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string message(s.status().message());
@@ -300,8 +317,8 @@ TEST(TenantsWithoutKeysTest, OneTenantSeesEverythingAndKeysAreIgnored) {
   o.listen_address = "127.0.0.1:0";
   o.metrics_address = "";
   auto server = AttnServer::Start(
-      o, std::make_unique<session::ModelCatalogue>(
-             std::vector<std::shared_ptr<const session::ServedModel>>{
+      o, std::make_unique<catalogue::ModelCatalogue>(
+             std::vector<std::shared_ptr<const catalogue::ServedModel>>{
                  test_util::TinyServedModel("taylor")}));
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_FALSE((*server)->api_keys().enabled());

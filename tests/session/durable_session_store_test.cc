@@ -16,6 +16,10 @@
 namespace attnserve::session {
 namespace {
 
+using catalogue::ModelCatalogue;
+using catalogue::ServedModel;
+using namespace snapshot;  // the codec under test and its types
+
 namespace fs = std::filesystem;
 
 class DurableSessionStoreTest : public testing::Test {
@@ -46,7 +50,7 @@ class DurableSessionStoreTest : public testing::Test {
     return SessionStore::Create(std::move(o)).value();
   }
   // Runs a "turn" by hand: prefill `n` tokens and leave `pending` waiting.
-  static void Advance(TurnLease& lease, int n, int32_t pending) {
+  static void Advance(TurnClaim& lease, int n, int32_t pending) {
     std::vector<int32_t> tokens(n, 66);
     ASSERT_TRUE(lease->model().Prefill(lease->state(), tokens).ok());
     lease->pending_token() = pending;
@@ -54,7 +58,7 @@ class DurableSessionStoreTest : public testing::Test {
   // A whole hand-run turn, ended the way the scheduler ends turns.
   static void Turn(SessionStore& store, const std::string& id, int n, int32_t pending,
                    std::string_view tenant = kDefaultTenant) {
-    auto lease = store.BeginTurn(id, tenant);
+    auto lease = store.BeginTurn(tenant, id);
     ASSERT_TRUE(lease.ok()) << lease.status();
     Advance(*lease, n, pending);
     ASSERT_TRUE(store.Charge(lease->session(),
@@ -75,52 +79,51 @@ class DurableSessionStoreTest : public testing::Test {
 
 TEST_F(DurableSessionStoreTest, ForkCopiesTheSessionAndLeavesTheOriginalAlone) {
   auto store = MakeStore();
-  auto s = store->Create(taylor_, absl::ZeroDuration()).value();
+  auto s = store->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
   Turn(*store, s->id(), 9, 70);
-  auto fork = store->Fork(s->id(), absl::ZeroDuration());
+  auto fork = store->Fork(kDefaultTenant, s->id(), absl::ZeroDuration());
   ASSERT_TRUE(fork.ok()) << fork.status();
   EXPECT_NE((*fork)->id(), s->id());
-  EXPECT_EQ(store->Get((*fork)->id())->position, 10);
-  EXPECT_EQ(store->Get(s->id())->position, 10);
+  EXPECT_EQ(store->Get(kDefaultTenant, (*fork)->id())->position, 10);
+  EXPECT_EQ(store->Get(kDefaultTenant, s->id())->position, 10);
   EXPECT_EQ(store->charged_bytes(), 2 * taylor_->model->StateBytes(0));
   // The fork's bytes are the original's, apart from nothing: same state, same pending.
-  EXPECT_EQ(*store->Export((*fork)->id()).value(), *store->Export(s->id()).value());
+  EXPECT_EQ(*store->Export(kDefaultTenant, (*fork)->id()).value(), *store->Export(kDefaultTenant, s->id()).value());
   // Busy sessions cannot be forked or exported.
-  auto lease = store->BeginTurn(s->id()).value();
-  EXPECT_EQ(store->Fork(s->id(), absl::ZeroDuration()).status().code(),
+  auto lease = store->BeginTurn(kDefaultTenant, s->id()).value();
+  EXPECT_EQ(store->Fork(kDefaultTenant, s->id(), absl::ZeroDuration()).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store->Export(s->id()).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->Export(kDefaultTenant, s->id()).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(DurableSessionStoreTest, AFailedImportChargesAndCreatesNothing) {
   auto store = MakeStore();
-  auto s = store->Create(softmax_, absl::ZeroDuration()).value();
+  auto s = store->Create(kDefaultTenant, softmax_, absl::ZeroDuration()).value();
   Turn(*store, s->id(), 5, 70);
-  const std::string good = *store->Export(s->id()).value();
+  const std::string good = *store->Export(kDefaultTenant, s->id()).value();
   const int64_t charged = store->charged_bytes();
   for (size_t cut : {size_t(0), size_t(50), good.size() / 2, good.size() - 1}) {
-    auto bad = store->Import(std::make_shared<const std::string>(good.substr(0, cut)),
-                             absl::ZeroDuration());
+    auto bad = store->Import(kDefaultTenant, std::make_shared<const std::string>(good.substr(0, cut)), absl::ZeroDuration());
     EXPECT_FALSE(bad.ok()) << cut;
     EXPECT_EQ(store->size(), 1);
     EXPECT_EQ(store->charged_bytes(), charged);
   }
-  auto ok = store->Import(std::make_shared<const std::string>(good), absl::Minutes(3));
+  auto ok = store->Import(kDefaultTenant, std::make_shared<const std::string>(good), absl::Minutes(3));
   ASSERT_TRUE(ok.ok()) << ok.status();
-  EXPECT_EQ(store->Get((*ok)->id())->position, 6);
-  EXPECT_EQ(store->Get((*ok)->id())->ttl, absl::Minutes(3));
+  EXPECT_EQ(store->Get(kDefaultTenant, (*ok)->id())->position, 6);
+  EXPECT_EQ(store->Get(kDefaultTenant, (*ok)->id())->ttl, absl::Minutes(3));
 }
 
 TEST_F(DurableSessionStoreTest, EachTurnPersistenceSavesBeforeTheClientHearsOfIt) {
   auto store = MakeStore(PersistMode::kEachTurn);
-  auto s = store->Create(taylor_, absl::ZeroDuration()).value();
-  auto lease = store->BeginTurn(s->id()).value();
+  auto s = store->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
+  auto lease = store->BeginTurn(kDefaultTenant, s->id()).value();
   Advance(lease, 4, 71);
   absl::Notification told;
   bool stored_when_told = false, busy_when_told = true;
   store->FinishTurn(std::move(lease), [&](absl::Status) {
     stored_when_told = Stored(s->id());
-    busy_when_told = store->Get(s->id())->busy;
+    busy_when_told = store->Get(kDefaultTenant, s->id())->busy;
     told.Notify();
   });
   ASSERT_TRUE(told.WaitForNotificationWithTimeout(absl::Seconds(10)));
@@ -128,7 +131,7 @@ TEST_F(DurableSessionStoreTest, EachTurnPersistenceSavesBeforeTheClientHearsOfIt
   EXPECT_FALSE(busy_when_told);
   // A new process on the same directory finds the session at its position.
   auto restarted = MakeStore();
-  EXPECT_EQ(restarted->Get(s->id())->position, 5);
+  EXPECT_EQ(restarted->Get(kDefaultTenant, s->id())->position, 5);
 }
 
 TEST_F(DurableSessionStoreTest, MemoryPressureSpillsTheLeastRecentlyUsedAndLoadsItBack) {
@@ -136,7 +139,7 @@ TEST_F(DurableSessionStoreTest, MemoryPressureSpillsTheLeastRecentlyUsedAndLoads
   auto store = MakeStore(PersistMode::kNone, 2 * one);
   std::vector<std::string> ids;
   for (int i = 0; i < 5; ++i) {
-    auto s = store->Create(taylor_, absl::ZeroDuration());
+    auto s = store->Create(kDefaultTenant, taylor_, absl::ZeroDuration());
     ASSERT_TRUE(s.ok()) << s.status();
     Turn(*store, (*s)->id(), i + 1, 80 + i);
     ids.push_back((*s)->id());
@@ -146,7 +149,7 @@ TEST_F(DurableSessionStoreTest, MemoryPressureSpillsTheLeastRecentlyUsedAndLoads
   EXPECT_EQ(store->charged_bytes(), 2 * one);
   EXPECT_TRUE(Stored(ids[0]) && Stored(ids[1]) && Stored(ids[2]));
   for (int i = 0; i < 5; ++i) {  // each comes back with its position and pending token
-    auto lease = store->BeginTurn(ids[i]);
+    auto lease = store->BeginTurn(kDefaultTenant, ids[i]);
     ASSERT_TRUE(lease.ok()) << lease.status();
     EXPECT_EQ((*lease)->position(), i + 2);
     EXPECT_EQ((*lease)->pending_token(), 80 + i);
@@ -158,7 +161,7 @@ TEST_F(DurableSessionStoreTest, MemoryPressureSpillsTheLeastRecentlyUsedAndLoads
 
 TEST_F(DurableSessionStoreTest, IdleSessionsSpillAfterTheirTime) {
   auto store = MakeStore(PersistMode::kNone, int64_t{1} << 30, absl::Minutes(1));
-  auto s = store->Create(softmax_, absl::ZeroDuration()).value();
+  auto s = store->Create(kDefaultTenant, softmax_, absl::ZeroDuration()).value();
   Turn(*store, s->id(), 30, 70);
   clock_.Advance(absl::Seconds(59));
   EXPECT_EQ(store->SpillIdle(), 0);
@@ -166,8 +169,8 @@ TEST_F(DurableSessionStoreTest, IdleSessionsSpillAfterTheirTime) {
   EXPECT_EQ(store->SpillIdle(), 1);
   EXPECT_EQ(store->size(), 0);
   EXPECT_EQ(store->charged_bytes(), 0);
-  EXPECT_TRUE(store->List().empty());
-  auto info = store->Get(s->id());  // loaded on demand
+  EXPECT_TRUE(store->ListAll().empty());
+  auto info = store->Get(kDefaultTenant, s->id());  // loaded on demand
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->position, 31);
   EXPECT_EQ(store->charged_bytes(), softmax_->model->StateBytes(30));
@@ -178,66 +181,66 @@ TEST_F(DurableSessionStoreTest, DrainSavesEverySessionAndRefusesNewWork) {
   {
     auto store = MakeStore();
     for (int i = 0; i < 4; ++i) {
-      auto s = store->Create(i % 2 ? softmax_ : taylor_, absl::ZeroDuration()).value();
+      auto s = store->Create(kDefaultTenant, i % 2 ? softmax_ : taylor_, absl::ZeroDuration()).value();
       Turn(*store, s->id(), 3 + i, 90);
       ids.push_back(s->id());
     }
     store->StopAccepting();
-    EXPECT_EQ(store->Create(taylor_, absl::ZeroDuration()).status().code(),
+    EXPECT_EQ(store->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).status().code(),
               absl::StatusCode::kUnavailable);
-    EXPECT_EQ(store->BeginTurn(ids[0]).status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(store->BeginTurn(kDefaultTenant, ids[0]).status().code(), absl::StatusCode::kUnavailable);
     auto saved = store->SaveAll(absl::Seconds(5));
     ASSERT_TRUE(saved.ok()) << saved.status();
     EXPECT_EQ(*saved, 4);
   }
   auto next = MakeStore();
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(next->Get(ids[i])->position, 3 + i + 1);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(next->Get(kDefaultTenant, ids[i])->position, 3 + i + 1);
 }
 
 TEST_F(DurableSessionStoreTest, ExpiryLeavesMemoryAndCloseRemovesTheStoredCopy) {
   auto store = MakeStore();
-  auto a = store->Create(taylor_, absl::Minutes(1)).value();
-  auto b = store->Create(taylor_, absl::Minutes(10)).value();
+  auto a = store->Create(kDefaultTenant, taylor_, absl::Minutes(1)).value();
+  auto b = store->Create(kDefaultTenant, taylor_, absl::Minutes(10)).value();
   ASSERT_TRUE(Stored(a->id()) && Stored(b->id()));  // written at creation
   clock_.Advance(absl::Minutes(1));
   EXPECT_EQ(store->ExpireIdle(), 1);
   EXPECT_EQ(store->size(), 1);
   // The stored copy expires by its own TTL (from its last write, never later than the
   // session's last use), so another server still using it would not lose it.
-  auto stored = store::OpenSnapshotStore("dir:" + dir_.string(),
-                                         [] { return absl::Now() + absl::Minutes(2); });
+  ManualClock later(absl::Now() + absl::Minutes(2));
+  auto stored = store::OpenSnapshotStore("dir:" + dir_.string(), &later);
   EXPECT_EQ((*stored)->Get(a->id()).status().code(), absl::StatusCode::kNotFound);
-  ASSERT_TRUE(store->Close(b->id()).ok());
+  ASSERT_TRUE(store->Close(kDefaultTenant, b->id()).ok());
   EXPECT_FALSE(Stored(b->id()));
-  EXPECT_EQ(store->Close(b->id()).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->Close(kDefaultTenant, b->id()).code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(DurableSessionStoreTest, TheOwnerSurvivesTheStoreAndOtherTenantsCannotLoadOrClose) {
   std::string id;
   {
     auto first = MakeStore();
-    auto s = first->Create(taylor_, absl::ZeroDuration(), false, "alice").value();
+    auto s = first->Create("alice", taylor_, absl::ZeroDuration()).value();
     Turn(*first, s->id(), 5, 71, "alice");
     id = s->id();
     ASSERT_TRUE(first->SaveAll(absl::Seconds(5)).ok());
   }
   auto replica = MakeStore();  // another server sharing the store: loads on demand
-  std::string want(replica->Get("ffffffffffffffffffffffffffffffff", "bob").status().message());
+  std::string want(replica->Get("bob", "ffffffffffffffffffffffffffffffff").status().message());
   want.replace(want.find("ffffffffffffffffffffffffffffffff"), 32, id);
   for (const absl::Status& s :
-       {replica->Get(id, "bob").status(), replica->BeginTurn(id, "bob").status(),
-        replica->Export(id, "bob").status(),
-        replica->Fork(id, absl::ZeroDuration(), "bob").status(), replica->Close(id, "bob")}) {
+       {replica->Get("bob", id).status(), replica->BeginTurn("bob", id).status(),
+        replica->Export("bob", id).status(),
+        replica->Fork("bob", id, absl::ZeroDuration()).status(), replica->Close("bob", id)}) {
     EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
     EXPECT_EQ(s.message(), want);
   }
   EXPECT_EQ(replica->size(), 0);  // bob loaded nothing into memory
   EXPECT_TRUE(Stored(id));        // and deleted nothing
-  auto info = replica->Get(id, "alice");
+  auto info = replica->Get("alice", id);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->owner, "alice");
   EXPECT_EQ(info->position, 6);
-  ASSERT_TRUE(replica->Close(id, "alice").ok());
+  ASSERT_TRUE(replica->Close("alice", id).ok());
   EXPECT_FALSE(Stored(id));
 }
 
@@ -245,7 +248,7 @@ TEST_F(DurableSessionStoreTest, AVersion1StoredSnapshotBelongsToTheDefaultTenant
   std::string id;
   {
     auto store = MakeStore();
-    id = store->Create(taylor_, absl::ZeroDuration()).value()->id();
+    id = store->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value()->id();
   }
   // Rewrite the stored file as a version 1 snapshot (what servers before owners wrote).
   auto raw = store::OpenSnapshotStore("dir:" + dir_.string()).value();
@@ -268,8 +271,8 @@ TEST_F(DurableSessionStoreTest, AVersion1StoredSnapshotBelongsToTheDefaultTenant
   std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
   ASSERT_TRUE(raw->Put(id, bytes, absl::Minutes(10)).ok());
   auto store = MakeStore();
-  EXPECT_EQ(store->Get(id, "alice").status().code(), absl::StatusCode::kNotFound);
-  auto info = store->Get(id);  // the default tenant
+  EXPECT_EQ(store->Get("alice", id).status().code(), absl::StatusCode::kNotFound);
+  auto info = store->Get(kDefaultTenant, id);  // the default tenant
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->owner, kDefaultTenant);
 }
@@ -277,23 +280,23 @@ TEST_F(DurableSessionStoreTest, AVersion1StoredSnapshotBelongsToTheDefaultTenant
 TEST_F(DurableSessionStoreTest, ATenantAtItsLimitSpillsItsOwnIdleSessionsNotOthers) {
   tenant_limits_["alice"] = TenantLimits{2, 0};
   auto store = MakeStore();
-  auto other = store->Create(taylor_, absl::ZeroDuration(), false, "bob").value();
+  auto other = store->Create("bob", taylor_, absl::ZeroDuration()).value();
   std::vector<std::string> ids;
   for (int i = 0; i < 3; ++i) {
     clock_.Advance(absl::Seconds(1));
-    auto s = store->Create(taylor_, absl::ZeroDuration(), false, "alice");
+    auto s = store->Create("alice", taylor_, absl::ZeroDuration());
     ASSERT_TRUE(s.ok()) << s.status();
     ids.push_back((*s)->id());
   }
   EXPECT_EQ(store->List("alice").size(), 2u);  // the oldest went to the store
   EXPECT_EQ(store->List("bob").size(), 1u);    // bob's older session stayed
-  EXPECT_TRUE(store->Get(ids[0], "alice").ok());  // loaded back, spilling another
+  EXPECT_TRUE(store->Get("alice", ids[0]).ok());  // loaded back, spilling another
   EXPECT_EQ(store->List("alice").size(), 2u);
   // Busy sessions cannot be spilled: then the limit answers.
-  auto l1 = store->BeginTurn(store->List("alice")[0].id, "alice");
-  auto l2 = store->BeginTurn(store->List("alice")[1].id, "alice");
+  auto l1 = store->BeginTurn("alice", store->List("alice")[0].id);
+  auto l2 = store->BeginTurn("alice", store->List("alice")[1].id);
   ASSERT_TRUE(l1.ok() && l2.ok());
-  auto over = store->Create(taylor_, absl::ZeroDuration(), false, "alice");
+  auto over = store->Create("alice", taylor_, absl::ZeroDuration());
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(over.status().message().find("max_sessions: tenant 'alice'"), std::string::npos)
       << over.status();
@@ -303,24 +306,24 @@ TEST_F(DurableSessionStoreTest, ATenantAtItsLimitSpillsItsOwnIdleSessionsNotOthe
 TEST_F(DurableSessionStoreTest, AFailingStoreIsUnavailableAndSessionsInMemoryKeepWorking) {
   const int64_t one = taylor_->model->StateBytes(0);
   auto store = MakeStore(PersistMode::kNone, 2 * one);
-  auto spilled = store->Create(taylor_, absl::ZeroDuration()).value();
+  auto spilled = store->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
   clock_.Advance(absl::Seconds(1));
-  auto kept = store->Create(taylor_, absl::ZeroDuration()).value();
+  auto kept = store->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
   clock_.Advance(absl::Seconds(1));
-  auto third = store->Create(taylor_, absl::ZeroDuration()).value();  // spills `spilled`
+  auto third = store->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();  // spills `spilled`
   ASSERT_TRUE(Stored(spilled->id()));
   // The directory disappears: a regular file takes its place.
   const fs::path moved = dir_.string() + ".away";
   fs::rename(dir_, moved);
   std::ofstream(dir_.string()) << "not a directory";
-  auto load = store->BeginTurn(spilled->id());
+  auto load = store->BeginTurn(kDefaultTenant, spilled->id());
   EXPECT_EQ(load.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(load.status().message().find("dir:"), std::string::npos) << load.status();
-  EXPECT_TRUE(store->BeginTurn(kept->id()).ok());
+  EXPECT_TRUE(store->BeginTurn(kDefaultTenant, kept->id()).ok());
   // The store comes back: so does the session, without a new SessionStore.
   fs::remove(dir_);
   fs::rename(moved, dir_);
-  auto back = store->BeginTurn(spilled->id());
+  auto back = store->BeginTurn(kDefaultTenant, spilled->id());
   EXPECT_TRUE(back.ok()) << back.status();
 }
 
@@ -328,9 +331,9 @@ TEST_F(DurableSessionStoreTest, AFailingStoreIsUnavailableAndSessionsInMemoryKee
 TEST_F(DurableSessionStoreTest, TurnsAlternateBetweenServersAndNeverRunFromAStaleCopy) {
   auto a = MakeStore(PersistMode::kEachTurn);
   auto b = MakeStore(PersistMode::kEachTurn);
-  auto s = a->Create(taylor_, absl::ZeroDuration()).value();
+  auto s = a->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
   auto turn = [&](SessionStore& store, int n, int32_t pending) {
-    auto lease = store.BeginTurn(s->id());
+    auto lease = store.BeginTurn(kDefaultTenant, s->id());
     ASSERT_TRUE(lease.ok()) << lease.status();
     Advance(*lease, n, pending);
     absl::Notification done;
@@ -340,50 +343,50 @@ TEST_F(DurableSessionStoreTest, TurnsAlternateBetweenServersAndNeverRunFromAStal
   // (The hand-run turns below append tokens and replace the pending token.)
   turn(*a, 3, 70);  // state 3 on a
   turn(*b, 2, 71);  // b loads a's write (state 3) and appends 2: state 5
-  EXPECT_EQ(b->Get(s->id())->position, 6);
+  EXPECT_EQ(b->Get(kDefaultTenant, s->id())->position, 6);
   turn(*a, 1, 72);  // a's copy (state 3) is stale: it reloads b's (5) and appends 1
-  EXPECT_EQ(a->Get(s->id())->position, 7);
+  EXPECT_EQ(a->Get(kDefaultTenant, s->id())->position, 7);
   {
-    auto lease = a->BeginTurn(s->id());
+    auto lease = a->BeginTurn(kDefaultTenant, s->id());
     ASSERT_TRUE(lease.ok());
     EXPECT_EQ((*lease)->state().position(), 6);
     EXPECT_EQ((*lease)->pending_token(), 72);
   }
   turn(*b, 1, 73);  // and b catches up with a's the same way
-  EXPECT_EQ(b->Get(s->id())->position, 8);
+  EXPECT_EQ(b->Get(kDefaultTenant, s->id())->position, 8);
 }
 
 TEST_F(DurableSessionStoreTest, ASecondServerWaitsForTheTurnThenAnswersUnavailable) {
   auto a = MakeStore(PersistMode::kEachTurn);
   auto b = MakeStore(PersistMode::kEachTurn, int64_t{1} << 30, absl::InfiniteDuration(),
                      absl::Milliseconds(50));
-  auto s = a->Create(taylor_, absl::ZeroDuration()).value();
-  auto held = a->BeginTurn(s->id());
+  auto s = a->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
+  auto held = a->BeginTurn(kDefaultTenant, s->id());
   ASSERT_TRUE(held.ok());
   const absl::Time start = absl::Now();
-  auto refused = b->BeginTurn(s->id());
+  auto refused = b->BeginTurn(kDefaultTenant, s->id());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
   EXPECT_NE(refused.status().message().find("another server"), std::string::npos);
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));
   held->Release();
-  EXPECT_TRUE(b->BeginTurn(s->id()).ok());
+  EXPECT_TRUE(b->BeginTurn(kDefaultTenant, s->id()).ok());
 }
 
 TEST_F(DurableSessionStoreTest, UnsavedTurnsKeepTheLeaseUntilTheSessionIsWritten) {
   auto a = MakeStore(PersistMode::kNone);
   auto b = MakeStore(PersistMode::kNone, int64_t{1} << 30, absl::InfiniteDuration(),
                      absl::Milliseconds(20));
-  auto s = a->Create(taylor_, absl::ZeroDuration()).value();
+  auto s = a->Create(kDefaultTenant, taylor_, absl::ZeroDuration()).value();
   {
-    auto lease = a->BeginTurn(s->id());
+    auto lease = a->BeginTurn(kDefaultTenant, s->id());
     ASSERT_TRUE(lease.ok());
     Advance(*lease, 5, 70);
     a->FinishTurn(std::move(*lease), [](absl::Status) {});
   }
   // a's copy is newer than the store's: b must not run from the store's.
-  EXPECT_EQ(b->BeginTurn(s->id()).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(b->BeginTurn(kDefaultTenant, s->id()).status().code(), absl::StatusCode::kUnavailable);
   ASSERT_TRUE(a->SaveAll(absl::Seconds(5)).ok());  // drain writes it and lets go
-  auto lease = b->BeginTurn(s->id());
+  auto lease = b->BeginTurn(kDefaultTenant, s->id());
   ASSERT_TRUE(lease.ok()) << lease.status();
   EXPECT_EQ((*lease)->position(), 6);
 }

@@ -1,4 +1,4 @@
-#include "server/session/snapshot.h"
+#include "server/snapshot/snapshot.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -10,6 +10,10 @@
 
 namespace attnserve::session {
 namespace {
+
+using catalogue::ModelCatalogue;
+using catalogue::ServedModel;
+using namespace snapshot;  // the codec under test and its types
 
 constexpr uint64_t kMaxBytes = uint64_t{1} << 30;
 const char* const kModules[] = {"softmax", "softmax_norm", "taylor", "taylor_norm", "linear"};

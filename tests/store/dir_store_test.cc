@@ -47,7 +47,7 @@ std::set<std::string> ListDir(const std::string& path) {
 class DirSnapshotStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto store = DirSnapshotStore::Create(path_, clock_.AsNowFn());
+    auto store = DirSnapshotStore::Create(path_, &clock_);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
   }
@@ -225,7 +225,7 @@ TEST_F(DirSnapshotStoreTest, LeaseDoesNotExpireWhileItsHolderLives) {
   auto grant = store_->AcquireLease("a", absl::Seconds(1));
   ASSERT_TRUE(grant.ok()) << grant.status();
   clock_.Advance(absl::Hours(2));
-  auto other = DirSnapshotStore::Create(path_, clock_.AsNowFn());
+  auto other = DirSnapshotStore::Create(path_, &clock_);
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_EQ((*other)->AcquireLease("a", absl::Seconds(1)).status().code(),
             absl::StatusCode::kAborted);
@@ -236,7 +236,7 @@ TEST_F(DirSnapshotStoreTest, LeaseDoesNotExpireWhileItsHolderLives) {
 TEST_F(DirSnapshotStoreTest, OnlyTheStoreThatGrantedALeaseCanUseItsToken) {
   auto grant = store_->AcquireLease("a", kTtl);
   ASSERT_TRUE(grant.ok()) << grant.status();
-  auto other = DirSnapshotStore::Create(path_, clock_.AsNowFn());
+  auto other = DirSnapshotStore::Create(path_, &clock_);
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_EQ((*other)->PutFenced("a", "x", kTtl, grant->token, 0).status().code(),
             absl::StatusCode::kAborted);
@@ -252,7 +252,7 @@ TEST_F(DirSnapshotStoreTest, DestroyingTheStoreReleasesItsLeases) {
   ASSERT_TRUE(store_->AcquireLease("b", kTtl).ok());
   store_.reset();
   EXPECT_TRUE(ListDir(path_).empty());
-  auto other = DirSnapshotStore::Create(path_, clock_.AsNowFn());
+  auto other = DirSnapshotStore::Create(path_, &clock_);
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_TRUE((*other)->AcquireLease("a", kTtl).ok());
 }

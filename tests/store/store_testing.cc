@@ -40,16 +40,6 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
-absl::Time ManualClock::Now() const {
-  absl::MutexLock lock(&mu_);
-  return now_;
-}
-
-void ManualClock::Advance(absl::Duration d) {
-  absl::MutexLock lock(&mu_);
-  now_ += d;
-}
-
 int FreeLoopbackPort() {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/common/clock.h"
 #include "server/store/snapshot_store.h"
 
 namespace attnserve::store::testing {
@@ -36,18 +37,9 @@ class TempDir {
 
 // A clock that moves only when told to, starting at the real time now (so file ctimes,
 // which the kernel stamps, compare sensibly with it). Thread-safe.
-class ManualClock {
+class ManualClock : public attnserve::ManualClock {
  public:
-  absl::Time Now() const;
-  void Advance(absl::Duration d);
-  // A NowFn reading this clock; it must not outlive the clock.
-  NowFn AsNowFn() const {
-    return [this] { return Now(); };
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  ManualClock() : attnserve::ManualClock(absl::Now()) {}
 };
 
 // A loopback TCP port that nothing listened on a moment ago.

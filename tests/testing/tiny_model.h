@@ -8,11 +8,11 @@
 
 #include <gtest/gtest.h>
 
-#include "server/session/served_model.h"
+#include "server/catalogue/served_model.h"
 
 namespace attnserve::test_util {
 
-inline std::shared_ptr<const session::ServedModel> TinyServedModel(
+inline std::shared_ptr<const catalogue::ServedModel> TinyServedModel(
     const std::string& module, int64_t max_context = int64_t{1} << 20) {
   model::ModelConfig c;
   c.name = "tiny-" + module;
@@ -30,8 +30,8 @@ inline std::shared_ptr<const session::ServedModel> TinyServedModel(
   for (auto& [name, t] : (*m)->NamedParameters()) {
     if (name.find("norm") == std::string::npos) t.mul_(20);
   }
-  return std::make_shared<session::ServedModel>(
-      session::ServedModel{c.name, "", std::move(m).value(), {}});
+  return std::make_shared<catalogue::ServedModel>(
+      catalogue::ServedModel{c.name, "", std::move(m).value(), {}});
 }
 
 }  // namespace attnserve::test_util

@@ -13,16 +13,15 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/model/model.h"
-#include "server/session/model_catalogue.h"
+#include "server/catalogue/model_catalogue.h"
+#include "server/common/tenant.h"
 
-namespace attnserve::session {
+namespace attnserve::snapshot {
 
 // The version EncodeSnapshot writes. Readers also accept version 1 (no owner; such a
 // snapshot belongs to kDefaultTenant).
 inline constexpr uint32_t kSnapshotVersion = 2;
 inline constexpr uint32_t kOldestSnapshotVersion = 1;
-// The tenant of a server without API keys, and the owner of a version 1 snapshot.
-inline constexpr char kDefaultTenant[] = "default";
 // Longest owner (tenant name) a snapshot may carry.
 inline constexpr size_t kMaxSnapshotOwnerBytes = 255;
 // Bytes of the fixed header; SnapshotTotalBytes needs this many to answer.
@@ -42,14 +41,14 @@ struct SnapshotInfo {
 
 // Encodes a session on `model` whose state is `state` (null: a session that has not run
 // yet, at position 0). Reads the state's tensors: the caller holds the session's turn.
-std::string EncodeSnapshot(const ServedModel& model, const model::DecodeState* state,
+std::string EncodeSnapshot(const catalogue::ServedModel& model, const model::DecodeState* state,
                            const SnapshotInfo& info);
 
 // A snapshot checked completely (size, checksum, model, every section and shape), not
 // yet turned into tensors.
 struct VerifiedSnapshot {
   std::shared_ptr<const std::string> bytes;
-  std::shared_ptr<const ServedModel> model;
+  std::shared_ptr<const catalogue::ServedModel> model;
   // info.position counts the tokens in the state only (not the pending token).
   SnapshotInfo info;
   // Bytes of tensor payload (the state's size).
@@ -74,11 +73,11 @@ absl::StatusOr<std::string> SnapshotOwner(std::string_view bytes);
 // trailing bytes, checksum), FAILED_PRECONDITION (no served model has its fingerprint).
 // Makes no tensors: any thread may call it.
 absl::StatusOr<VerifiedSnapshot> VerifySnapshot(std::shared_ptr<const std::string> bytes,
-                                                const ModelCatalogue& catalogue,
+                                                const catalogue::ModelCatalogue& catalogue,
                                                 uint64_t max_bytes);
 
 // The state a verified snapshot holds, as tensors of its model.
 absl::StatusOr<std::unique_ptr<model::DecodeState>> RestoreSnapshotState(
     const VerifiedSnapshot& snapshot);
 
-}  // namespace attnserve::session
+}  // namespace attnserve::snapshot

@@ -11,9 +11,9 @@
 
 #include "absl/status/statusor.h"
 #include "server/common/sha256.h"
-#include "server/session/served_model.h"
+#include "server/catalogue/served_model.h"
 
-namespace attnserve::session {
+namespace attnserve::catalogue {
 
 class ModelCatalogue {
  public:
@@ -48,4 +48,4 @@ class ModelCatalogue {
   std::vector<std::shared_ptr<const ServedModel>> models_;
 };
 
-}  // namespace attnserve::session
+}  // namespace attnserve::catalogue

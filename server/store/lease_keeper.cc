@@ -1,4 +1,4 @@
-#include "server/session/lease_keeper.h"
+#include "server/store/lease_keeper.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace attnserve::session {
+namespace attnserve::store {
 
-LeaseKeeper::LeaseKeeper(store::SnapshotStore* store, Options options,
+LeaseKeeper::LeaseKeeper(SnapshotStore* store, Options options,
                          metrics::StoreMetrics* metrics)
     : store_(store), options_(options), metrics_(metrics) {
   renewer_ = std::thread([this] { RenewLoop(); });
@@ -23,8 +23,8 @@ LeaseKeeper::~LeaseKeeper() {
   renewer_.join();
 }
 
-absl::StatusOr<store::LeaseGrant> LeaseKeeper::Acquire(const std::string& id) {
-  const absl::Time deadline = absl::Now() + options_.wait;
+absl::StatusOr<LeaseGrant> LeaseKeeper::Acquire(const std::string& id, bool wait) {
+  const absl::Time deadline = absl::Now() + (wait ? options_.wait : absl::ZeroDuration());
   absl::Duration backoff = absl::Milliseconds(2);
   bool waited = false;
   while (true) {
@@ -104,4 +104,4 @@ void LeaseKeeper::RenewLoop() {
   }
 }
 
-}  // namespace attnserve::session
+}  // namespace attnserve::store

@@ -1,4 +1,4 @@
-#include "server/session/model_catalogue.h"
+#include "server/catalogue/model_catalogue.h"
 
 #include <set>
 
@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "server/common/excerpt.h"
 
-namespace attnserve::session {
+namespace attnserve::catalogue {
 
 absl::StatusOr<std::unique_ptr<ModelCatalogue>> ModelCatalogue::Load(
     const std::vector<std::string>& dirs, const model::LoadOptions& options) {
@@ -86,4 +86,4 @@ std::shared_ptr<const ServedModel> ModelCatalogue::FindByFingerprint(
   return nullptr;
 }
 
-}  // namespace attnserve::session
+}  // namespace attnserve::catalogue

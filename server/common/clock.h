@@ -5,7 +5,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
-namespace attnserve::session {
+namespace attnserve {
 
 class Clock {
  public:
@@ -41,4 +41,4 @@ class ManualClock : public Clock {
   absl::Time now_;
 };
 
-}  // namespace attnserve::session
+}  // namespace attnserve

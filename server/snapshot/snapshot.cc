@@ -1,4 +1,4 @@
-#include "server/session/snapshot.h"
+#include "server/snapshot/snapshot.h"
 
 #include <ATen/ATen.h>
 
@@ -13,7 +13,10 @@
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the snapshot codec writes host integers and floats as little-endian");
 
-namespace attnserve::session {
+namespace attnserve::snapshot {
+using catalogue::ModelCatalogue;
+using catalogue::ServedModel;
+
 namespace {
 
 constexpr char kMagic[8] = {'A', 'T', 'T', 'N', 'S', 'N', 'A', 'P'};
@@ -337,4 +340,4 @@ absl::StatusOr<std::unique_ptr<model::DecodeState>> RestoreSnapshotState(
   return m.RestoreState(snapshot.info.position, layers);
 }
 
-}  // namespace attnserve::session
+}  // namespace attnserve::snapshot

@@ -8,7 +8,7 @@
 
 #include "server/model/model.h"
 
-namespace attnserve::session {
+namespace attnserve::catalogue {
 
 struct ServedModel {
   // The name clients use (the config's name).
@@ -24,4 +24,4 @@ struct ServedModel {
   int attention_order() const { return model->config().attention.order; }
 };
 
-}  // namespace attnserve::session
+}  // namespace attnserve::catalogue

@@ -1,6 +1,6 @@
-// The session store's side of "one writer per session" (DESIGN.md §7): store leases taken
-// with a bounded wait, kept alive while held, given up after the write that makes the
-// store current. Every write of a leased session is fenced by the lease's token and the
+// Replication's lease half, "one writer per session" (server/DESIGN.md, "Sessions beyond
+// one process"): store leases taken with a bounded wait, kept alive while held, given up
+// after the write that makes the store current. Every write of a leased session is fenced by the lease's token and the
 // generation it last saw, so a process that lost its lease can never overwrite newer
 // state. Thread-safe.
 #pragma once
@@ -16,7 +16,7 @@
 #include "server/metrics/metrics.h"
 #include "server/store/snapshot_store.h"
 
-namespace attnserve::session {
+namespace attnserve::store {
 
 class LeaseKeeper {
  public:
@@ -30,14 +30,15 @@ class LeaseKeeper {
   };
 
   // `store` and `metrics` (may be null) are not owned and must outlive the keeper.
-  LeaseKeeper(store::SnapshotStore* store, Options options, metrics::StoreMetrics* metrics);
+  LeaseKeeper(SnapshotStore* store, Options options, metrics::StoreMetrics* metrics);
   ~LeaseKeeper();  // stops renewing (held leases lapse by themselves)
 
   // Takes the lease on session `id`, retrying while another writer holds it for up to
-  // Options::wait; then ABORTED "session <id> has a turn in flight on another server;
-  // retry shortly". UNAVAILABLE naming the store when it is unreachable. The lease is
-  // renewed in the background until Release.
-  absl::StatusOr<store::LeaseGrant> Acquire(const std::string& id);
+  // Options::wait (`wait`) or not at all (!`wait`: for threads that must not sleep);
+  // then ABORTED "session <id> has a turn in flight on another server; retry shortly".
+  // UNAVAILABLE naming the store when it is unreachable. The lease is renewed in the
+  // background until Release.
+  absl::StatusOr<LeaseGrant> Acquire(const std::string& id, bool wait = true);
   // True while the lease `token` on `id` is held (not released, renewal not failed).
   bool Held(const std::string& id, const std::string& token) const;
   // Writes `bytes` fenced by `token` and `generation`; the new generation, or ABORTED if
@@ -51,7 +52,7 @@ class LeaseKeeper {
  private:
   void RenewLoop();
 
-  store::SnapshotStore* const store_;
+  SnapshotStore* const store_;
   const Options options_;
   metrics::StoreMetrics* const metrics_;
   mutable std::mutex mu_;
@@ -61,4 +62,4 @@ class LeaseKeeper {
   std::thread renewer_;
 };
 
-}  // namespace attnserve::session
+}  // namespace attnserve::store
