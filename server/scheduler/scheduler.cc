@@ -32,6 +32,12 @@ struct Scheduler::Turn {
   // budget, model error) rewinds to it.
   std::unique_ptr<model::DecodeState> checkpoint;
   std::optional<int32_t> next_input;  // last emitted token, not yet in the state
+  // The state's position when the turn's segment was planned into this step's model
+  // call, until the turn takes the call's result. A turn that ends in between (the call
+  // failed or threw, or the step threw before the turn's logits) finds its state as it
+  // was if the position is unchanged (Model::Batch); else the state may hold any part
+  // of the segment.
+  std::optional<int64_t> position_before_call;
   int generated = 0;
   std::string tail;  // the last streamed bytes, as long as the longest stop string
   size_t longest_stop = 0;
@@ -148,8 +154,9 @@ void Scheduler::EngineLoop() {
       progressed = false;
     } else {
       // LibTorch throws (an allocation that fails, a bug): a step that throws ends the
-      // turns it was running with INTERNAL, rewinding those still in their prompt; the
-      // engine and the other sessions carry on.
+      // turns it was running with INTERNAL, rewinding those still in their prompt and
+      // closing the sessions whose state it left part-way (Finish); the engine and the
+      // other sessions carry on.
       absl::StatusOr<bool> stepped = CatchTorch("engine step", [&] { return Step(turns); });
       if (stepped.ok()) {
         progressed = *stepped;
@@ -274,9 +281,11 @@ int64_t Scheduler::PlanPrefill(Turn& t, int64_t max_tokens, StepWork& work) {
   }
   // Only a prompt that takes several calls can end half-way in (a cancel, a deadline, the
   // budget, a failed step in a later chunk); a prompt done in one call is checked above
-  // before it touches the state. Skipping the copy there keeps it off the time to first
-  // token of short turns (about 1 ms at 3.5 MB of state).
+  // before it touches the state (a call that then fails part-way costs the session:
+  // Finish). Skipping the copy there keeps it off the time to first token of short turns
+  // (about 1 ms at 3.5 MB of state).
   if (t.prefilled == 0 && n < t.to_prefill.size()) t.checkpoint = state.Checkpoint();
+  t.position_before_call = state.position();
   work.turns.push_back(&t);
   work.segments.push_back({&state, chunk});
   return int64_t(n);
@@ -294,6 +303,7 @@ void Scheduler::PlanDecode(Turn& t, StepWork& work) {
     Finish(t, FinishReason::kError, s);
     return;
   }
+  t.position_before_call = state.position();
   work.turns.push_back(&t);
   work.segments.push_back({&state, token});
 }
@@ -320,7 +330,9 @@ void Scheduler::RunBatch(const model::Model& m, StepWork& work) {
   for (const auto& segment : work.segments) rows.push_back(int64_t(segment.tokens.size()));
   for (const auto& [first, end] : RowGroups(rows, kMaxRowsPerCall)) {
     const auto turns = absl::MakeSpan(work.turns).subspan(first, end - first);
-    auto logits = m.Batch(absl::MakeConstSpan(work.segments).subspan(first, end - first));
+    const auto segments = absl::MakeConstSpan(work.segments).subspan(first, end - first);
+    auto logits = options_.batch_for_testing ? options_.batch_for_testing(m, segments)
+                                             : m.Batch(segments);
     if (!logits.ok()) {
       for (Turn* t : turns) Finish(*t, FinishReason::kError, logits.status());
       continue;
@@ -334,6 +346,7 @@ void Scheduler::RunBatch(const model::Model& m, StepWork& work) {
     const int64_t vocab = out.size(1);
     for (size_t i = 0; i < turns.size(); ++i) {
       Turn& t = *turns[i];
+      t.position_before_call.reset();  // the segment is in: accounted for just below
       if (t.prefilling()) {
         t.prefilled += work.segments[first + i].tokens.size();
         t.session->PublishProgress();
@@ -398,8 +411,21 @@ void Scheduler::Finish(Turn& t, FinishReason reason, absl::Status error) {
   if (t.checkpoint) {
     t.session->state().Rewind(std::move(t.checkpoint));
     t.prefilled = 0;
+    t.position_before_call.reset();  // back to before the turn, whatever the call did
   }
-  if (t.next_input) {
+  // A model call that failed after the state moved (Model::Batch) left it holding an
+  // unknown part of the segment, with nothing to rewind to (decode tokens, a prompt done
+  // in one call): the session's text is lost. It is closed, never served again; giving
+  // back the pending token would append it twice.
+  const bool state_lost = t.position_before_call.has_value() &&
+                          t.session->state().position() != *t.position_before_call;
+  if (state_lost) {
+    t.lease.CloseOnRelease();
+    reason = FinishReason::kError;
+    error = absl::InternalError(
+        absl::StrCat(error.ok() ? "the model step failed part-way" : error.message(),
+                     "; the session's state was lost and the session is closed"));
+  } else if (t.next_input) {
     t.session->pending_token() = t.next_input;
   } else if (t.had_pending && t.prefilled == 0) {
     t.session->pending_token() = t.to_prefill.front();

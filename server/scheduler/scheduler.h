@@ -8,6 +8,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -46,6 +47,11 @@ class Scheduler {
     session::SessionStore* store = nullptr;
     // Not owned; may be null (no metrics).
     metrics::Metrics* metrics = nullptr;
+    // Tests only: runs each Model::Batch call instead of the model (it may call
+    // Model::Batch, fail, or throw), to fail a step part-way. Null: Model::Batch.
+    std::function<absl::StatusOr<at::Tensor>(const model::Model&,
+                                             absl::Span<const model::Model::Segment>)>
+        batch_for_testing;
   };
 
   // Starts the engine thread.
