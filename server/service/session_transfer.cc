@@ -32,6 +32,11 @@ class ExportReactor : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
         return;
       }
       bytes_ = std::move(bytes).value();
+      chunks_ = SnapshotChunks(bytes_->size());
+      if (chunks_.empty()) {  // never a snapshot (it has a header): nothing to send
+        Done(grpc::Status(grpc::StatusCode::INTERNAL, "the session's snapshot is empty"));
+        return;
+      }
       WriteNext();
     };
     if (!service_->RunBlocking(std::move(start))) {
@@ -51,15 +56,14 @@ class ExportReactor : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
 
  private:
   void WriteNext() {
-    if (offset_ >= bytes_->size() && offset_ > 0) {
+    if (next_ == chunks_.size()) {
       Done(grpc::Status::OK);
       return;
     }
-    const size_t n = std::min(kSnapshotChunkBytes, bytes_->size() - offset_);
+    const auto [offset, n] = chunks_[next_++];
     chunk_.Clear();
-    chunk_.set_data(bytes_->data() + offset_, n);
-    if (offset_ == 0) chunk_.set_total_bytes(int64_t(bytes_->size()));
-    offset_ += n;
+    chunk_.set_data(bytes_->data() + offset, n);
+    if (offset == 0) chunk_.set_total_bytes(int64_t(bytes_->size()));
     StartWrite(&chunk_);
   }
   void Done(const grpc::Status& status) {
@@ -69,7 +73,8 @@ class ExportReactor : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
 
   AttnServeService* const service_;
   std::shared_ptr<const std::string> bytes_;
-  size_t offset_ = 0;
+  std::vector<std::pair<size_t, size_t>> chunks_;  // SnapshotChunks(bytes_->size())
+  size_t next_ = 0;                                // the next chunk to write
   v1::SnapshotChunk chunk_;
 };
 
@@ -162,6 +167,14 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
 };
 
 }  // namespace
+
+std::vector<std::pair<size_t, size_t>> SnapshotChunks(size_t total) {
+  std::vector<std::pair<size_t, size_t>> chunks;
+  for (size_t offset = 0; offset < total; offset += kSnapshotChunkBytes) {
+    chunks.emplace_back(offset, std::min(kSnapshotChunkBytes, total - offset));
+  }
+  return chunks;
+}
 
 grpc::ServerWriteReactor<v1::SnapshotChunk>* StartExport(
     AttnServeService* service, session::SessionStore* store,
