@@ -1,6 +1,7 @@
 #include "server/service/session_transfer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -82,7 +83,7 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
  public:
   ImportReactor(AttnServeService* service, session::SessionStore* store,
                 grpc::CallbackServerContext* context, v1::Session* response)
-      : service_(service), store_(store), response_(response) {
+      : service_(service), store_(store), context_(context), response_(response) {
     // Before reading a byte: an unauthenticated caller does not get to upload.
     auto tenant = service_->Authenticate(context);
     if (!tenant.ok()) {
@@ -94,7 +95,13 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {  // the client closed its side: the snapshot is complete
+    if (!ok) {
+      // No more messages: the client closed its side (the snapshot is complete), or the
+      // call was cancelled (what arrived is not an upload: nothing is imported).
+      if (Cancelled()) {
+        Done(absl::CancelledError("the import was cancelled; nothing was imported"));
+        return;
+      }
       // Admission may spill idle sessions to a durable store: off gRPC's threads.
       if (!service_->RunBlocking([this] { Import(); })) {
         Done(absl::ResourceExhaustedError(
@@ -133,16 +140,24 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
     }
     StartRead(&request_);
   }
-  void OnCancel() override {}
+  void OnCancel() override { cancelled_ = true; }
   void OnDone() override { delete this; }
 
  private:
+  // gRPC may report a cancellation (OnCancel) just after the read it failed.
+  bool Cancelled() const { return cancelled_.load() || context_->IsCancelled(); }
+
   void Import() {
     // The session is the importer's, whoever the snapshot names.
     auto session =
         store_->Import(std::make_shared<const std::string>(std::move(bytes_)), ttl_, tenant_);
     if (!session.ok()) {
       Done(session.status());
+      return;
+    }
+    if (Cancelled()) {  // while importing: the client will never learn the session's id
+      (void)store_->Close((*session)->id(), tenant_);
+      Done(absl::CancelledError("the import was cancelled; nothing was imported"));
       return;
     }
     auto info = store_->Get((*session)->id(), tenant_);
@@ -157,8 +172,10 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
 
   AttnServeService* const service_;
   session::SessionStore* const store_;
+  grpc::CallbackServerContext* const context_;
   v1::Session* const response_;
   v1::ImportSessionRequest request_;
+  std::atomic<bool> cancelled_{false};  // OnCancel ran
   std::string tenant_;  // the caller's, set before the first read
   std::string bytes_;
   uint64_t declared_ = 0;
