@@ -388,13 +388,13 @@ absl::StatusOr<at::Tensor> Model::Prefill(DecodeState& state,
                          .unsqueeze(0);                                   // (1, T)
     at::Tensor positions = at::arange(state.position_, state.position_ + t, at::kLong)
                                .unsqueeze(0);                             // (1, T)
+    state.position_ += t;  // before the layers change (Batch, on failure)
     at::Tensor logits = Run(ids, positions,
                             [&](const attention::Attention& a, int layer, const at::Tensor& q,
                                 const at::Tensor& k, const at::Tensor& v) {
                               return a.Prefill(*state.layers_[layer], q[0], k[0], v[0])
                                   .unsqueeze(0);
                             });
-    state.position_ += t;
     return logits[0];  // (T, V)
   });
 }
@@ -482,6 +482,7 @@ absl::StatusOr<at::Tensor> Model::Step(absl::Span<DecodeState* const> states,
         at::tensor(std::vector<int64_t>(tokens.begin(), tokens.end()), at::kLong).unsqueeze(1);
     at::Tensor pos = at::tensor(positions, at::kLong).unsqueeze(1);  // (B, 1)
     std::vector<attention::AttentionState*> layer_states(states.size());
+    for (DecodeState* s : states) s->position_ += 1;  // before the layers (Batch, on failure)
     at::Tensor logits = Run(ids, pos,
                             [&](const attention::Attention& a, int layer, const at::Tensor& q,
                                 const at::Tensor& k, const at::Tensor& v) {
@@ -493,7 +494,6 @@ absl::StatusOr<at::Tensor> Model::Step(absl::Span<DecodeState* const> states,
                                             v.select(2, 0))
                                   .unsqueeze(2);
                             });
-    for (DecodeState* s : states) s->position_ += 1;
     return logits.select(1, 0);  // (B, V)
   });
 }

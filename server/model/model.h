@@ -142,6 +142,10 @@ class Model {
   // Returns (S, V): the logits after each segment's last token. States must be distinct.
   // Without the fused path: Step over the one-token segments and Prefill for each other,
   // the reference this is tested against (tests/model/model_step_test.cc, FusedBatch).
+  // On failure each state is either untouched, position included (always so when a check
+  // fails: nothing has run then), or at a new position with its layers in no known
+  // condition: Rewind it to a checkpoint or discard it. Prefill and Step likewise: a
+  // state's position moves before its layers do.
   absl::StatusOr<at::Tensor> Batch(absl::Span<const Segment> segments) const;
 
   // Bytes of recurrent state one session holds after `context` tokens, all layers.

@@ -118,14 +118,16 @@ at::Tensor Model::StepFused(absl::Span<DecodeState* const> states,
   std::vector<int64_t> positions(b);
   for (int64_t i = 0; i < b; ++i) positions[i] = states[i]->position_;
   std::vector<attention::AttentionState*> layer_states(b);
-  at::Tensor logits = RunRowsFused(
-      tokens, positions.data(), scratch_floats,
-      [&](size_t li, float* q, float* k, float* v, float* o, float* scratch) {
-        for (int64_t i = 0; i < b; ++i) layer_states[i] = states[i]->layers_[li].get();
-        layers_[li].attention->StepRaw(layer_states, q, k, v, o, scratch);
-      });
+  // Moved before any layer is: a step that throws leaves a state it touched at a new
+  // position (Model::Batch, on failure).
   for (DecodeState* s : states) s->position_ += 1;
-  return logits;
+  return RunRowsFused(tokens, positions.data(), scratch_floats,
+                      [&](size_t li, float* q, float* k, float* v, float* o, float* scratch) {
+                        for (int64_t i = 0; i < b; ++i) {
+                          layer_states[i] = states[i]->layers_[li].get();
+                        }
+                        layers_[li].attention->StepRaw(layer_states, q, k, v, o, scratch);
+                      });
 }
 
 at::Tensor Model::PrefillFused(DecodeState& state, absl::Span<const int32_t> tokens) const {
@@ -146,13 +148,13 @@ at::Tensor Model::PrefillFused(DecodeState& state, absl::Span<const int32_t> tok
     const int64_t len = std::min(kPrefillBlock, t - start);
     positions.resize(len);
     for (int64_t i = 0; i < len; ++i) positions[i] = state.position_ + i;
+    state.position_ += len;  // before the layers change (Model::Batch, on failure)
     at::Tensor block = RunRowsFused(
         tokens.subspan(start, len), positions.data(), scratch_floats,
         [&](size_t li, float* q, float* k, float* v, float* o, float* scratch) {
           layers_[li].attention->PrefillRaw(*state.layers_[li], len, q, k, v, o, scratch);
         });
     logits.narrow(0, start, len).copy_(block);
-    state.position_ += len;
   }
   return logits;
 }
@@ -190,6 +192,8 @@ at::Tensor Model::BatchFused(absl::Span<const Segment> segments) const {
   }
   const int64_t dim = config_.dim;  // = H * D = H * Dv: a row's width in q, k, v, out
   std::vector<attention::AttentionState*> layer_states(decode);
+  // Before any layer changes (Model::Batch, on failure).
+  for (const Segment& seg : segments) seg.state->position_ += int64_t(seg.tokens.size());
   at::Tensor rows = RunRowsFused(
       tokens, positions.data(), scratch_floats,
       [&](size_t li, float* q, float* k, float* v, float* o, float* scratch) {
@@ -207,7 +211,6 @@ at::Tensor Model::BatchFused(absl::Span<const Segment> segments) const {
                                             k + at, v + at, o + at, scratch);
         }
       });
-  for (const Segment& seg : segments) seg.state->position_ += int64_t(seg.tokens.size());
   at::Tensor out = at::empty({int64_t(segments.size()), config_.vocab_size}, at::kFloat);
   for (size_t i = 0; i < segments.size(); ++i) out[int64_t(i)].copy_(rows[last_row[i]]);
   return out;  // (S, V)

@@ -17,8 +17,8 @@
 namespace attnserve::scheduler {
 
 struct Scheduler::Turn {
-  session::TurnClaim lease;
-  std::shared_ptr<session::Session> session;  // the lease's
+  session::TurnClaim claim;
+  std::shared_ptr<session::Session> session;  // the claim's
   TurnRequest request;
   std::shared_ptr<TurnSink> sink;
   std::shared_ptr<TurnControl> control;
@@ -32,6 +32,12 @@ struct Scheduler::Turn {
   // budget, model error) rewinds to it.
   std::unique_ptr<model::DecodeState> checkpoint;
   std::optional<int32_t> next_input;  // last emitted token, not yet in the state
+  // The state's position when the turn's segment was planned into this step's model
+  // call, until the turn takes the call's result. A turn that ends in between (the call
+  // failed or threw, or the step threw before the turn's logits) finds its state as it
+  // was if the position is unchanged (Model::Batch); else the state may hold any part
+  // of the segment.
+  std::optional<int64_t> position_before_call;
   int generated = 0;
   std::string tail;  // the last streamed bytes, as long as the longest stop string
   size_t longest_stop = 0;
@@ -58,13 +64,13 @@ Scheduler::~Scheduler() {
   engine_.join();
 }
 
-absl::StatusOr<std::shared_ptr<TurnControl>> Scheduler::Submit(session::TurnClaim lease,
+absl::StatusOr<std::shared_ptr<TurnControl>> Scheduler::Submit(session::TurnClaim claim,
                                                                TurnRequest request,
                                                                std::shared_ptr<TurnSink> sink) {
   auto turn = std::make_unique<Turn>();
   turn->control = std::make_shared<TurnControl>();
-  turn->session = lease.shared();
-  turn->lease = std::move(lease);
+  turn->session = claim.shared();
+  turn->claim = std::move(claim);
   turn->request = std::move(request);
   turn->sink = std::move(sink);
   std::shared_ptr<TurnControl> control = turn->control;
@@ -72,7 +78,7 @@ absl::StatusOr<std::shared_ptr<TurnControl>> Scheduler::Submit(session::TurnClai
     std::lock_guard<std::mutex> lock(mu_);
     if (!accepting_ || stop_) {
       // Refused before anything ran: no final message (the client retries the turn);
-      // the lease is released when `turn` goes.
+      // the claim is released when `turn` goes.
       return absl::UnavailableError("the server is shutting down; no new turns");
     }
     queue_.push_back(std::move(turn));
@@ -148,8 +154,9 @@ void Scheduler::EngineLoop() {
       progressed = false;
     } else {
       // LibTorch throws (an allocation that fails, a bug): a step that throws ends the
-      // turns it was running with INTERNAL, rewinding those still in their prompt; the
-      // engine and the other sessions carry on.
+      // turns it was running with INTERNAL, rewinding those still in their prompt and
+      // closing the sessions whose state it left part-way (Finish); the engine and the
+      // other sessions carry on.
       absl::StatusOr<bool> stepped = CatchTorch("engine step", [&] { return Step(turns); });
       if (stepped.ok()) {
         progressed = *stepped;
@@ -280,9 +287,11 @@ int64_t Scheduler::PlanPrefill(Turn& t, int64_t max_tokens, StepWork& work) {
   }
   // Only a prompt that takes several calls can end half-way in (a cancel, a deadline, the
   // budget, a failed step in a later chunk); a prompt done in one call is checked above
-  // before it touches the state. Skipping the copy there keeps it off the time to first
-  // token of short turns (about 1 ms at 3.5 MB of state).
+  // before it touches the state (a call that then fails part-way costs the session:
+  // Finish). Skipping the copy there keeps it off the time to first token of short turns
+  // (about 1 ms at 3.5 MB of state).
   if (t.prefilled == 0 && n < t.to_prefill.size()) t.checkpoint = state.Checkpoint();
+  t.position_before_call = state.position();
   work.turns.push_back(&t);
   work.segments.push_back({&state, chunk});
   return int64_t(n);
@@ -300,6 +309,7 @@ void Scheduler::PlanDecode(Turn& t, StepWork& work) {
     Finish(t, FinishReason::kError, s);
     return;
   }
+  t.position_before_call = state.position();
   work.turns.push_back(&t);
   work.segments.push_back({&state, token});
 }
@@ -326,7 +336,9 @@ void Scheduler::RunBatch(const model::Model& m, StepWork& work) {
   for (const auto& segment : work.segments) rows.push_back(int64_t(segment.tokens.size()));
   for (const auto& [first, end] : RowGroups(rows, kMaxRowsPerCall)) {
     const auto turns = absl::MakeSpan(work.turns).subspan(first, end - first);
-    auto logits = m.Batch(absl::MakeConstSpan(work.segments).subspan(first, end - first));
+    const auto segments = absl::MakeConstSpan(work.segments).subspan(first, end - first);
+    auto logits = options_.batch_for_testing ? options_.batch_for_testing(m, segments)
+                                             : m.Batch(segments);
     if (!logits.ok()) {
       for (Turn* t : turns) Finish(*t, FinishReason::kError, logits.status());
       continue;
@@ -340,6 +352,7 @@ void Scheduler::RunBatch(const model::Model& m, StepWork& work) {
     const int64_t vocab = out.size(1);
     for (size_t i = 0; i < turns.size(); ++i) {
       Turn& t = *turns[i];
+      t.position_before_call.reset();  // the segment is in: accounted for just below
       if (t.prefilling()) {
         t.prefilled += work.segments[first + i].tokens.size();
         t.session->PublishProgress();
@@ -404,8 +417,20 @@ void Scheduler::Finish(Turn& t, FinishReason reason, absl::Status error) {
   if (t.checkpoint) {
     t.session->state().Rewind(std::move(t.checkpoint));
     t.prefilled = 0;
+    t.position_before_call.reset();  // back to before the turn, whatever the call did
   }
-  if (t.next_input) {
+  // A model call that failed after the state moved (Model::Batch) left it holding an
+  // unknown part of the segment, with nothing to rewind to (decode tokens, a prompt done
+  // in one call): the session's text is lost. It is closed, never served again; giving
+  // back the pending token would append it twice.
+  const bool state_lost = t.position_before_call.has_value() &&
+                          t.session->state().position() != *t.position_before_call;
+  if (state_lost) {
+    reason = FinishReason::kError;
+    error = absl::InternalError(
+        absl::StrCat(error.ok() ? "the model step failed part-way" : error.message(),
+                     "; the session's state was lost and the session is closed"));
+  } else if (t.next_input) {
     t.session->pending_token() = t.next_input;
   } else if (t.had_pending && t.prefilled == 0) {
     t.session->pending_token() = t.to_prefill.front();
@@ -424,14 +449,16 @@ void Scheduler::Finish(Turn& t, FinishReason reason, absl::Status error) {
   // Release the session (saving it first when the store persists every turn) before
   // telling the client, so a client that starts its next turn as soon as it sees the
   // final message finds the session free.
-  options_.store->FinishTurn(std::move(t.lease), [sink = t.sink, result = std::move(result)](
-                                                     absl::Status saved) mutable {
-    if (!saved.ok()) {  // the session was taken over: this turn is not part of it
-      result.reason = FinishReason::kError;
-      result.error = std::move(saved);
-    }
-    sink->OnFinish(std::move(result));
-  });
+  options_.store->FinishTurn(
+      std::move(t.claim),
+      [sink = t.sink, result = std::move(result)](absl::Status saved) mutable {
+        if (!saved.ok()) {  // the session was taken over: this turn is not part of it
+          result.reason = FinishReason::kError;
+          result.error = std::move(saved);
+        }
+        sink->OnFinish(std::move(result));
+      },
+      /*broken=*/state_lost);
 }
 
 void Scheduler::PublishGauges(const std::vector<std::unique_ptr<Turn>>& turns) {

@@ -8,6 +8,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -46,6 +47,11 @@ class Scheduler {
     session::SessionStore* store = nullptr;
     // Not owned; may be null (no metrics).
     metrics::Metrics* metrics = nullptr;
+    // Tests only: runs each Model::Batch call instead of the model (it may call
+    // Model::Batch, fail, or throw), to fail a step part-way. Null: Model::Batch.
+    std::function<absl::StatusOr<at::Tensor>(const model::Model&,
+                                             absl::Span<const model::Model::Segment>)>
+        batch_for_testing;
   };
 
   // Starts the engine thread.
@@ -53,13 +59,13 @@ class Scheduler {
   // Stops the engine: turns still running finish as cancelled.
   ~Scheduler();
 
-  // Queues a turn on the session `lease` holds (SessionStore::BeginTurn). The scheduler
+  // Queues a turn on the session `claim` holds (SessionStore::BeginTurn). The scheduler
   // ends the turn through SessionStore::FinishTurn (which saves the session when the
-  // store persists each turn and releases the lease) and then calls sink->OnFinish.
-  // UNAVAILABLE once StopAccepting ran: the lease is released, the sink never called,
+  // store persists each turn and releases the claim) and then calls sink->OnFinish.
+  // UNAVAILABLE once StopAccepting ran: the claim is released, the sink never called,
   // and nothing happened to the session, so a client may retry elsewhere.
   // Thread-safe; never blocks on the engine.
-  absl::StatusOr<std::shared_ptr<TurnControl>> Submit(session::TurnClaim lease,
+  absl::StatusOr<std::shared_ptr<TurnControl>> Submit(session::TurnClaim claim,
                                                       TurnRequest request,
                                                       std::shared_ptr<TurnSink> sink);
 

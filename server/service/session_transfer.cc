@@ -1,6 +1,7 @@
 #include "server/service/session_transfer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -28,6 +29,11 @@ class ExportReactor : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
         return;
       }
       bytes_ = std::move(bytes).value();
+      chunks_ = SnapshotChunks(bytes_->size());
+      if (chunks_.empty()) {  // never a snapshot (it has a header): nothing to send
+        Done(grpc::Status(grpc::StatusCode::INTERNAL, "the session's snapshot is empty"));
+        return;
+      }
       WriteNext();
     };
     if (!service_->RunBlocking(std::move(start))) {
@@ -47,15 +53,14 @@ class ExportReactor : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
 
  private:
   void WriteNext() {
-    if (offset_ >= bytes_->size() && offset_ > 0) {
+    if (next_ == chunks_.size()) {
       Done(grpc::Status::OK);
       return;
     }
-    const size_t n = std::min(kSnapshotChunkBytes, bytes_->size() - offset_);
+    const auto [offset, n] = chunks_[next_++];
     chunk_.Clear();
-    chunk_.set_data(bytes_->data() + offset_, n);
-    if (offset_ == 0) chunk_.set_total_bytes(int64_t(bytes_->size()));
-    offset_ += n;
+    chunk_.set_data(bytes_->data() + offset, n);
+    if (offset == 0) chunk_.set_total_bytes(int64_t(bytes_->size()));
     StartWrite(&chunk_);
   }
   void Done(const grpc::Status& status) {
@@ -65,7 +70,8 @@ class ExportReactor : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
 
   AttnServeService* const service_;
   std::shared_ptr<const std::string> bytes_;
-  size_t offset_ = 0;
+  std::vector<std::pair<size_t, size_t>> chunks_;  // SnapshotChunks(bytes_->size())
+  size_t next_ = 0;                                // the next chunk to write
   v1::SnapshotChunk chunk_;
 };
 
@@ -73,7 +79,7 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
  public:
   ImportReactor(AttnServeService* service, session::SessionStore* store,
                 grpc::CallbackServerContext* context, v1::Session* response)
-      : service_(service), store_(store), response_(response) {
+      : service_(service), store_(store), context_(context), response_(response) {
     // Before reading a byte: an unauthenticated caller does not get to upload.
     auto caller = service_->ResolveCaller(context, "");
     if (!caller.ok()) {
@@ -85,7 +91,13 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {  // the client closed its side: the snapshot is complete
+    if (!ok) {
+      // No more messages: the client closed its side (the snapshot is complete), or the
+      // call was cancelled (what arrived is not an upload: nothing is imported).
+      if (Cancelled()) {
+        Done(absl::CancelledError("the import was cancelled; nothing was imported"));
+        return;
+      }
       // Admission may spill idle sessions to a durable store: off gRPC's threads.
       if (!service_->RunBlocking([this] { Import(); })) {
         Done(absl::ResourceExhaustedError(
@@ -124,16 +136,24 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
     }
     StartRead(&request_);
   }
-  void OnCancel() override {}
+  void OnCancel() override { cancelled_ = true; }
   void OnDone() override { delete this; }
 
  private:
+  // gRPC may report a cancellation (OnCancel) just after the read it failed.
+  bool Cancelled() const { return cancelled_.load() || context_->IsCancelled(); }
+
   void Import() {
     // The session is the importer's, whoever the snapshot names.
     auto session =
         store_->Import(tenant_, std::make_shared<const std::string>(std::move(bytes_)), ttl_);
     if (!session.ok()) {
       Done(session.status());
+      return;
+    }
+    if (Cancelled()) {  // while importing: the client will never learn the session's id
+      (void)store_->Close(tenant_, (*session)->id());
+      Done(absl::CancelledError("the import was cancelled; nothing was imported"));
       return;
     }
     auto info = store_->Get(tenant_, (*session)->id());
@@ -148,8 +168,10 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
 
   AttnServeService* const service_;
   session::SessionStore* const store_;
+  grpc::CallbackServerContext* const context_;
   v1::Session* const response_;
   v1::ImportSessionRequest request_;
+  std::atomic<bool> cancelled_{false};  // OnCancel ran
   std::string tenant_;  // the caller's, set before the first read
   std::string bytes_;
   uint64_t declared_ = 0;
@@ -158,6 +180,14 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionRequest> {
 };
 
 }  // namespace
+
+std::vector<std::pair<size_t, size_t>> SnapshotChunks(size_t total) {
+  std::vector<std::pair<size_t, size_t>> chunks;
+  for (size_t offset = 0; offset < total; offset += kSnapshotChunkBytes) {
+    chunks.emplace_back(offset, std::min(kSnapshotChunkBytes, total - offset));
+  }
+  return chunks;
+}
 
 grpc::ServerWriteReactor<v1::SnapshotChunk>* StartExport(
     AttnServeService* service, session::SessionStore* store,

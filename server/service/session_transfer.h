@@ -4,6 +4,10 @@
 // always called, the reactor deletes itself in OnDone.
 #pragma once
 
+#include <cstddef>
+#include <utility>
+#include <vector>
+
 #include "attnserve/v1/attnserve.grpc.pb.h"
 #include "server/service/attnserve_service.h"
 
@@ -11,6 +15,11 @@ namespace attnserve::service {
 
 // Largest chunk ExportSession writes.
 inline constexpr size_t kSnapshotChunkBytes = 1 << 20;
+
+// The chunks ExportSession writes for a snapshot of `total` bytes, in order, as
+// (offset, length): every byte once, each chunk 1 to kSnapshotChunkBytes long. None for
+// an empty snapshot, which ExportSession refuses (INTERNAL) rather than write.
+std::vector<std::pair<size_t, size_t>> SnapshotChunks(size_t total);
 
 grpc::ServerWriteReactor<v1::SnapshotChunk>* StartExport(
     AttnServeService* service, session::SessionStore* store,

@@ -249,6 +249,25 @@ TEST(FusedBatchChecks, EverySegmentIsCheckedBeforeAnyStateMoves) {
   EXPECT_EQ(b->position(), 0);
 }
 
+// A call that fails after a layer changed a state never leaves that state at its old
+// position, so a caller can tell it from an untouched one (Model::Batch). Here layer 1's
+// wq is made column-major (same values), which the fused path refuses once layer 0 has
+// taken every segment's rows.
+TEST(FusedBatchChecks, AStateALayerChangedIsNotLeftAtItsOldPosition) {
+  auto m = MakeScaled(StepConfig({"taylor", 2, false}, false));
+  ASSERT_TRUE(m->UsesFusedStep());
+  auto a = m->NewState(), b = m->NewState();
+  const std::vector<int32_t> prompt = Text(4, 0), token = {65};
+  ASSERT_TRUE(m->Prefill(*a, prompt).ok());
+  for (auto& [name, t] : m->NamedParameters()) {
+    if (name == "layers.1.wq") t.set_(t.t().contiguous().t());
+  }
+  std::vector<Model::Segment> segs = {{a.get(), token}, {b.get(), prompt}};
+  EXPECT_EQ(m->Batch(segs).status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(a->position(), 4) << "decode segment";
+  EXPECT_NE(b->position(), 0) << "prompt segment";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Modules, FusedBatch,
     testing::Values(Variant{"taylor", 2, false}, Variant{"taylor_norm", 2, false},

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "server/model/tokenizer.h"
@@ -497,6 +498,85 @@ TEST_F(SchedulerTest, TurnsThatFailBeforeTheirPromptIsInLeaveTheSessionUntouched
       auto again = Run(model, Greedy("", 6), session).second;
       auto twin_again = Run(model, Greedy("", 6), twin).second;
       EXPECT_EQ(again->ids(), twin_again->ids());
+    }
+  }
+}
+
+// A model call that fails or throws after the turn's state moved leaves the state
+// holding an unknown part of what it was given: the session is closed (INTERNAL, then
+// NOT_FOUND), never served with a token appended twice. A call that failed before the
+// state moved keeps the session, which goes on exactly as one decode of the text the
+// client saw.
+TEST_F(SchedulerTest, AFailedModelCallClosesTheSessionOnlyIfItMovedTheState) {
+  struct Fault {
+    const char* name;
+    bool prefill;  // fail the turn's prompt call (one call, no checkpoint), else a decode
+    bool moved;    // the model appended the segments before the failure
+    bool thrown;   // an exception out of the step, else an error status
+  };
+  const Fault faults[] = {
+      {"decode, moved, error", false, true, false},
+      {"decode, moved, thrown", false, true, true},
+      {"prompt, moved, thrown", true, true, true},
+      {"decode, untouched, error", false, false, false},
+      {"decode, untouched, thrown", false, false, true},
+      {"prompt, untouched, error", true, false, false},
+  };
+  auto greedy = [](const std::string& prompt, int max_tokens) {
+    TurnRequest r = Greedy(prompt, max_tokens);
+    r.ignore_eos = true;
+    return r;
+  };
+  for (const std::string module : {"taylor", "softmax"}) {
+    for (const Fault& fault : faults) {
+      SCOPED_TRACE(module + ": " + fault.name);
+      auto model = TinyModel(module);
+      std::atomic<model::DecodeState*> target{nullptr};
+      std::atomic<int> calls{0};
+      scheduler_.reset();
+      Scheduler::Options so;
+      so.store = store_.get();
+      so.prefill_chunk_tokens = 16;
+      // Fails, once, the first prompt call or the third decode call on `target`.
+      so.batch_for_testing = [&](const model::Model& m,
+                                 absl::Span<const model::Model::Segment> segments)
+          -> absl::StatusOr<at::Tensor> {
+        bool hit = false;
+        for (const auto& seg : segments) {
+          hit = hit || (seg.state == target.load() && (seg.tokens.size() > 1) == fault.prefill);
+        }
+        if (!hit || ++calls != (fault.prefill ? 1 : 3)) return m.Batch(segments);
+        if (fault.moved) EXPECT_TRUE(m.Batch(segments).ok());
+        if (fault.thrown) throw std::runtime_error("injected fault");
+        return absl::InternalError("injected fault");
+      };
+      scheduler_ = std::make_unique<Scheduler>(so);
+
+      auto [session, first] = Run(model, greedy("In the beginning", 5));
+      target = &session->state();
+      auto failed = Run(model, greedy(" and", 8), session).second;
+      const TurnResult r = failed->WaitFinish();
+      EXPECT_EQ(r.reason, FinishReason::kError);
+      EXPECT_EQ(r.error.code(), absl::StatusCode::kInternal) << r.error;
+      EXPECT_EQ(failed->ids().size(), fault.prefill ? 0u : 3u);
+
+      auto lease = store_->BeginTurn(kDefaultTenant, session->id());
+      if (fault.moved) {
+        EXPECT_EQ(lease.status().code(), absl::StatusCode::kNotFound)
+            << "the session was kept after a failed call moved its state";
+      } else {
+        EXPECT_TRUE(lease.ok()) << lease.status();
+      }
+      if (!lease.ok()) continue;
+      // A session that is kept holds what the client saw: the prompts it gave (the
+      // failed turn's if the turn streamed) and the tokens streamed, each once.
+      auto next = std::make_shared<RecordingSink>();
+      ASSERT_TRUE(scheduler_->Submit(std::move(*lease), greedy("!", 6), next).ok());
+      const std::string history = "In the beginning" + first->text() +
+                                  (failed->ids().empty() ? "" : " and" + failed->text()) + "!";
+      auto fresh = Run(model, greedy(history, 6)).second;
+      EXPECT_EQ(next->WaitFinish().session_position, int64_t(history.size()) + 6);
+      EXPECT_EQ(next->ids(), fresh->ids());
     }
   }
 }
