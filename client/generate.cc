@@ -24,7 +24,12 @@ constexpr CommandHelp kGenerateHelp = {
     "ttft_ms=F]\n"
     "position is the session's length after the turn, ttft_ms the server's\n"
     "time to first token. PROMPT - reads the prompt bytes from stdin.\n"
-    "--print_ids and --logprobs add lines to stderr before that one. Exit\n"
+    "--print_ids and --logprobs add lines to stderr before that one:\n"
+    "  [token id=N logprob=F text=\"ESCAPED\"]\n"
+    "per token, logprob the model's own log p (before temperature, top_k,\n"
+    "top_p), and with --top_logprobs=K (0..20) after each token K lines\n"
+    "  [alternative id=N logprob=F text=\"ESCAPED\"]\n"
+    "of the most likely tokens there, most likely first. Exit\n"
     "status 0 when generation finishes by stop or length, 1 on an error, a\n"
     "cancellation or a shutdown that could not be continued (finish=shutdown:\n"
     "the turn stopped at a consistent position, which the session keeps; a\n"
@@ -89,10 +94,14 @@ int RunGenerate(const Args& args, GlobalOptions options, const Io& io) {
   FlagSet flags;
   TurnFlags turn;
   bool logprobs = false;
+  int32_t top_logprobs = 0;
   bool print_ids = false;
   AddTurnFlags(&flags, &turn);
   flags.Add("logprobs", &logprobs,
             "ask for log p(token); prints one line per token");
+  flags.Add("top_logprobs", &top_logprobs,
+            "with --logprobs: also the N most likely tokens at each "
+            "position (0..20)");
   flags.Add("print_ids", &print_ids,
             "print the generated token ids on one line");
   Args positional;
@@ -106,6 +115,7 @@ int RunGenerate(const Args& args, GlobalOptions options, const Io& io) {
   request.set_model(turn.model);
   request.set_session_id(turn.session);
   request.set_logprobs(logprobs);
+  request.set_top_logprobs(top_logprobs);
   if (positional[0] == "-" && io.in != nullptr) {
     request.set_text(std::string(std::istreambuf_iterator<char>(*io.in), {}));
   } else {
@@ -141,6 +151,12 @@ int RunGenerate(const Args& args, GlobalOptions options, const Io& io) {
           token.has_logprob() ? absl::StrFormat("%.4f", token.logprob())
                               : "none",
           absl::CHexEscape(token.text()));
+      for (const v1::TopLogprob& alternative : token.top_logprobs()) {
+        absl::FPrintF(io.err,
+                      "[alternative id=%d logprob=%.4f text=\"%s\"]\n",
+                      alternative.id(), alternative.logprob(),
+                      absl::CHexEscape(alternative.text()));
+      }
     }
   }
   if (result.final.has_value()) {

@@ -4,7 +4,8 @@ multi-turn session, portable sessions and error handling, with stubs generated f
 (README.md here). What each command writes to stdout, its finish and summary lines and its
 error messages are those of the same `attnserve_client` command.
   generate --prompt=TEXT  stream the reply's bytes to stdout as they arrive, then a finish
-                          line to stderr
+                          line to stderr (--logprobs [--top_logprobs=N]: a line per token
+                          and per alternative before it)
   chat TURN [TURN...]     on one new session (closed at the end), each TURN + "\\n" is a
                           turn and each reply ends with a newline
   sessions export ID FILE             the session's snapshot to FILE (- for stdout), then
@@ -116,10 +117,11 @@ def with_retry(attempt, timeout, resend_ok=lambda: True):
             time.sleep(wait)
 
 
-def stream_turn(stub, request, timeout, write):
+def stream_turn(stub, request, timeout, write, keep=None):
     """One Generate call, sent again while refused before its first token (after one,
-    the same request would append its prompt twice). Calls write(bytes) per token;
-    returns (final message or None, tokens received)."""
+    the same request would append its prompt twice). Calls write(bytes) per token and
+    appends each Token message to the list keep, if given; returns (final message or
+    None, tokens received)."""
     tokens = [0]
 
     def attempt(seconds):
@@ -131,6 +133,8 @@ def stream_turn(stub, request, timeout, write):
             else:
                 tokens[0] += 1
                 write(response.token.text)
+                if keep is not None:
+                    keep.append(response.token)
         return final
 
     final = with_retry(attempt, timeout, lambda: tokens[0] == 0)
@@ -144,6 +148,26 @@ def finish_line(final):
             f"position={u.session_position} ttft_ms={u.time_to_first_token_ms:.1f}]\n")
 
 
+def c_hex_escape(data):
+    """bytes as absl::CHexEscape writes them, for lines the C++ client prints alike."""
+    named = {0x0a: "\\n", 0x0d: "\\r", 0x09: "\\t", 0x22: '\\"', 0x27: "\\'",
+             0x5c: "\\\\"}
+    return "".join(named.get(b) or (chr(b) if 0x20 <= b < 0x7f else f"\\x{b:02x}")
+                   for b in data)
+
+
+def logprob_lines(tokens):
+    """generate --logprobs: a line per token, then one per alternative (--top_logprobs),
+    as the C++ client prints them."""
+    lines = []
+    for t in tokens:
+        logprob = f"{t.logprob:.4f}" if t.HasField("logprob") else "none"
+        lines.append(f'[token id={t.id} logprob={logprob} text="{c_hex_escape(t.text)}"]\n')
+        lines += [f'[alternative id={a.id} logprob={a.logprob:.4f} '
+                  f'text="{c_hex_escape(a.text)}"]\n' for a in t.top_logprobs]
+    return "".join(lines)
+
+
 def run_turn(stub, args, text, session_id="", end_line=False):
     """Streams one turn's bytes to stdout (then a newline if end_line and they do not end
     with one) and its finish line to stderr. A turn on a named session that a server's
@@ -153,7 +177,11 @@ def run_turn(stub, args, text, session_id="", end_line=False):
     prompt may be only partly consumed. Raises grpc.RpcError or Failed."""
     sampling = pb.SamplingParams(temperature=args.temperature, seed=args.seed,
                                  max_tokens=args.max_tokens)
-    request = pb.GenerateRequest(session_id=session_id, text=text, sampling=sampling)
+    logprobs = getattr(args, "logprobs", False)  # generate only, as in the C++ client
+    request = pb.GenerateRequest(session_id=session_id, text=text, sampling=sampling,
+                                 logprobs=logprobs,
+                                 top_logprobs=getattr(args, "top_logprobs", 0))
+    kept = [] if logprobs else None
     last = [b"\n"]
 
     def write(data):
@@ -167,7 +195,7 @@ def run_turn(stub, args, text, session_id="", end_line=False):
             sys.stdout.buffer.write(b"\n")
             sys.stdout.buffer.flush()
 
-    final, tokens = stream_turn(stub, request, args.timeout, write)
+    final, tokens = stream_turn(stub, request, args.timeout, write, kept)
     request.ClearField("prompt")
     for _ in range(MAX_CONTINUATIONS):
         if (final is None or final.reason != pb.FINISH_REASON_SHUTDOWN or not session_id
@@ -176,7 +204,7 @@ def run_turn(stub, args, text, session_id="", end_line=False):
         if args.max_tokens:
             request.sampling.max_tokens = args.max_tokens - tokens
         try:
-            more, got = stream_turn(stub, request, args.timeout, write)
+            more, got = stream_turn(stub, request, args.timeout, write, kept)
         except grpc.RpcError:  # the stop, then why it could not be continued
             end()
             sys.stderr.write(finish_line(final))
@@ -188,6 +216,8 @@ def run_turn(stub, args, text, session_id="", end_line=False):
             more.usage.time_to_first_token_ms = final.usage.time_to_first_token_ms
         final = more
     end()
+    if kept:
+        sys.stderr.write(logprob_lines(kept))
     if final is None:
         raise Failed("attnserve: the stream ended without a final message")
     sys.stderr.write(finish_line(final))
@@ -339,6 +369,11 @@ def parse_args():
         p.add_argument("--seed", type=int, default=0)
     generate.add_argument("--prompt", required=True)
     generate.add_argument("--session", default="", help="continue this session")
+    generate.add_argument("--logprobs", action="store_true",
+                          help="ask for the model's log p(token); a line per token")
+    generate.add_argument("--top_logprobs", type=int, default=0, metavar="N",
+                          help="with --logprobs: also the N most likely tokens at each "
+                               "position (0..20)")
     chat_parser.add_argument("turns", nargs="+")
     sessions = commands.add_parser("sessions").add_subparsers(dest="action", required=True)
     export = sessions.add_parser("export", help="snapshot to FILE (- for stdout)")

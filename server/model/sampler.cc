@@ -31,12 +31,9 @@ absl::StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& p
 
 double Sampler::Uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
 
-int32_t Sampler::Sample(absl::Span<const float> logits) { return Sample(logits, nullptr); }
-
-int32_t Sampler::Sample(absl::Span<const float> logits, float* logprob) {
+int32_t Sampler::Sample(absl::Span<const float> logits) {
   const int32_t n = int32_t(logits.size());
   if (params_.temperature == 0) {
-    if (logprob != nullptr) *logprob = 0;
     // First maximum wins ties, so greedy decoding is deterministic.
     return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
@@ -82,7 +79,6 @@ int32_t Sampler::Sample(absl::Span<const float> logits, float* logprob) {
     }
     u -= probs_[i];
   }
-  if (logprob != nullptr) *logprob = float(std::log(probs_[chosen] / kept));
   return order_[chosen];
 }
 

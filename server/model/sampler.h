@@ -34,12 +34,9 @@ class Sampler {
   static absl::StatusOr<std::unique_ptr<Sampler>> Create(const SamplingParams& params);
 
   // logits: one row of vocab_size values. Returns the chosen id. Not thread-safe: one
-  // sampler per session.
+  // sampler per session. The token's reported logprob is not the sampler's business:
+  // it is the model's own (LogSoftmax in logprobs.h), whatever the parameters here.
   int32_t Sample(absl::Span<const float> logits);
-
-  // Also returns log p(chosen) under the temperature-scaled, top-k/top-p filtered
-  // distribution (0 under greedy).
-  int32_t Sample(absl::Span<const float> logits, float* logprob);
 
   const SamplingParams& params() const { return params_; }
 

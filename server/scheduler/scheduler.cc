@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/torch_status.h"
+#include "server/model/logprobs.h"
 #include "server/model/tokenizer.h"
 
 namespace attnserve::scheduler {
@@ -368,12 +369,14 @@ void Scheduler::RunBatch(const model::Model& m, StepWork& work) {
 }
 
 void Scheduler::Emit(Turn& t, float* logits, int64_t vocab) {
-  if (t.request.ignore_eos && vocab > model::kEosToken) {
-    logits[model::kEosToken] = -std::numeric_limits<float>::infinity();
-  }
-  float logprob = 0;
-  const int32_t id = t.sampler->Sample(absl::MakeConstSpan(logits, size_t(vocab)),
-                                       t.request.logprobs ? &logprob : nullptr);
+  const auto row = absl::MakeConstSpan(logits, size_t(vocab));
+  // ignore_eos keeps the sampler off the end-of-sequence token; its logit is put back
+  // after, since logprobs are the model's own.
+  const bool mask_eos = t.request.ignore_eos && vocab > model::kEosToken;
+  const float eos_logit = mask_eos ? logits[model::kEosToken] : 0;
+  if (mask_eos) logits[model::kEosToken] = -std::numeric_limits<float>::infinity();
+  const int32_t id = t.sampler->Sample(row);
+  if (mask_eos) logits[model::kEosToken] = eos_logit;
   const absl::Time now = absl::Now();
   if (t.generated == 0) {
     t.first_token = now;
@@ -387,8 +390,12 @@ void Scheduler::Emit(Turn& t, float* logits, int64_t vocab) {
     return;
   }
   ++t.generated;
-  TokenEvent event{id, model::TokenBytes(id), std::nullopt};
-  if (t.request.logprobs) event.logprob = logprob;
+  TokenEvent event{id, model::TokenBytes(id), std::nullopt, {}};
+  if (t.request.logprobs) {  // one pass over the vocabulary, only when asked
+    const model::LogSoftmax log_softmax(row);
+    event.logprob = log_softmax.At(id);
+    event.top_logprobs = log_softmax.Top(t.request.top_logprobs);
+  }
   t.tail += event.bytes;
   if (t.tail.size() > t.longest_stop) t.tail.erase(0, t.tail.size() - t.longest_stop);
   t.sink->OnToken(std::move(event));

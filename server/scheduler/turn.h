@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "server/model/logprobs.h"
 #include "server/model/sampler.h"
 #include "server/session/session_store.h"
 
@@ -25,7 +26,11 @@ struct TurnRequest {
   int max_tokens = 128;
   // Generation stops right after the streamed bytes end with any of these.
   std::vector<std::string> stop;
+  // Report the model's own log p of each token (log-softmax of its logits, before
+  // temperature, top_k, top_p and ignore_eos) and, with it, the top_logprobs most likely
+  // alternatives (0..20; admission checks the range and that logprobs is set).
   bool logprobs = false;
+  int top_logprobs = 0;
   // Never sample the end-of-sequence token (benchmarks: every turn runs to max_tokens).
   bool ignore_eos = false;
   // When the request arrived (for time to first token) and when it must be over.
@@ -36,7 +41,10 @@ struct TurnRequest {
 struct TokenEvent {
   int32_t id = 0;
   std::string bytes;  // empty for special tokens
-  std::optional<float> logprob;
+  std::optional<float> logprob;  // set when the turn asked for logprobs
+  // The turn's top_logprobs most likely tokens at this position, by logprob descending
+  // (ties: lower id first); special tokens included.
+  std::vector<model::TokenLogprob> top_logprobs;
 };
 
 enum class FinishReason {

@@ -116,6 +116,15 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
   }
   if (absl::Status s = ParseSampling(r.sampling(), limits, out.turn); !s.ok()) return s;
   out.turn.logprobs = r.logprobs();
+  if (r.top_logprobs() < 0 || r.top_logprobs() > kMaxTopLogprobs) {
+    return Invalid(absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs,
+                                "], got ", r.top_logprobs()));
+  }
+  if (r.top_logprobs() > 0 && !r.logprobs()) {
+    return Invalid(absl::StrCat("top_logprobs: ", r.top_logprobs(),
+                                " alternatives need logprobs set as well"));
+  }
+  out.turn.top_logprobs = r.top_logprobs();
   if (out.model) {
     if (absl::Status s = CheckPromptFits(out.turn, *out.model); !s.ok()) return s;
   }

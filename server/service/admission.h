@@ -27,6 +27,10 @@ struct RequestLimits {
   int default_max_tokens = 256;
 };
 
+// The most alternatives a Generate request may ask for per token (top_logprobs), as in
+// the OpenAI API.
+inline constexpr int kMaxTopLogprobs = 20;
+
 // A Generate request, validated: everything but the session lookup.
 struct ParsedGenerate {
   std::shared_ptr<const catalogue::ServedModel> model;  // null when a session is named
@@ -38,7 +42,8 @@ struct ParsedGenerate {
 // INVALID_ARGUMENT naming the field for: an empty prompt without a session, token ids
 // outside the model's vocabulary, a prompt over the limit, a negative temperature,
 // top_p outside (0, 1], negative top_k, max_tokens negative or over the limit, an
-// unknown stop encoding or undecodable stop string. NOT_FOUND for an unknown model.
+// unknown stop encoding or undecodable stop string, top_logprobs outside
+// [0, kMaxTopLogprobs] or above 0 without logprobs. NOT_FOUND for an unknown model.
 absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& request,
                                              const catalogue::ModelCatalogue& models,
                                              const RequestLimits& limits);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/model/tokenizer.h"
 #include "server/service/status_map.h"
 
 namespace attnserve::service {
@@ -26,6 +27,12 @@ class StreamSink : public scheduler::TurnSink {
     t->set_text(std::move(token.bytes));
     t->set_id(token.id);
     if (token.logprob) t->set_logprob(*token.logprob);
+    for (const model::TokenLogprob& alternative : token.top_logprobs) {
+      v1::TopLogprob* a = t->add_top_logprobs();
+      a->set_text(model::TokenBytes(alternative.id));
+      a->set_id(alternative.id);
+      a->set_logprob(alternative.logprob);
+    }
     Push(std::move(m), /*final=*/false);
   }
 

@@ -85,6 +85,24 @@ TEST_F(ClientTest, GeneratePrintsIdsAndLogprobsBeforeTheFinishLine) {
             "ttft_ms=1.5]\n");
 }
 
+TEST_F(ClientTest, GenerateTopLogprobsPrintsTheAlternativesAfterEachToken) {
+  service_.tokens = {"A", "\n"};
+  const Outcome run =
+      Client({"generate", "--logprobs", "--top_logprobs=2", "x"});
+  EXPECT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_TRUE(service_.generate_requests()[0].logprobs());
+  EXPECT_EQ(service_.generate_requests()[0].top_logprobs(), 2);
+  EXPECT_EQ(run.err,
+            "[token id=100 logprob=-0.5000 text=\"A\"]\n"
+            "[alternative id=100 logprob=-0.5000 text=\"A\"]\n"
+            "[alternative id=101 logprob=-1.5000 text=\"b\"]\n"
+            "[token id=101 logprob=-0.5000 text=\"\\n\"]\n"
+            "[alternative id=101 logprob=-0.5000 text=\"\\n\"]\n"
+            "[alternative id=102 logprob=-1.5000 text=\"b\"]\n"
+            "[finish=length prompt_tokens=1 generated_tokens=2 position=71 "
+            "ttft_ms=1.5]\n");
+}
+
 TEST_F(ClientTest, GenerateReportsServerErrorStatus) {
   service_.generate_status = {grpc::StatusCode::INVALID_ARGUMENT,
                               "sampling.temperature must be >= 0"};

@@ -92,6 +92,12 @@ class FakeAttnServe final : public v1::AttnServe::Service {
       response.mutable_token()->set_text(script.tokens[i]);
       response.mutable_token()->set_id(100 + static_cast<int>(i));
       if (request->logprobs()) response.mutable_token()->set_logprob(-0.5f);
+      for (int k = 0; k < request->top_logprobs(); ++k) {
+        v1::TopLogprob* a = response.mutable_token()->add_top_logprobs();
+        a->set_id(100 + static_cast<int>(i) + k);
+        a->set_text(k == 0 ? script.tokens[i] : std::string(1, 'a' + k));
+        a->set_logprob(-0.5f - k);
+      }
       writer->Write(response);
     }
     if (!script.status.ok()) return script.status;

@@ -65,7 +65,14 @@ class FakeAttnServe(pb_grpc.AttnServeServicer):
         with self.lock:
             tokens, code, reason = self.scripts.pop(0) if self.scripts else self.default
         for i, text in enumerate(tokens):
-            yield pb.GenerateResponse(token=pb.Token(text=text.encode(), id=100 + i))
+            token = pb.Token(text=text.encode(), id=100 + i)
+            if request.logprobs:  # as tests/client/fake_server.h scripts them
+                token.logprob = -0.5
+                for k in range(request.top_logprobs):
+                    alternative = text if k == 0 else chr(ord("a") + k)
+                    token.top_logprobs.add(id=100 + i + k, logprob=-0.5 - k,
+                                           text=alternative.encode())
+            yield pb.GenerateResponse(token=token)
         if code is not None:
             context.abort(code, SHUTTING_DOWN)
         usage = pb.Usage(prompt_tokens=len(request.text), generated_tokens=len(tokens),
@@ -141,6 +148,23 @@ class PythonClientRoutingTest(unittest.TestCase):
         self.assertEqual(len(self.fake.generate), 3)
         self.assertTrue(all(r == self.fake.generate[0] for r in self.fake.generate))
         self.assertEqual(self.fake.calls, [("Generate", "s1")] * 3)
+
+    def test_generate_logprobs_print_as_the_cpp_client_prints_them(self):
+        self.fake.default = (["A", "\n"], None, pb.FINISH_REASON_LENGTH)
+        code, out, err = self.client("generate", "--logprobs", "--top_logprobs=2",
+                                     "--prompt=x")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(out, b"A\n")
+        self.assertTrue(self.fake.generate[0].logprobs)
+        self.assertEqual(self.fake.generate[0].top_logprobs, 2)
+        self.assertEqual(err, '[token id=100 logprob=-0.5000 text="A"]\n'
+                              '[alternative id=100 logprob=-0.5000 text="A"]\n'
+                              '[alternative id=101 logprob=-1.5000 text="b"]\n'
+                              '[token id=101 logprob=-0.5000 text="\\n"]\n'
+                              '[alternative id=101 logprob=-0.5000 text="\\n"]\n'
+                              '[alternative id=102 logprob=-1.5000 text="b"]\n'
+                              "[finish=length prompt_tokens=1 generated_tokens=2 "
+                              "position=71 ttft_ms=1.5]\n")
 
     def test_turn_is_not_sent_again_after_a_token(self):
         self.fake.default = (["Hel"], grpc.StatusCode.UNAVAILABLE, pb.FINISH_REASON_LENGTH)

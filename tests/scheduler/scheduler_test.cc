@@ -62,6 +62,10 @@ class RecordingSink : public TurnSink {
     for (const auto& t : tokens_) out += t.bytes;
     return out;
   }
+  std::vector<TokenEvent> tokens() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return tokens_;
+  }
   bool finished() const {
     std::lock_guard<std::mutex> lock(mu_);
     return result_.has_value();
@@ -248,6 +252,89 @@ TEST_F(SchedulerTest, SlowReaderPausesOnlyItsOwnSession) {
   slow->SetCapacity(1 << 30);
   scheduler_->Wake();
   EXPECT_EQ(slow->WaitFinish().generated_tokens, 30);
+}
+
+// The model's own distributions, decoded directly: log_softmax (double, through ATen) of
+// its logits after `prompt` and after each of `ids` in turn, so row i is the one token i
+// was drawn from.
+std::vector<at::Tensor> ModelLogSoftmax(const model::Model& m, const std::string& prompt,
+                                        const std::vector<int32_t>& ids) {
+  auto state = m.NewState();
+  at::Tensor logits = m.Prefill(*state, model::Encode(prompt)).value()[-1];
+  model::DecodeState* states[] = {state.get()};
+  std::vector<at::Tensor> out;
+  for (int32_t id : ids) {
+    out.push_back(logits.to(at::kDouble).log_softmax(-1));
+    logits = m.Step(states, {id}).value()[0];
+  }
+  return out;
+}
+
+// Near enough for the scheduler's batched logits against the direct decode's, and ten
+// times tighter than the error of dropping the end-of-sequence token from the
+// normaliser (ignore_eos) on this model.
+void ExpectLogprobNear(float logprob, const at::Tensor& reference, int32_t id,
+                       const std::string& where) {
+  const double expected = reference[id].item<double>();
+  EXPECT_NEAR(logprob, expected, 1e-4 + 1e-5 * std::abs(expected)) << where;
+}
+
+TEST_F(SchedulerTest, GreedyLogprobsAreTheModelsLogSoftmaxNotZero) {
+  const std::string prompt = "In the beginning";
+  TurnRequest r = Greedy(prompt, 12);
+  r.logprobs = true;
+  r.top_logprobs = 4;
+  auto sink = Run(taylor_, r).second;
+  const std::vector<TokenEvent> tokens = sink->tokens();
+  ASSERT_EQ(tokens.size(), 12u);
+  const auto reference = ModelLogSoftmax(*taylor_->model, prompt, sink->ids());
+  double lowest = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::string where = "token " + std::to_string(i);
+    ASSERT_TRUE(tokens[i].logprob.has_value()) << where;
+    ExpectLogprobNear(*tokens[i].logprob, reference[i], tokens[i].id, where);
+    lowest = std::min(lowest, double(*tokens[i].logprob));
+    // The alternatives: the four most likely under the model, the greedy token first.
+    ASSERT_EQ(tokens[i].top_logprobs.size(), 4u) << where;
+    EXPECT_EQ(tokens[i].top_logprobs[0].id, tokens[i].id) << where;
+    EXPECT_EQ(tokens[i].top_logprobs[0].logprob, *tokens[i].logprob) << where;
+    const at::Tensor top_ids = std::get<1>(reference[i].topk(4));
+    for (int k = 0; k < 4; ++k) {
+      const auto& alt = tokens[i].top_logprobs[k];
+      ExpectLogprobNear(alt.logprob, reference[i], alt.id, where + " alternative " +
+                                                              std::to_string(k));
+      if (k > 0) EXPECT_LE(alt.logprob, tokens[i].top_logprobs[k - 1].logprob) << where;
+      EXPECT_EQ(alt.id, top_ids[k].item<int64_t>()) << where << " alternative " << k;
+    }
+  }
+  // Greedy is not certainty: the old sampling-distribution logprob was 0 throughout.
+  EXPECT_LT(lowest, -0.01);
+}
+
+TEST_F(SchedulerTest, SampledLogprobsIgnoreTemperatureTopKAndIgnoreEos) {
+  const std::string prompt = "And the earth";
+  TurnRequest r = Greedy(prompt, 16);
+  r.sampling = {/*temperature=*/0.5f, /*top_k=*/3, /*top_p=*/0.9f, /*seed=*/5};
+  r.ignore_eos = true;
+  r.logprobs = true;
+  auto sink = Run(taylor_, r).second;
+  const std::vector<TokenEvent> tokens = sink->tokens();
+  ASSERT_EQ(tokens.size(), 16u);
+  const auto reference = ModelLogSoftmax(*taylor_->model, prompt, sink->ids());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    ASSERT_TRUE(tokens[i].logprob.has_value());
+    ExpectLogprobNear(*tokens[i].logprob, reference[i], tokens[i].id,
+                      "token " + std::to_string(i));
+    EXPECT_TRUE(tokens[i].top_logprobs.empty());  // none asked for
+  }
+}
+
+TEST_F(SchedulerTest, NoLogprobsUnlessAsked) {
+  auto sink = Run(taylor_, Greedy("In the beginning", 4)).second;
+  for (const TokenEvent& t : sink->tokens()) {
+    EXPECT_FALSE(t.logprob.has_value());
+    EXPECT_TRUE(t.top_logprobs.empty());
+  }
 }
 
 TEST_F(SchedulerTest, StopStringEndsTheTurnAfterItIsStreamed) {

@@ -152,6 +152,48 @@ TEST_F(ServiceTest, TokenIdPromptsAndLogprobs) {
   EXPECT_EQ(Generate(r).ids(), s.ids());  // same seed, same tokens
 }
 
+TEST_F(ServiceTest, GreedyLogprobsAreTheModelsLogSoftmaxWithTheTopAlternatives) {
+  const std::string prompt = "In the beginning";
+  v1::GenerateRequest r = Greedy(prompt, 8);
+  r.set_logprobs(true);
+  r.set_top_logprobs(5);
+  Stream s = Generate(r);
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  ASSERT_EQ(s.ids(), DirectGreedy(*taylor_->model, prompt, 8));
+  // The model's log-softmax (double, through ATen) before each streamed token.
+  const model::Model& m = *taylor_->model;
+  auto state = m.NewState();
+  at::Tensor logits = m.Prefill(*state, model::Encode(prompt)).value()[-1];
+  model::DecodeState* states[] = {state.get()};
+  double lowest = 0;
+  for (const v1::Token& t : s.tokens) {
+    const at::Tensor reference = logits.to(at::kDouble).log_softmax(-1);
+    const auto near = [&](float logprob, int32_t id) {
+      const double expected = reference[id].item<double>();
+      return std::abs(logprob - expected) <= 1e-4 + 1e-5 * std::abs(expected);
+    };
+    ASSERT_TRUE(t.has_logprob());
+    EXPECT_TRUE(near(t.logprob(), t.id())) << t.logprob();
+    lowest = std::min(lowest, double(t.logprob()));
+    ASSERT_EQ(t.top_logprobs_size(), 5);
+    EXPECT_EQ(t.top_logprobs(0).id(), t.id());  // greedy: the most likely
+    EXPECT_EQ(t.top_logprobs(0).logprob(), t.logprob());
+    for (int k = 0; k < 5; ++k) {
+      const v1::TopLogprob& a = t.top_logprobs(k);
+      EXPECT_TRUE(near(a.logprob(), a.id())) << k;
+      EXPECT_EQ(a.text(), model::TokenBytes(a.id()));
+      if (k > 0) EXPECT_LE(a.logprob(), t.top_logprobs(k - 1).logprob());
+    }
+    logits = m.Step(states, {t.id()}).value()[0];
+  }
+  EXPECT_LT(lowest, -0.01);  // not the 0 of a greedy sampling distribution
+  // Without logprobs, neither field.
+  for (const v1::Token& t : Generate(Greedy(prompt, 3)).tokens) {
+    EXPECT_FALSE(t.has_logprob());
+    EXPECT_EQ(t.top_logprobs_size(), 0);
+  }
+}
+
 TEST_F(ServiceTest, ATurnContinuesExactlyWhereTheLastStopped) {
   for (const std::string model : {"tiny-taylor", "tiny-softmax"}) {
     const std::string id = CreateSession(model);
@@ -283,6 +325,12 @@ TEST_F(ServiceTest, BadInputGetsItsStatusCodeNamingTheField) {
   add("token prompt over limit", C::INVALID_ARGUMENT, "prompt: 101 tokens", [](auto& r) {
     for (int i = 0; i < 101; ++i) r.mutable_tokens()->add_ids(65);
   });
+  add("top_logprobs over 20", C::INVALID_ARGUMENT, "top_logprobs", [](auto& r) {
+    r.set_logprobs(true);
+    r.set_top_logprobs(21);
+  });
+  add("top_logprobs without logprobs", C::INVALID_ARGUMENT, "top_logprobs",
+      [](auto& r) { r.set_top_logprobs(2); });
   add("unknown model", C::NOT_FOUND, "model", [](auto& r) { r.set_model("nope"); });
   add("an unknown long model name is not echoed whole", C::NOT_FOUND, "... (5000 bytes)",
       [](auto& r) { r.set_model(std::string(5000, 'm')); });
