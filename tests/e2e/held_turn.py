@@ -2,17 +2,19 @@
 """A turn whose reader the test holds: client/python/attnserve_client.py's own `generate`
 (retries, the continuation of a turn a shutdown stopped, stdout, finish line, exit
 status), except that every Generate call it starts before the file RELEASE exists reads
-its first message and then nothing more until that file appears. Its channel keeps HTTP/2 flow control at a small window
-(no BDP probing, 1 KiB of lookahead), so the server's writes stop completing after a few
-hundred token messages and the turn pauses with its sink full (counted by
-attnserve_waiting_turns) instead of running on: it stays in flight across a drain, a
-SIGKILL or a store restart however fast the engine is, and ends only when the event ends
-it or the test releases it (a turn with more --max_tokens than the windows hold).
+its first message and then nothing more until that file appears. Its channel keeps
+HTTP/2 flow control at a small window (no BDP probing, 1 KiB of lookahead), so the
+server's writes stop completing after about 120 token messages (about 8,000 through
+HAProxy, whose buffers and HTTP/2 window hold the rest) and the turn pauses with its sink
+full (counted by attnserve_waiting_turns) instead of running on: it stays in flight
+across a drain, a SIGKILL or a store restart however fast the engine is, and ends only
+when the event ends it or the test releases it (a turn with more --max_tokens than the
+buffers hold).
 
 For each held call one line goes to stderr when the call ends, before the finish line:
   [held call: held_tokens=N end=REASON]
-N token messages were read in all; REASON is the final message's reason
-(shutdown, length, ...) or "error" when the call ended without one.
+N token messages were read in all; REASON is the final message's reason (shutdown,
+length, ...) or "error" when the call ended without one.
 Usage: held_turn.py RELEASE [attnserve_client.py flags] generate [generate flags]
 Needs the stubs on PYTHONPATH, as attnserve_client.py does.
 """

@@ -109,7 +109,8 @@ python_stubs() {
 # A turn that must stay in flight across an event (a drain, a SIGKILL, a store restart)
 # is held by a reader the test controls, never made long: it pauses once the server's
 # buffer and the reader's small flow-control window are full, and goes on only after
-# `release`. Its max_tokens must exceed what those hold (a few hundred tokens).
+# `release`. Its max_tokens must exceed what those hold: about 120 one-byte tokens on a
+# direct connection, about 8,000 through HAProxy.
 e2e_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 # held_turn ADDR NAME PROMPT [GENERATE FLAGS...]: in the background, a greedy turn of at
