@@ -176,7 +176,7 @@ def run_turn(stub, args, text, session_id="", end_line=False):
     the tokens received; a one-turn session is gone, and before the first token the
     prompt may be only partly consumed. Raises grpc.RpcError or Failed."""
     sampling = pb.SamplingParams(temperature=args.temperature, seed=args.seed,
-                                 max_tokens=args.max_tokens)
+                                 max_tokens=args.max_tokens, ignore_eos=args.ignore_eos)
     logprobs = getattr(args, "logprobs", False)  # generate only, as in the C++ client
     request = pb.GenerateRequest(session_id=session_id, text=text, sampling=sampling,
                                  logprobs=logprobs,
@@ -367,6 +367,8 @@ def parse_args():
         p.add_argument("--max_tokens", type=int, default=0, help="0: the server's default")
         p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
         p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--ignore_eos", action="store_true",
+                       help="generate past an end-of-sequence token, up to --max_tokens")
     generate.add_argument("--prompt", required=True)
     generate.add_argument("--session", default="", help="continue this session")
     generate.add_argument("--logprobs", action="store_true",

@@ -7,14 +7,15 @@
 #     client sees health SERVING, the models, /metrics, a generate, a session's turns, its
 #     export and import (the imported copy continues exactly like the original); the
 #     image's own HEALTHCHECK passes; the server runs as uid 10001; SIGTERM (`podman
-#     stop`) with a turn running: health NOT_SERVING at once, the turn stopped after the
-#     grace with its final message, exit code 0 long before the stop timeout;
+#     stop`) with a turn held open by its reader (held_turn.py): health NOT_SERVING at
+#     once, the turn stopped after the grace with its final message, exit code 0 long
+#     before the stop timeout;
 #  2. the scale stack of docker-compose.scale.yml: a Redis container, three replica
 #     containers of the same image with the compose file's store and persistence settings,
 #     an HAProxy container with deploy/haproxy/haproxy.cfg mounted where the compose file
 #     mounts it. Through HAProxy: a conversation whose turns all land on one replica; that
-#     replica's container is stopped (drain) during a long turn; the turn is finished by
-#     another replica from Redis, the conversation continues there, and every turn's bytes
+#     replica's container is stopped (drain) during a held turn; the drain stops it and
+#     another replica finishes it from Redis, the conversation continues there, and every turn's bytes
 #     equal the same conversation on the single container (greedy). Then every container
 #     stops with exit code 0.
 # No registry is reachable: redis and haproxy are small local images built FROM the same
@@ -192,9 +193,27 @@ print(int(sum(float(m.group(1)) for m in re.finditer(sys.argv[2] + r" (\S+)$", t
 PY
 }
 generate_calls() { metric_sum "$1" '^attnserve_requests_total\{[^}]*method="Generate"[^}]*\}'; }
+# release_when_stopped NAME METRICS_ADDR: in the background (pid in releaser), releases the
+# held turn NAME once the server there runs no turn (running or paused; twice in a row,
+# as the two gauges are set one after the other) or no longer answers: its drain stopped
+# the turn, whose final message now waits for the reader.
+release_when_stopped() {
+  local name=$1 addr=$2
+  (
+    zero=0
+    while [ "$zero" -lt 2 ]; do
+      n=$(metric_sum "$addr" '^attnserve_(running|waiting)_turns\{[^}]*\}' 2>/dev/null) || n=0
+      if [ "$n" -eq 0 ]; then zero=$((zero + 1)); else zero=0; fi
+      sleep 0.05
+    done
+    release "$name"
+  ) &
+  releaser=$!
+}
 
-# The conversation of both parts: short greedy turns, then a long one (long enough to be
-# running when a replica is stopped), then one more.
+# The conversation of both parts: short greedy turns, then a long one (held open by its
+# reader when a replica is stopped: more tokens than the reader's window and HAProxy's
+# buffers hold, up to ~10,000), then one more.
 prompts=("In the beginning" "And the earth was" "Then he said" "And it came to pass")
 long_prompt="Let there be light" long_tokens=30000
 
@@ -251,14 +270,11 @@ max_tokens=$long_tokens turn "$grpc" "$ref" ref.long "$long_prompt" --ignore_eos
 turn "$grpc" "$ref" ref.last "${prompts[0]}"
 lap single-requests
 
-step "single: podman stop -t 15 (SIGTERM) with a turn running"
-# On kjv-softmax, whose KV cache makes every token slower than the last: 65,000 taylor
-# tokens end inside the 2 s grace with the fused decode step.
-cli "$grpc" generate --model=kjv-softmax --max_tokens=60000 --ignore_eos "And God said" \
-  >"$work/drain.out" 2>"$work/drain.err" &
-drain_pid=$!
-for _ in $(seq 1 100); do [ -s "$work/drain.out" ] && break; sleep 0.05; done
-[ -s "$work/drain.out" ] || fail "single: the long turn produced nothing: $(cat "$work/drain.err")"
+step "single: podman stop -t 15 (SIGTERM) with a turn held open by its reader"
+max_tokens=20000 held_turn "$grpc" drain "And God said" --ignore_eos
+drain_pid=$held_pid
+wait_paused "$metrics" 1
+release_when_stopped drain "$metrics"
 # Health while the container stops: NOT_SERVING during the grace, then no answer.
 (
   for _ in $(seq 1 100); do
@@ -273,7 +289,8 @@ wait "$poller" || true
 grep -q NOT_SERVING "$work/drain-health.out" ||
   fail "single: health never said NOT_SERVING while draining: $(sort "$work/drain-health.out" | uniq -c)"
 wait_exit "$drain_pid" 10
-[ "$(finish_field drain finish)" = shutdown ] ||
+wait "$releaser" || true
+[ "$(finish_field drain finish)" = shutdown ] && [ "$(held_field drain end)" = shutdown ] ||
   fail "single: the running turn ended with '$(cat "$work/drain.err")', expected finish=shutdown"
 pm logs "$prefix-single" >"$work/single.log" 2>&1
 grep -q "SIGTERM: shutting down (grace 2s)" "$work/single.log" &&
@@ -393,13 +410,12 @@ for i in 0 1 2; do
   if [ "$delta" -eq 4 ]; then home=$((i + 1)); elif [ "$delta" -ne 0 ]; then home=""; break; fi
 done
 [ -n "$home" ] || fail "scale: the 4 turns were not all on one replica (Generate calls ${before[*]} -> ${after[*]})"
-step "scale: the session's turns are on attnserve-$home; stopping it (podman stop -t $compose_replica_stop) during a $long_tokens-token turn"
+step "scale: the session's turns are on attnserve-$home; stopping it (podman stop -t $compose_replica_stop) during a held $long_tokens-token turn"
 read -ra before <<<"$(counts)"
-cli "$proxy" generate --session="$sid" --max_tokens=$long_tokens --ignore_eos "$long_prompt" \
-  >"$work/scale.long.out" 2>"$work/scale.long.err" &
-long_pid=$!
-for _ in $(seq 1 100); do [ -s "$work/scale.long.out" ] && break; sleep 0.05; done
-[ -s "$work/scale.long.out" ] || fail "scale: the long turn produced nothing: $(cat "$work/scale.long.err")"
+max_tokens=$long_tokens held_turn "$proxy" scale.long "$long_prompt" --session="$sid" --ignore_eos
+long_pid=$held_pid
+wait_paused "${replica_metrics[home]}" 1
+release_when_stopped scale.long "${replica_metrics[home]}"
 stop_container "attnserve-$home" "$compose_replica_stop"
 stopped=$home
 pm logs "$prefix-attnserve-$home" >"$work/attnserve-$home.log" 2>&1
@@ -407,8 +423,9 @@ grep -q "drain: saved [1-9][0-9]* sessions to redis" "$work/attnserve-$home.log"
   logs=attnserve-$home fail "scale: attnserve-$home's drain did not save its sessions to redis"
 step "scale: attnserve-$home drained and exited 0 in ${stop_seconds}s"
 wait_exit "$long_pid" 60
-[ "$exit_status" -eq 0 ] ||
-  fail "scale: the long turn across the stop failed: $(cat "$work/scale.long.err")"
+wait "$releaser" || true
+[ "$exit_status" -eq 0 ] && [ "$(held_field scale.long end)" = shutdown ] ||
+  fail "scale: the held turn across the stop failed or was not stopped by the drain: $(cat "$work/scale.long.err")"
 same_turn "scale: the turn running when attnserve-$home stopped" scale.long ref.long
 read -ra after <<<"$(counts)"; continued=""
 for i in 1 2 3; do
@@ -416,11 +433,8 @@ for i in 1 2 3; do
     continued+=" attnserve-$i"
   fi
 done
-if [ -n "$continued" ]; then
-  step "scale: the long turn, stopped by the drain, was continued from redis on$continued"
-else
-  step "scale: the long turn finished within attnserve-$home's grace (no continuation needed)"
-fi
+[ -n "$continued" ] || fail "scale: no other replica continued the held turn the drain stopped"
+step "scale: the held turn, stopped by the drain, was continued from redis on$continued"
 expected="s1=UP s2=UP s3=UP"
 expected=${expected/s$home=UP/s$home=DOWN}
 wait_states "$expected" 10

@@ -104,3 +104,81 @@ python_stubs() {
     -I "$repo/proto" attnserve/v1/attnserve.proto attnserve/v1/model_config.proto ||
     fail "protoc"
 }
+
+# ---- turns held open by their reader (held_turn.py) ------------------------------------
+# A turn that must stay in flight across an event (a drain, a SIGKILL, a store restart)
+# is held by a reader the test controls, never made long: it pauses once the server's
+# buffer and the reader's small flow-control window are full, and goes on only after
+# `release`. Its max_tokens must exceed what those hold: about 120 one-byte tokens on a
+# direct connection, about 8,000 through HAProxy.
+e2e_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# held_turn ADDR NAME PROMPT [GENERATE FLAGS...]: in the background, a greedy turn of at
+# most $max_tokens (default 24) tokens by the Python client through held_turn.py, which
+# reads nothing until `release NAME`; bytes in NAME.out, stderr (the held call's line,
+# then the finish line) in NAME.err, pid in held_pid.
+held_turn() {
+  local addr=$1 name=$2 prompt=$3
+  shift 3
+  [ -d "$work/stubs" ] || repo=${repo:-$(cd "$e2e_dir/../.." && pwd)} python_stubs "$work/stubs"
+  PYTHONPATH="$work/stubs" "$py" "$e2e_dir/held_turn.py" "$work/$name.release" \
+    --server="$addr" --timeout=120 generate --max_tokens="${max_tokens:-24}" "$@" \
+    --prompt="$prompt" >"$work/$name.out" 2>"$work/$name.err" &
+  held_pid=$!
+}
+# wait_first_token NAME: until the held turn NAME has written its first token (it is in
+# flight, and stays so until released); fails after 60 s or if its client exited.
+wait_first_token() {
+  local deadline=$((SECONDS + 60))
+  until [ -s "$work/$1.out" ]; do
+    kill -0 "$held_pid" 2>/dev/null || [ -s "$work/$1.out" ] ||
+      fail "the held turn $1 ended before its first token: $(cat "$work/$1.err")"
+    [ "$SECONDS" -lt "$deadline" ] || fail "the held turn $1 wrote nothing in 60 s: $(cat "$work/$1.err")"
+    sleep 0.05
+  done
+}
+# release NAME: the held turn NAME reads on.
+release() { touch "$work/$1.release"; }
+# held_field NAME FIELD: held_tokens or end of the held call of turn NAME.
+held_field() { sed -n "s/^\[held call: .*\b$2=\([^] ]*\).*/\1/p" "$work/$1.err" | head -n 1; }
+
+# metric_of ADDR NAME [LABEL_REGEX]: the sum of every series of metric NAME on ADDR's
+# /metrics whose labels match LABEL_REGEX.
+metric_of() {
+  "$py" - "$1" "$2" "${3:-}" <<'PY'
+import re, sys, urllib.request
+direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
+text = direct.open(f"http://{sys.argv[1]}/metrics", timeout=5).read().decode()
+total = 0.0
+for m in re.finditer(r'^' + re.escape(sys.argv[2]) + r'(\{[^}]*\})? (\S+)$', text, re.M):
+    if re.search(sys.argv[3], m.group(1) or ""):
+        total += float(m.group(2))
+print(int(total))
+PY
+}
+
+# wait_paused METRICS_ADDR N [LABEL_REGEX]: until attnserve_waiting_turns (turns paused
+# because their client reads nothing more) of the matching models is at least N on
+# METRICS_ADDR; fails after 60 s. A held turn counted there can no longer finish alone.
+wait_paused() {
+  local addr=$1 want=$2 labels=${3:-} deadline=$((SECONDS + 60)) got
+  while :; do
+    got=$(metric_of "$addr" attnserve_waiting_turns "$labels")
+    [ "$got" -ge "$want" ] && return 0
+    [ "$SECONDS" -lt "$deadline" ] ||
+      fail "$got turn(s) paused on $addr after 60 s, expected $want (held turns that never filled their window: raise their max_tokens)"
+    sleep 0.05
+  done
+}
+
+# drain_reports LOG: how many drains the server logging to $work/LOG.log has reported:
+# its "drain: saved" (or "saving ... failed") line comes once every turn was stopped.
+drain_reports() { grep -c "attnserve: drain: sav" "$work/$1.log" || true; }
+# wait_drain_report LOG BEFORE: until LOG holds more than BEFORE drain reports (60 s).
+wait_drain_report() {
+  local deadline=$((SECONDS + 60))
+  until [ "$(drain_reports "$1")" -gt "$2" ]; do
+    [ "$SECONDS" -lt "$deadline" ] || logs=$1 fail "no drain report in $1.log 60 s after SIGTERM"
+    sleep 0.05
+  done
+}

@@ -131,7 +131,17 @@ done
 client sessions get "$spilled" >/dev/null || fail "a spilled session could not be loaded back"
 client sessions close "$spilled" || fail "closing the loaded session failed"
 [ ! -e "$work/sessions/$spilled.snap" ] || fail "closing left the session's file in the store"
-sleep 2  # two scrapes, so the rates over the window include this traffic
+# A scrape taken after this traffic (a later second than now), so the rates over the
+# window include it.
+traffic_done=$(date +%s) scraped=none
+deadline=$((SECONDS + 20))
+while [ "$SECONDS" -lt "$deadline" ]; do
+  scraped=$(scalar_of "$(query 'timestamp(up{job="attnserve"})')")
+  [ "$scraped" != none ] && [ "$scraped" -gt "$traffic_done" ] && break
+  sleep 0.2
+done
+[ "$scraped" != none ] && [ "$scraped" -gt "$traffic_done" ] ||
+  fail "no scrape after the traffic within 20 s (last at $scraped, traffic done at $traffic_done)"
 
 step "every query of $(basename "$dashboard") returns finite values (rates: some > 0)"
 [ -f "$dashboard" ] || fail "no dashboard at $dashboard"

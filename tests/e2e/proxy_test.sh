@@ -8,7 +8,8 @@
 # continues where it was from Redis) and makes it ready again (the session is routed back
 # to the replica that still holds its older copy in memory: GetSession and the next turn
 # must see the newest state); a replica that drains on SIGTERM is taken out by the gRPC
-# health check (NOT_SERVING) while its open stream runs to its final message. If nginx is
+# health check (NOT_SERVING) while its open stream (held open by its reader,
+# held_turn.py, until the drain has stopped it) runs to its final message. If nginx is
 # installed, the same session checks through deploy/nginx/attnserve.conf.
 # Usage: proxy_test.sh SERVER_BINARY CLIENT_BINARY
 set -euo pipefail
@@ -37,14 +38,10 @@ start=$SECONDS
 redis_port=$(free_port)
 start_redis "$redis_port"
 grpc=() metrics=()
-# Long enough streams for the drain check below; a short grace so the test stays short.
-# kjv-softmax beside the default: the stream that must outlast a drain runs on it, as its
-# KV cache makes every token slower than the last (65,000 taylor tokens end inside the
-# grace with the fused decode step).
-models_dir=$(cd "$(dirname "$0")/../../deploy/models" && pwd)
+# A grace long enough for the checks made while a replica drains, short so the test stays
+# short; a held stream (below) lasts it whatever the engine's speed.
 server_flags=(--session_store="redis://127.0.0.1:$redis_port" --persist=each_turn
-  --max_generated_tokens=200000 --shutdown_grace=4s
-  --model_dirs="$models_dir/kjv-taylor2,$models_dir/kjv-softmax")
+  --max_generated_tokens=200000 --shutdown_grace=4s)
 for i in 1 2 3; do
   grpc[i]=127.0.0.1:$(free_port) metrics[i]=127.0.0.1:$(free_port)
   start_named "r$i" "${grpc[i]}" "${metrics[i]}" "${server_flags[@]}"
@@ -242,39 +239,39 @@ else
 fi
 
 # --- a replica that drains leaves the proxy's rotation ----------------------------------
-step "SIGTERM on a replica with a stream through the proxy: health check takes it out"
-px generate --model=kjv-softmax --max_tokens=60000 --ignore_eos "In the beginning" \
-  >"$work/drain.out" 2>"$work/drain.err" &
-stream_pid=$!
+step "SIGTERM on a replica with a held stream through the proxy: health check takes it out"
+# A one-turn generate (round robin) whose reader holds it open: more tokens than the
+# reader's window and HAProxy's buffers hold (up to ~10,000), so it pauses in flight.
+max_tokens=40000 held_turn "$proxy" drain "In the beginning" --ignore_eos
+stream_pid=$held_pid
 victim=""
-for _ in $(seq 1 100); do  # the replica running it (one-turn generate: round robin)
+deadline=$((SECONDS + 60))
+while [ -z "$victim" ]; do  # the replica where it pauses
   for i in 1 2 3; do
-    if "$py" -c '
-import re, sys, urllib.request
-text = urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
-    f"http://{sys.argv[1]}/metrics", timeout=5).read().decode()
-sys.exit(0 if any(float(v) > 0 for v in re.findall(
-    r"^attnserve_running_turns\{[^}]*\} (\S+)$", text, re.M)) else 1)' "${metrics[i]}"; then
-      victim=$i
-    fi
+    [ "$(metric_of "${metrics[i]}" attnserve_waiting_turns)" -ge 1 ] && victim=$i
   done
-  [ -n "$victim" ] && break
-  sleep 0.05
+  [ -n "$victim" ] || [ "$SECONDS" -lt "$deadline" ] ||
+    fail "no replica reports the held stream as a paused turn after 60 s: $(cat "$work/drain.err")"
+  [ -n "$victim" ] || sleep 0.05
 done
-[ -n "$victim" ] || fail "no replica reports the long stream as a running turn"
+drains=$(drain_reports "r$victim")
 kill -TERM "${pids[victim]}"
 want=""
 for i in 1 2 3; do want+="${want:+ }s$i=$([ "$i" = "$victim" ] && echo DOWN || echo UP)"; done
 wait_states "$want" 8
 grep -q "attnserve/s$victim .*health is not SERVING" "$work/haproxy.log" ||
   fail "haproxy did not report r$victim's health as not SERVING"
-step "  r$victim marked DOWN by its health check (NOT_SERVING) while its stream runs"
+step "  r$victim marked DOWN by its health check (NOT_SERVING) while its stream is held open"
 [ "$(px health)" = SERVING ] || fail "health through the proxy with r$victim draining"
 px generate --max_tokens=8 "While one drains." >/dev/null 2>"$work/during.err" ||
   fail "a request through the proxy while r$victim drains: $(cat "$work/during.err")"
+[ "$(drain_reports "r$victim")" = "$drains" ] ||
+  fail "r$victim's grace ran out before the checks above were done: raise --shutdown_grace"
+wait_drain_report "r$victim" "$drains"
+release drain
 rc=0
 wait "$stream_pid" || rc=$?
-[ "$(finish_of "$work/drain.err" finish)" = shutdown ] ||
+[ "$(finish_of "$work/drain.err" finish)" = shutdown ] && [ "$(held_field drain end)" = shutdown ] ||
   fail "the stream on the draining replica ended without its final message (exit $rc): $(cat "$work/drain.err")"
 step "  the stream ran to its final message: $(grep -o '\[finish=.*\]' "$work/drain.err")"
 wait_exit "${pids[victim]}" 10

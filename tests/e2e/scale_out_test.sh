@@ -8,11 +8,13 @@
 #  1. Rolling restart: 32 conversations of 20 short turns (one paced `chat` client each)
 #     and 6 of 6 longer turns run through the proxy while the three replicas are
 #     restarted one at a time (SIGTERM, exit 0, start on the same port, up again in
-#     HAProxy). Each drain also stops a 20000-token turn streaming from that replica
-#     (FINISH_REASON_SHUTDOWN), which the client continues on another replica. Every
+#     HAProxy). Each drain also stops a turn held open on that replica by its reader
+#     (held_turn.py: it reads nothing until the drain has stopped the turn,
+#     FINISH_REASON_SHUTDOWN), which the client continues on another replica. Every
 #     client exits 0 and every transcript equals the reference.
 #  2. SIGKILL of the replica serving the most of 8 sessions (found by each replica's
-#     attnserve_generated_tokens_total) while a long turn runs on each of its sessions:
+#     attnserve_generated_tokens_total) while a held turn is in flight on each of its
+#     sessions:
 #     the next turn of every session through the proxy continues from its last completed
 #     turn (the client retries while the dead replica's leases lapse), and again once the
 #     replica is back.
@@ -22,8 +24,12 @@
 #     that completed before it), a refused turn leaves no trace, and replaying the
 #     successful prompts in completion order on a memory-only server gives the same bytes.
 #  4. redis-server restarted (SIGTERM, start again on the same port) while conversations
-#     and a long turn run through the proxy: clients exit 0, transcripts equal the
-#     reference, every session stored before is still in Redis.
+#     run through the proxy and a held turn is in flight (it finishes while Redis is
+#     down): clients exit 0, transcripts equal the reference, every session stored before
+#     is still in Redis.
+# No step depends on how fast the engine is: every turn that must outlive an event is
+# held open by its reader, and every wait is for the thing itself (a finish line, a
+# paused turn, a drain report), never a sleep.
 # Finally no replica may have taken a stored copy over its own unsaved state (that throws
 # away turns its clients were told had completed).
 # Usage: scale_out_test.sh SERVER_BINARY CLIENT_BINARY
@@ -50,6 +56,7 @@ command -v redis-server >/dev/null ||
   fail "redis-server not found: deploy/install.sh installs Debian's 'redis-server'"
 start=$SECONDS
 mkfifo "$work/never"  # nobody writes it: `read -t` on it sleeps without starting a process
+python_stubs "$work/stubs"  # for held_turn.py
 
 # ===================================== helpers ==========================================
 # wait_all SECONDS PID...: until every PID has exited (fails after SECONDS); leaves each
@@ -157,19 +164,24 @@ check_conversations() {
   [ "$bad" -eq 0 ] || fail "$name: $bad of ${#ids[@]} conversations wrong (above)"
 }
 
-# metric_of ADDR NAME [LABEL_REGEX]: sum of every series of metric NAME on ADDR's /metrics.
-metric_of() {
-  "$py" - "$1" "$2" "${3:-}" <<'PY'
-import re, sys, urllib.request
-direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
-text = direct.open(f"http://{sys.argv[1]}/metrics", timeout=5).read().decode()
-total = 0.0
-for m in re.finditer(r'^' + re.escape(sys.argv[2]) + r'(\{[^}]*\})? (\S+)$', text, re.M):
-    if re.search(sys.argv[3], m.group(1) or ""):
-        total += float(m.group(2))
-print(int(total))
-PY
+# wait_turns NAME TURNS IDS...: until each conversation NAME.ID has printed TURNS finish
+# lines (the client's --stats, after each turn); fails after 120 s.
+wait_turns() {
+  local name=$1 turns=$2 id deadline=$((SECONDS + 120)) behind
+  shift 2
+  while :; do
+    behind=0
+    for id in "$@"; do
+      [ "$(grep -c '^\[finish=' "$work/$name.$id.err" 2>/dev/null)" -ge "$turns" ] ||
+        behind=$((behind + 1))
+    done
+    [ "$behind" -eq 0 ] && return 0
+    [ "$SECONDS" -lt "$deadline" ] ||
+      fail "$name: $behind conversation(s) have not finished $turns turns after 120 s"
+    sleep 0.1
+  done
 }
+
 # generated_counts: attnserve_generated_tokens_total of r1 r2 r3.
 generated_counts() {
   local i out=()
@@ -178,11 +190,13 @@ generated_counts() {
 }
 
 # ================================== the stack ===========================================
-# kjv-softmax beside the default: the long turns that each drain must stop run on it, as
-# its KV cache makes every token slower than the last (10,000 tokens take about 5 s here,
-# where a taylor turn of 20,000 ends inside the 1 s grace with the fused decode step).
+# A held turn's max_tokens must exceed what the reader's window and HAProxy's buffers
+# hold (about 8,000 one-byte tokens here), or it could finish while held: held_tokens.
+# The default model, kjv-taylor2, has a fixed-size state, so its continuations and
+# references generate that many at a constant cost per token.
+held_tokens=40000
 models_dir=$(cd "$(dirname "$0")/../../deploy/models" && pwd)
-model_flags=(--model_dirs="$models_dir/kjv-taylor2,$models_dir/kjv-softmax")
+model_flags=(--model_dirs="$models_dir/kjv-taylor2")
 ref_addr=127.0.0.1:$(free_port)
 start_named ref "$ref_addr" "127.0.0.1:$(free_port)" --max_generated_tokens=200000 \
   "${model_flags[@]}"
@@ -238,28 +252,28 @@ grown_replica() {
   [ -n "$home" ] || fail "$3: no replica counted its tokens ($1 -> $2)"
 }
 
-# restart_replica I [AFTER_TERM_FLAG]: a long turn through the proxy on cut_id[I] (a
-# session served by rI) until it streams, SIGTERM, exit 0 within 20 s (the long turn is
-# still streaming then: stopped by the drain and continued elsewhere by the client),
-# the same flags on the same ports again, and up in HAProxy within 20 s. Touches
+# restart_replica I [AFTER_TERM_FLAG]: a turn through the proxy on cut_id[I] (a session
+# served by rI) held open by its reader until rI counts it paused, SIGTERM, the reader
+# released once rI reports its drain (the turn was stopped when the grace ran out:
+# FINISH_REASON_SHUTDOWN, continued elsewhere by the client), exit 0 within 20 s, the
+# same flags on the same ports again, and up in HAProxy within 20 s. Touches
 # $work/AFTER_TERM_FLAG right after the SIGTERM.
 restart_replica() {
-  local i=$1 t0=$SECONDS
-  "$client_bin" --server="$proxy" --timeout=120 generate --session="${cut_id[i]}" \
-    --max_tokens="$cut_tokens" --ignore_eos "${cut_prompts[2]}" \
-    >"$work/cut.$i.2.out" 2>"$work/cut.$i.2.err" &
-  cut_pid[i]=$!
-  bg_pids+=($!)
-  for _ in $(seq 1 200); do [ -s "$work/cut.$i.2.out" ] && break; sleep 0.025; done
-  [ -s "$work/cut.$i.2.out" ] || fail "the long turn on r$i printed nothing in 5 s"
-  step "  r$i: SIGTERM, a long turn streaming from it"
+  local i=$1 t0=$SECONDS drains
+  max_tokens=$cut_tokens held_turn "$proxy" "cut.$i.2" "${cut_prompts[2]}" \
+    --session="${cut_id[i]}" --ignore_eos
+  cut_pid[i]=$held_pid
+  bg_pids+=("$held_pid")
+  wait_first_token "cut.$i.2"
+  drains=$(drain_reports "r$i")
+  step "  r$i: SIGTERM, a turn held open on it"
   kill -TERM "${pids[i]}"
   [ -z "${2:-}" ] || touch "$work/$2"
+  wait_drain_report "r$i" "$drains"
+  release "cut.$i.2"
   wait_exit "${pids[i]}" 20
   pids[i]=""
   [ "$exit_status" -eq 0 ] || logs=r$i fail "r$i exited with $exit_status after SIGTERM"
-  kill -0 "${cut_pid[i]}" 2>/dev/null ||
-    fail "the long turn on r$i ended before r$i exited (not stopped by the drain; raise cut_tokens): $(cat "$work/cut.$i.2.err")"
   { grep "drain: saved" "$work/r$i.log" || true; } | tail -n 1 | sed "s/^/$test_name:     r$i /"
   start_named "r$i" "${grpc[i]}" "${metrics[i]}" "${server_flags[@]}"
   pids[i]=$started_pid
@@ -288,12 +302,13 @@ for c in $(seq 1 "$long_count"); do
     echo "Long conversation $c, part $t: the ${words[(c * 3 + t) % ${#words[@]}]}"
   done >"$work/long.$id.prompts"
 done
-# One session served by each replica, for a long turn that each drain stops.
-cut_tokens=10000 cut_prompts=("" "In the beginning" " And God said")
+# One session served by each replica, for the held turn that each drain stops; the held
+# call gets what the buffers held, the client's continuation the rest.
+cut_tokens=$held_tokens cut_prompts=("" "In the beginning" " And God said")
 cut_id=() cut_pid=()
 for _ in $(seq 1 30); do
   [ "${#cut_id[@]}" -eq 3 ] && break
-  id=$(new_session "$proxy" --model=kjv-softmax)
+  id=$(new_session "$proxy")
   max_tokens=12 home_turn "$proxy" "$id" "cut.$id.1" "${cut_prompts[1]}"
   [ -n "${cut_id[$home]:-}" ] && continue
   cut_id[home]=$id
@@ -304,7 +319,7 @@ done
 step "  references on the memory-only server: the long conversations side by side, the short ones one at a time"
 for i in 1 2 3; do
   (
-    r=$(new_session "$ref_addr" --model=kjv-softmax)
+    r=$(new_session "$ref_addr")
     max_tokens=12 turn "$ref_addr" "$r" "cut.ref.$i.1" "${cut_prompts[1]}"
     same_output "session ${cut_id[i]} turn 1" "cut.$i.1" "cut.ref.$i.1"
     max_tokens=$cut_tokens turn "$ref_addr" "$r" "cut.ref.$i.2" "${cut_prompts[2]}" --ignore_eos
@@ -329,9 +344,8 @@ done
 # Short turns 1-4 run before the first SIGTERM, 5-8 once r1 drains, 9-12 once r1 is back
 # and r2 drains, 13-16 once r3 drains, 17-20 once all three are back; 0.5 s apart, so
 # turns keep arriving while each replica drains, is down, and comes back. The long
-# conversations run back to back (a turn lasts seconds, longer than the shutdown grace,
-# so a drain stops some of them: the client continues them on another replica), their
-# last turn once all three are back.
+# conversations run back to back (a drain may stop one of theirs: the client continues
+# it on another replica), their last turn once all three are back.
 roll_start=$SECONDS
 redispatched() { grep -c ' [0-9]*/[0-9]*/[0-9]*/[0-9]*/+[0-9]* ' "$work/haproxy.log" || true; }
 generate_calls() { grep -c 'AttnServe/Generate ' "$work/haproxy.log" || true; }
@@ -342,7 +356,7 @@ long_pids=("${chat_pids[@]}")
 chat_flags=("${short_flags[@]}")
 conversations roll "$proxy" 0.5 "5=roll.r1 9=roll.r2 13=roll.r3 17=roll.done" "${convs[@]}"
 roll_pids=("${chat_pids[@]}")
-sleep 1
+wait_turns roll 4 "${convs[@]}"
 restart_replica 1 roll.r1
 restart_replica 2 roll.r2
 restart_replica 3 roll.r3
@@ -356,6 +370,8 @@ check_conversations long "$long_turns" "${long_pids[@]}" -- "${lconvs[@]}"
 for i in 1 2 3; do
   [ "${status_of[${cut_pid[i]}]}" -eq 0 ] ||
     fail "the long turn stopped by r$i's drain (session ${cut_id[i]}) failed (exit ${status_of[${cut_pid[i]}]}): $(cat "$work/cut.$i.2.err")"
+  [ "$(held_field "cut.$i.2" end)" = shutdown ] ||
+    fail "the held turn on r$i was not stopped by its drain (finish=shutdown): $(cat "$work/cut.$i.2.err")"
   [ "$(finish_field "cut.$i.2" generated_tokens)" = "$cut_tokens" ] ||
     fail "the long turn stopped by r$i's drain: $(cat "$work/cut.$i.2.err")"
   same_output "the long turn stopped by r$i's drain and continued (session ${cut_id[i]})" "cut.$i.2" "cut.ref.$i.2"
@@ -364,7 +380,7 @@ extra=$(($(generate_calls) - calls_before - conv_count * conv_turns - long_count
 step "  all $((conv_count + long_count)) conversations and the 3 stopped long turns: clients exited 0, transcripts equal the references ($((SECONDS - roll_start)) s; HAProxy redispatched $(redispatched) requests; $extra Generate calls beyond one per turn: client retries and continuations)"
 
 # ============================ 2. SIGKILL ================================================
-step "2. SIGKILL of the replica serving some sessions, a long turn in flight on each"
+step "2. SIGKILL of the replica serving some sessions, a held turn in flight on each"
 k_prompts=("" "In the beginning God created" " And the earth was without form" " And God said"
   " Let there be light")
 max_tokens=12
@@ -396,22 +412,20 @@ done
 step "  homes: $(for id in "${kill_ids[@]}"; do printf 'r%s ' "${home_of[$id]}"; done)-> kill r$victim (sessions ${victims[*]})"
 long_pids=()
 for s in "${victims[@]}"; do
-  "$client_bin" --server="$proxy" generate --session="${kill_ids[s - 1]}" --max_tokens=200000 \
-    --ignore_eos " And it was so" >"$work/kill.$s.long.out" 2>"$work/kill.$s.long.err" &
-  long_pids+=($!)
-  bg_pids+=($!)
+  max_tokens=$held_tokens held_turn "$proxy" "kill.$s.long" " And it was so" \
+    --session="${kill_ids[s - 1]}" --ignore_eos
+  long_pids+=("$held_pid")
+  bg_pids+=("$held_pid")
 done
-for s in "${victims[@]}"; do
-  for _ in $(seq 1 200); do [ -s "$work/kill.$s.long.out" ] && break; sleep 0.025; done
-  [ -s "$work/kill.$s.long.out" ] || fail "the long turn on session ${kill_ids[s - 1]} printed nothing in 5 s"
-done
+wait_paused "${metrics[victim]}" "${#victims[@]}"
 lease_keys=$(redis-cli -p "$redis_port" --scan --pattern 'attnserve:lease:*' | wc -l)
 kill -KILL "${pids[victim]}"
 wait_exit "${pids[victim]}" 10
 pids[victim]=""
 [ "$exit_status" -eq 137 ] || fail "SIGKILLed r$victim exited with $exit_status"
 step "  r$victim killed with ${#victims[@]} turn(s) in flight ($lease_keys lease key(s) in Redis)"
-wait_all 15 "${long_pids[@]}"
+for s in "${victims[@]}"; do release "kill.$s.long"; done
+wait_all 60 "${long_pids[@]}"
 for pid in "${long_pids[@]}"; do
   [ "${status_of[$pid]}" -ne 0 ] || fail "a turn in flight on the killed replica reported success"
 done
@@ -519,8 +533,9 @@ for c in $(seq 1 "$redis_count"); do
   done >"$work/redis.$id.prompts"
   reference_chat redis "$id"
 done
-# And one session with a long turn in flight when Redis stops.
-long_tokens=5000 long_prompts=("" "In the beginning" " And God said" " And it was so")
+# And one session with a held turn in flight when Redis stops, released once Redis is
+# down.
+long_tokens=$held_tokens long_prompts=("" "In the beginning" " And God said" " And it was so")
 long_id=$(new_session "$proxy")
 max_tokens=24 turn "$proxy" "$long_id" redis.long.1 "${long_prompts[1]}"
 rl=$(new_session "$ref_addr")
@@ -530,29 +545,29 @@ max_tokens=24 turn "$ref_addr" "$rl" redis.long.ref.3 "${long_prompts[3]}"
 # Turns 1-5 before the stop, 6-10 while Redis is down, 11-15 once it is back.
 conversations redis "$proxy" 0.3 "6=redis.down 11=redis.up" "${rconvs[@]}"
 redis_pids=("${chat_pids[@]}")
-sleep 1
-"$client_bin" --server="$proxy" generate --session="$long_id" --max_tokens=$long_tokens --ignore_eos \
-  "${long_prompts[2]}" >"$work/redis.long.2.out" 2>"$work/redis.long.2.err" &
-long_pid=$!
+max_tokens=$long_tokens held_turn "$proxy" redis.long.2 "${long_prompts[2]}" \
+  --session="$long_id" --ignore_eos
+long_pid=$held_pid
 bg_pids+=("$long_pid")
-for _ in $(seq 1 200); do [ -s "$work/redis.long.2.out" ] && break; sleep 0.025; done
-[ -s "$work/redis.long.2.out" ] || fail "the long turn printed nothing in 5 s"
+wait_first_token redis.long.2
+wait_turns redis 5 "${rconvs[@]}"
 redis-cli -p "$redis_port" ping >/dev/null
 step "  stopping redis-server (SIGTERM)"
 kill -TERM "$redis_pid"
 wait_exit "$redis_pid" 10
 [ "$exit_status" -eq 0 ] || logs=redis fail "redis-server exited with $exit_status after SIGTERM"
 touch "$work/redis.down"
-in_flight=no
-kill -0 "$long_pid" 2>/dev/null && in_flight=yes
-sleep 2.5
+release redis.long.2
+wait_all 90 "$long_pid"
+wait_turns redis 10 "${rconvs[@]}"
+step "  with Redis down: the held turn finished ($(finish_field redis.long.2 generated_tokens) tokens), every conversation finished turn 10"
 start_redis "$redis_port" "${redis_flags[@]}"
 touch "$work/redis.up"
-step "  redis-server back on port $redis_port (the long turn was in flight when it stopped: $in_flight)"
-wait_all 90 "${redis_pids[@]}" "$long_pid"
+step "  redis-server back on port $redis_port"
+wait_all 90 "${redis_pids[@]}"
 check_conversations redis 15 "${redis_pids[@]}" -- "${rconvs[@]}"
 step "  all $redis_count conversations: clients exited 0, transcripts equal the references"
-[ "${status_of[$long_pid]}" -eq 0 ] ||
+[ "${status_of[$long_pid]}" -eq 0 ] && [ "$(held_field redis.long.2 end)" = length ] ||
   fail "the turn in flight when Redis stopped failed (exit ${status_of[$long_pid]}): $(cat "$work/redis.long.2.err")"
 same_output "the turn in flight when Redis stopped" redis.long.2 redis.long.ref.2
 max_tokens=24 turn "$proxy" "$long_id" redis.long.3 "${long_prompts[3]}"

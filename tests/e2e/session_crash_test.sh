@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Crash end to end: --persist=each_turn on a dir: store; two completed turns, then a long
-# turn in flight when the server is SIGKILLed. A new server process on the same store has
+# Crash end to end: --persist=each_turn on a dir: store; two completed turns, then a turn
+# in flight when the server is SIGKILLed (held open by its reader, held_turn.py, however
+# fast the engine is). A new server process on the same store has
 # the session at its position after turn 2 (the turn in flight is lost, nothing else), and
 # a greedy continuation equals the uninterrupted reference's turn 3. For a fixed-state
 # module and a KV cache.
@@ -13,6 +14,7 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/session_lib.sh"
 ref_pid="" srv_pid=""
 declare -A long_pid=()
+metrics_addr=127.0.0.1:$(free_port)
 cleanup() {
   for p in "${long_pid[@]}"; do stop "$p"; done
   stop "$srv_pid"
@@ -43,7 +45,7 @@ done
 
 store=$work/store
 addr=127.0.0.1:$(free_port)
-start_named crash.1 "$addr" "127.0.0.1:$(free_port)" "${model_flags[@]}" \
+start_named crash.1 "$addr" "$metrics_addr" "${model_flags[@]}" \
   --session_store="dir:$store" --persist=each_turn
 srv_pid=$started_pid
 
@@ -58,22 +60,19 @@ for m in $models; do
     fail "[$m] no file for session ${sid[$m]} in the store after a completed turn: $(ls "$store")"
 done
 
-step "a long turn in flight on every session, then SIGKILL"
+step "a held turn in flight on every session, then SIGKILL"
 for m in $models; do
-  "$client_bin" --server="$addr" generate --session="${sid[$m]}" --max_tokens=50000 --ignore_eos " And it was so" \
-    >"$work/$m.long.out" 2>"$work/$m.long.err" &
-  long_pid[$m]=$!
+  max_tokens=50000 held_turn "$addr" "$m.long" " And it was so" --session="${sid[$m]}" --ignore_eos
+  long_pid[$m]=$held_pid
 done
-for m in $models; do
-  for _ in $(seq 1 200); do [ -s "$work/$m.long.out" ] && break; sleep 0.025; done
-  [ -s "$work/$m.long.out" ] || fail "[$m] the long turn printed nothing in 5 s"
-done
+wait_paused "$metrics_addr" 2
 kill -KILL "$srv_pid"
 wait_exit "$srv_pid" 10
 srv_pid=""
 [ "$exit_status" -eq 137 ] || fail "the SIGKILLed server exited with $exit_status, expected 137"
 for m in $models; do
-  wait_exit "${long_pid[$m]}" 10
+  release "$m.long"
+  wait_exit "${long_pid[$m]}" 30
   unset "long_pid[$m]"
   [ "$exit_status" -ne 0 ] || fail "[$m] the turn in flight at SIGKILL reported success: $(cat "$work/$m.long.err")"
   step "[$m] the client of the killed turn exited $exit_status: $(tr '\n' ' ' <"$work/$m.long.err")"

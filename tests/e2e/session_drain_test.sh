@@ -2,7 +2,8 @@
 # Drain end to end, on a dir: store and on a real Redis: 16 sessions mid-conversation on a
 # server that gets SIGTERM; it exits 0 in time, saving them; a new server process on the
 # same store continues every one byte-identically to an uninterrupted reference (a
-# memory-only server running the same turns). A turn still running at SIGTERM ends with
+# memory-only server running the same turns). A turn still running at SIGTERM (held open
+# by its reader, held_turn.py, until the server reports its drain) ends with
 # finish=shutdown at a position the session resumes from; while a turn runs out the grace,
 # health is NOT_SERVING and new sessions and turns are UNAVAILABLE.
 # Usage: session_drain_test.sh SERVER_BINARY CLIENT_BINARY
@@ -30,12 +31,13 @@ prompt() {  # prompt SESSION TURN
     3) echo " Amen. And" ;;
   esac
 }
-# The long turn: it runs until the drain stops it. On the softmax model, whose KV cache
-# makes each token slower than the last (50,000 taylor tokens take about 2 s with the
-# fused decode step, inside the grace).
+# The held turn: its reader reads nothing after the first token until the drain has
+# stopped it, so it runs out any grace however fast the engine is (it pauses once the
+# buffers between engine and reader are full, far below its max_tokens). On the softmax
+# model: a KV cache saved mid-turn.
 long_prompt1="Now these are the generations"
 long_prompt2=" And they went forth"
-long_flags=(--max_tokens=50000 --ignore_eos)
+long_tokens=50000
 # The client retries UNAVAILABLE (client/retry.h) within its deadline: a 1 s deadline
 # keeps each expected refusal to about a second.
 quick=--timeout=1
@@ -53,10 +55,10 @@ done
 # drain STORE TAG GRACE
 drain() {
   local store=$1 tag=$2 grace=$3
-  local addr i t
-  addr=127.0.0.1:$(free_port)
+  local addr metrics_addr i t
+  addr=127.0.0.1:$(free_port) metrics_addr=127.0.0.1:$(free_port)
   logs="$tag.1 $tag.2"
-  start_named "$tag.1" "$addr" "127.0.0.1:$(free_port)" "${model_flags[@]}" \
+  start_named "$tag.1" "$addr" "$metrics_addr" "${model_flags[@]}" \
     --session_store="$store" --shutdown_grace="$grace"
   srv_pid=$started_pid
   step "[$tag] $n sessions, 2 turns each"
@@ -67,16 +69,15 @@ drain() {
     same_output "[$tag] session $i turn 2 before the drain" "$tag.$i.2" "ref$i.2"
   done
 
-  step "[$tag] a long turn in the background, then SIGTERM (grace $grace)"
+  step "[$tag] a held turn in the background, then SIGTERM (grace $grace)"
   local long
   long=$(new_session "$addr" --model=kjv-softmax)
   turn "$addr" "$long" "$tag.long.1" "$long_prompt1"
-  "$client_bin" --server="$addr" generate --session="$long" "${long_flags[@]}" "$long_prompt2" \
-    >"$work/$tag.long.2.out" 2>"$work/$tag.long.2.err" &
-  long_pid=$!
-  for _ in $(seq 1 200); do [ -s "$work/$tag.long.2.out" ] && break; sleep 0.025; done
-  [ -s "$work/$tag.long.2.out" ] || fail "[$tag] the long turn printed nothing in 5 s"
-  local t0=$SECONDS
+  max_tokens=$long_tokens held_turn "$addr" "$tag.long.2" "$long_prompt2" --session="$long" --ignore_eos
+  long_pid=$held_pid
+  wait_paused "$metrics_addr" 1
+  local t0=$SECONDS drains
+  drains=$(drain_reports "$tag.1")
   kill -TERM "$srv_pid"
 
   if [ "$grace" != 0s ]; then
@@ -87,8 +88,11 @@ drain() {
     expect_failure "$tag.create_draining" UNAVAILABLE "shutting down" -- cli "$addr" $quick sessions create
     expect_failure "$tag.turn_draining" UNAVAILABLE "shutting down" -- \
       cli "$addr" $quick generate --session="${ids[1]}" --max_tokens=5 "x"
-    kill -0 "$long_pid" 2>/dev/null || fail "[$tag] the long turn ended before the grace ran out: $(cat "$work/$tag.long.2.err")"
+    drain_reports "$tag.1" | grep -qx "$drains" ||
+      fail "[$tag] the grace ran out before the checks above were done: raise the grace"
   fi
+  wait_drain_report "$tag.1" "$drains"
+  release "$tag.long.2"
 
   wait_exit "$srv_pid" 30
   srv_pid=""
@@ -104,12 +108,12 @@ drain() {
   local long_rc=$exit_status
   step "[$tag] the long turn's client (exit $long_rc) printed: $(tr '\n' ' ' <"$work/$tag.long.2.err")"
   [ "$long_rc" -eq 1 ] || fail "[$tag] the stopped turn's client exited $long_rc, expected 1"
-  [ "$(finish_field "$tag.long.2" finish)" = shutdown ] ||
+  [ "$(finish_field "$tag.long.2" finish)" = shutdown ] && [ "$(held_field "$tag.long.2" end)" = shutdown ] ||
     fail "[$tag] the long turn ended with '$(cat "$work/$tag.long.2.err")', expected finish=shutdown"
   local g pos_long
   g=$(finish_field "$tag.long.2" generated_tokens)
   pos_long=$(finish_field "$tag.long.2" position)
-  [ "$g" -ge 1 ] && [ "$g" -lt 50000 ] || fail "[$tag] the stopped turn generated $g tokens"
+  [ "$g" -ge 1 ] && [ "$g" -lt "$long_tokens" ] || fail "[$tag] the stopped turn generated $g tokens"
   [ "$(wc -c <"$work/$tag.long.2.out")" -ge 1 ] || fail "[$tag] the stopped turn printed nothing"
 
   start_named "$tag.2" "$addr" "127.0.0.1:$(free_port)" "${model_flags[@]}" --session_store="$store"

@@ -154,19 +154,19 @@ cli "$b_addr" sessions get "$t3" | grep -q '^ttl: *123 s' || fail "a fork should
 
 step "a session with a turn in flight: export and fork are FAILED_PRECONDITION"
 busy=$(new_session "$a_addr")
-"$client_bin" --server="$a_addr" generate --session="$busy" --max_tokens=50000 --ignore_eos "In the beginning" \
-  >"$work/busy.out" 2>"$work/busy.err" &
-busy_pid=$!
-for _ in $(seq 1 200); do [ -s "$work/busy.out" ] && break; sleep 0.025; done
-[ -s "$work/busy.out" ] || fail "the long turn printed nothing in 5 s"
+# Held open by its reader (held_turn.py, never released): in flight until it is killed.
+max_tokens=50000 held_turn "$a_addr" busy "In the beginning" --session="$busy" --ignore_eos
+busy_pid=$held_pid
+for _ in $(seq 1 600); do [ -s "$work/busy.out" ] && break; sleep 0.05; done
+[ -s "$work/busy.out" ] || fail "the held turn printed nothing in 30 s: $(cat "$work/busy.err")"
 expect_failure export_busy FAILED_PRECONDITION "flight|busy" -- cli "$a_addr" sessions export "$busy" "$work/busy.snap"
 [ ! -e "$work/busy.snap" ] || fail "a refused export left $work/busy.snap behind"
 expect_failure fork_busy FAILED_PRECONDITION "flight|busy" -- cli "$a_addr" sessions fork "$busy"
-kill -0 "$busy_pid" 2>/dev/null || fail "the long turn ended before the checks: $(cat "$work/busy.err")"
+kill -0 "$busy_pid" 2>/dev/null || fail "the held turn ended before the checks: $(cat "$work/busy.err")"
 kill -TERM "$busy_pid"  # the client goes away: the server cancels the turn
 wait_exit "$busy_pid" 10
 busy_pid=""
-for _ in $(seq 1 50); do
+for _ in $(seq 1 300); do
   cli "$a_addr" sessions get "$busy" | grep -q '^busy: *no' && break
   sleep 0.1
 done

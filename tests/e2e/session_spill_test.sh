@@ -73,11 +73,11 @@ turn "$addr" "$sid" idle.1 "$(prompt 1 1)"
 same_output "turn 1 before the spill" idle.1 ref.1.1
 [ "$(metric "$metrics_port" attnserve_sessions_spilled_total)" -eq 0 ] || fail "spilled before being idle"
 t0=$SECONDS
-for _ in $(seq 1 100); do
+for _ in $(seq 1 300); do
   cli "$addr" sessions list | grep -q "$sid" || break
   sleep 0.1
 done
-cli "$addr" sessions list | grep -q "$sid" && fail "session $sid still in memory 10 s after its turn"
+cli "$addr" sessions list | grep -q "$sid" && fail "session $sid still in memory 30 s after its turn"
 step "left memory after about $((SECONDS - t0)) s idle"
 spilled=$(metric "$metrics_port" attnserve_sessions_spilled_total)
 [ "$spilled" -eq 1 ] || fail "attnserve_sessions_spilled_total is $spilled, expected 1"

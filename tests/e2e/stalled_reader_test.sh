@@ -21,7 +21,7 @@ start_server "$addr" 127.0.0.1:$(free_port) --stream_idle_timeout=1s --max_gener
 step "a stream whose client stops reading after one message is cut off after 1 s"
 session=$("$client_bin" --server="$addr" sessions create) || fail "sessions create"
 PYTHONPATH="$work/stubs" "$py" - "$addr" "$session" "$client_bin" <<'PY' || fail "see above"
-import subprocess, sys, time
+import re, subprocess, sys, time
 import grpc
 from attnserve.v1 import attnserve_pb2 as pb, attnserve_pb2_grpc as rpc
 
@@ -36,7 +36,19 @@ stream = stub.Generate(request, metadata=[("x-session-id", session)], timeout=60
 first = next(stream)
 assert first.HasField("token"), first
 start = time.monotonic()
-time.sleep(4)  # reads nothing: the window fills and the server's writes stall
+# Reads nothing more: the window fills, the server's writes stall, and once they have
+# stalled for --stream_idle_timeout the server ends the turn and releases the session.
+# Waits for that (never for a fixed time), then checks it took the timeout at least.
+while True:
+    get = subprocess.run([client_bin, f"--server={addr}", "sessions", "get", session],
+                         capture_output=True, text=True)
+    if get.returncode == 0 and re.search(r"^busy: *no", get.stdout, re.M):
+        break
+    assert time.monotonic() - start < 60, f"the session is still held after 60 s: {get.stdout}{get.stderr}"
+    time.sleep(0.1)
+waited = time.monotonic() - start
+assert waited >= 1, f"the session was released after {waited:.2f} s, within the 1 s timeout"
+print(f"  the session was released {waited:.1f} s after the client stopped reading")
 
 # The session was released: a turn on it from another client runs now.
 turn = subprocess.run([client_bin, f"--server={addr}", "generate", f"--session={session}",

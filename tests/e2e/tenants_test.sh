@@ -135,7 +135,7 @@ step "the tenant gauges say so (housekeeping updates them every 0.5 s)"
 "$py" - "$metrics" <<'PY' || fail "attnserve_tenant_sessions does not show bob 2, alice 1"
 import sys, time, urllib.request
 want = ('attnserve_tenant_sessions{tenant="bob"} 2', 'attnserve_tenant_sessions{tenant="alice"} 1')
-for _ in range(50):
+for _ in range(300):  # waits for the gauges, 30 s at most
     text = urllib.request.urlopen(f"http://{sys.argv[1]}/metrics", timeout=10).read().decode()
     if all(w in text.splitlines() for w in want):
         sys.exit(0)

@@ -57,6 +57,18 @@ class ServiceTest : public testing::Test {
     stub_ = v1::AttnServe::NewStub(channel_);
   }
 
+  // A stub on its own channel whose flow-control window stays small: once its reader
+  // stops reading, the turn pauses (the server's buffer fills) and stays in flight,
+  // however fast the engine is.
+  std::unique_ptr<v1::AttnServe::Stub> SmallWindowStub() const {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024);
+    return v1::AttnServe::NewStub(grpc::CreateCustomChannel(
+        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials(),
+        args));
+  }
+
   Stream Generate(const v1::GenerateRequest& request) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
@@ -211,14 +223,8 @@ TEST_F(ServiceTest, ATurnContinuesExactlyWhereTheLastStopped) {
 TEST_F(ServiceTest, CancelMidStreamFreesTheTurn) {
   const std::string id = CreateSession("tiny-taylor");
   {
-    // A reader whose flow-control window stays small: once it stops reading, the turn
-    // pauses (the server's buffer fills) and stays in flight.
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024);
-    auto slow = v1::AttnServe::NewStub(grpc::CreateCustomChannel(
-        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials(),
-        args));
+    // Once its reader stops reading, the turn pauses and stays in flight.
+    auto slow = SmallWindowStub();
     grpc::ClientContext context;
     context.AddMetadata("x-session-id", id);
     auto reader = slow->Generate(&context, Greedy("abc", 5000, id));
@@ -251,6 +257,9 @@ TEST_F(ServiceTest, CancelMidStreamFreesTheTurn) {
 // the engine has not yet stopped the first: the second waits for it.
 TEST_F(ServiceTest, TurnSentRightAfterACancelWaitsForItInsteadOfFailing) {
   const std::string id = CreateSession("tiny-taylor");
+  // Its reader reads one message before the cancel: the turn cannot run to its
+  // max_tokens meanwhile, however long the cancel takes to come.
+  auto slow = SmallWindowStub();
   for (int round = 0; round < 20; ++round) {
     {
       grpc::ClientContext context;
@@ -259,7 +268,7 @@ TEST_F(ServiceTest, TurnSentRightAfterACancelWaitsForItInsteadOfFailing) {
       // leave no pending token for the empty-prompt turn below.
       v1::GenerateRequest request = Greedy("abc", 5000, id);
       request.mutable_sampling()->set_ignore_eos(true);
-      auto reader = stub_->Generate(&context, request);
+      auto reader = slow->Generate(&context, request);
       v1::GenerateResponse m;
       ASSERT_TRUE(reader->Read(&m));
       context.TryCancel();
