@@ -1,5 +1,5 @@
 // Routing metadata and a bounded retry of refused calls, for several server
-// replicas behind a load balancer that hashes x-session-id (DESIGN.md §7). A
+// replicas behind a load balancer that hashes x-session-id (server/DESIGN.md §7). A
 // replica that drains refuses new turns and sessions with UNAVAILABLE ("the
 // server is shutting down"), and a replica asked for a session whose lease
 // another one holds answers UNAVAILABLE ("... leased by another writer; retry")

@@ -8,7 +8,7 @@
 #
 # Why the serial OpenBLAS: the OpenMP build enlarges thread-local storage so much that
 # prometheus-cpp's web server fails to create threads. Why not the reference BLAS: it is
-# ~15-20x slower for our matrix shapes (see README, "BLAS").
+# ~15-20x slower for our matrix shapes (see tests/bench/README.md, "BLAS").
 set -euo pipefail
 
 SUDO=""

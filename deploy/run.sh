@@ -31,7 +31,7 @@ echo
 echo "== $client --server=$listen generate --max_tokens=120 --temperature=0.8 \"In the beginning\""
 "$client" --server="$listen" generate --max_tokens=120 --temperature=0.8 "In the beginning"
 echo
-# The README's samples (README.md, "The default model"): 1,000 bytes, greedy.
+# The samples of deploy/models/README.md ("Samples"): 1,000 bytes, greedy.
 echo "== $client --server=$listen generate --max_tokens=1000 --ignore_eos --temperature=0 \"In the beginning\""
 "$client" --server="$listen" generate --max_tokens=1000 --ignore_eos --temperature=0 "In the beginning"
 echo

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ablation and swap tables of the README, measured with attnserve_eval on this
+# The ablation and swap tables of deploy/models/README.md, measured with attnserve_eval on this
 # machine: validation loss and bits per byte on the fixed validation windows, state bytes
 # per session at 1k and 16k context, decode tokens/s (one session, after a 1,024-byte
 # prompt, 256 greedy tokens, one thread). Usage: deploy/models/ablation.sh [BUILD_DIR]

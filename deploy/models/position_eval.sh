@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Loss by position along the context, out to 16k bytes (README.md, "The default model"):
-# stretches of 16,385 bytes of the KJV validation split, one starting every 4,096 bytes
+# Loss by position along the context, out to 16k bytes (deploy/models/README.md,
+# "Quality along the context"): stretches of 16,385 bytes of the KJV validation split,
+# one starting every 4,096 bytes
 # (49 of them, overlapping, so the short buckets average over 49 stretches rather than
 # the 13 that fit side by side), are each fed continuously through each model's serving
 # path (chunked prefill into one fresh session per stretch: the recurrent state for

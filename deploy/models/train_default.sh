@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Trains the default model (README.md, "The default model") in two stages. Stage 1 trains
-# kjv-taylor2-long from scratch: dim 192, 4 layers, 6 heads of 32, on long windows. A
-# curriculum: the first 800 steps on 128-byte windows (64 a step),
+# Trains the default model (deploy/models/README.md, "The default model") in two stages.
+# Stage 1 trains kjv-taylor2-long from scratch: dim 192, 4 layers, 6 heads of 32, on long
+# windows. A curriculum: the first 800 steps on 128-byte windows (64 a step),
 # then 512-byte windows (16 a step), 8,192 bytes a step throughout; 2,000 steps = 16.4M
 # bytes (about 3.9 passes over the 4.2 MB training split), both cores, lr 3e-3 on a cosine
 # to 2,000 steps, seed 1. (The run was planned for 4,000 steps; at the 512-byte phase's

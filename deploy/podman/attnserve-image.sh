@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the attnserve image from deploy/Dockerfile with podman, on machines that reach no
-# image registry (DESIGN.md §6), and skips the build when the image is up to date.
+# image registry (server/DESIGN.md §6), and skips the build when the image is up to date.
 #
 #   deploy/podman/attnserve-image.sh [--force] [IMAGE]     (IMAGE: localhost/attnserve:latest)
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes the local stand-in for the official debian:12 image, for podman on machines that
-# reach no image registry (the project's machines and CI: DESIGN.md §6): a minimal
+# reach no image registry (the project's machines and CI: server/DESIGN.md §6): a minimal
 # Debian 12 root file system from the host's own apt mirror (debootstrap --variant=minbase),
 # given the host's apt sources (same mirror, bookworm-updates and security), imported as
 # docker.io/library/debian:12 so that `FROM debian:12` in deploy/Dockerfile and

@@ -1,5 +1,5 @@
 // The attention-module interface: one causal multi-head attention with three paths that
-// must agree numerically (DESIGN.md §2):
+// must agree numerically (server/DESIGN.md §2):
 //   Parallel  whole sequences at once (training and reference)
 //   Prefill   append a prompt to one session's state, chunk by chunk
 //   Step      one token for each of many sessions, each at its own position

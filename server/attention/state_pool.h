@@ -1,5 +1,5 @@
 // Fixed-size fp32 slots for the per-session states of one fixed-state attention module
-// (DESIGN.md §4, "State lives in pools"): every session's state for a layer sits in one
+// (server/DESIGN.md §2, "State pools"): every session's state for a layer sits in one
 // of a few large slabs rather than in tensors of its own, so a batched decode step walks
 // packed memory, and forking or snapshotting a state is a slot copy.
 #pragma once

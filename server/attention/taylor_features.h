@@ -1,4 +1,5 @@
-// The Taylor kernel T_N(s) = sum_{n<=N} s^n / n! and its feature maps (DESIGN.md §1).
+// The Taylor kernel T_N(s) = sum_{n<=N} s^n / n! and its feature maps (server/DESIGN.md
+// §1).
 //
 // (q . k)^n / n! = sum over multi-indices a with |a| = n of q^a k^a / prod_i a_i!, so
 // T_N(q . k) = Queries(q) . Keys(k) with one feature per distinct monomial of degree

@@ -62,7 +62,8 @@ struct ServerOptions {
   // Longest idle lifetime a request may ask for (--max_ttl).
   absl::Duration max_ttl = absl::Hours(24);
   // LibTorch intra-op threads for the engine (--threads). One is fastest for small
-  // models: measured 1,780 vs 1,057 tokens/s for one session with 2 (README).
+  // models: measured 1,780 vs 1,057 tokens/s for one session with 2
+  // (tests/bench/README.md, "Continuous batching end to end").
   int threads = 1;
   // Scheduler::Options: prompt tokens per model call, and per engine step in all.
   int prefill_chunk_tokens = 256;

@@ -1,4 +1,4 @@
-// A Llama-style decoder (DESIGN.md §3): token embedding, num_layers x (RMSNorm,
+// A Llama-style decoder (server/DESIGN.md §3): token embedding, num_layers x (RMSNorm,
 // attention with RoPE, residual, RMSNorm, SwiGLU, residual), final RMSNorm, untied head.
 // The attention module of every layer is the one the config names.
 //
@@ -136,9 +136,9 @@ class Model {
   // Whether `tokens` may be appended to `state`: not empty, ids in the vocabulary, the
   // state this model's, max_context not passed. Batch checks every segment with it.
   absl::Status CheckAppend(const DecodeState& state, absl::Span<const int32_t> tokens) const;
-  // One engine step over every segment at once (DESIGN.md §4): the rows of all segments
-  // go through the projections and MLPs together; attention takes the one-token segments
-  // together (the modules' StepRaw) and each longer one as a prefill (PrefillRaw).
+  // One engine step over every segment at once (server/DESIGN.md §4): the rows of all
+  // segments go through the projections and MLPs together; attention takes the one-token
+  // segments together (the modules' StepRaw) and each longer one as a prefill (PrefillRaw).
   // Returns (S, V): the logits after each segment's last token. States must be distinct.
   // Without the fused path: Step over the one-token segments and Prefill for each other,
   // the reference this is tested against (tests/model/model_step_test.cc, FusedBatch).

@@ -190,7 +190,7 @@ bool Scheduler::Step(std::vector<std::unique_ptr<Turn>>& turns) {
                                ? options_.prefill_tokens_per_step
                                : std::numeric_limits<int64_t>::max();
   // Every turn's work this step, one batch per model: decoding turns append their next
-  // token, prefilling turns a chunk of their prompt (DESIGN.md §4).
+  // token, prefilling turns a chunk of their prompt (server/DESIGN.md §4).
   std::map<const model::Model*, StepWork> work;
   for (auto& owned : turns) {
     Turn& t = *owned;

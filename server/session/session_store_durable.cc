@@ -1,6 +1,6 @@
 // SessionStore's durable half: loading sessions from the store, the store lease that
-// makes one server at a time the writer of a session (server/DESIGN.md, "Sessions beyond
-// one process"), fenced writes after turns, spills and the drain.
+// makes one server at a time the writer of a session (server/DESIGN.md §7), fenced writes
+// after turns, spills and the drain.
 //
 // The invariant, for every session in memory (one-turn sessions aside) with a durable store: either
 // it is clean (the store holds its state at `generation_`), or it is dirty and this

@@ -1,6 +1,6 @@
-// Replication's lease half, "one writer per session" (server/DESIGN.md, "Sessions beyond
-// one process"): store leases taken with a bounded wait, kept alive while held, given up
-// after the write that makes the store current. Every write of a leased session is fenced by the lease's token and the
+// Replication's lease half, "one writer per session" (server/DESIGN.md §7): store leases
+// taken with a bounded wait, kept alive while held, given up after the write that makes the
+// store current. Every write of a leased session is fenced by the lease's token and the
 // generation it last saw, so a process that lost its lease can never overwrite newer
 // state. Thread-safe.
 #pragma once

@@ -1,5 +1,5 @@
 // The Lua scripts of the Redis backend (redis_store.h): one writer per session
-// (DESIGN.md §7) as scripts that Redis runs with nothing in between.
+// (server/DESIGN.md §7) as scripts that Redis runs with nothing in between.
 #pragma once
 
 namespace attnserve::store {

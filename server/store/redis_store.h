@@ -26,7 +26,7 @@ namespace attnserve::store {
 // (RemoveExpired is a no-op). Values are sent as counted arguments, so any bytes
 // round-trip.
 //
-// Leases and generations (DESIGN.md §7, one Redis, fenced writes, not Redlock): the
+// Leases and generations (server/DESIGN.md §7, one Redis, fenced writes, not Redlock): the
 // generation is an integer under `attnserve:gen:<id>`, the lease a random token under
 // `attnserve:lease:<id>` with its own expiry. Every operation that touches more than one
 // key is one Lua script or one MULTI/EXEC, so Redis runs it without anything in between:

@@ -35,10 +35,10 @@ struct LeaseGrant {
 // characters); every method answers INVALID_ARGUMENT for anything else, so an id can
 // never name a path outside the store.
 //
-// One writer per session (DESIGN.md §7): every stored snapshot has a generation, a count
-// that each write raises by one (the first write makes it 1; 0 means none stored). It lives
-// exactly as long as the snapshot (same expiry) and Delete removes it with the bytes. A
-// writer takes the session's lease (AcquireLease), which tells it the current generation,
+// One writer per session (server/DESIGN.md §7): every stored snapshot has a generation, a
+// count that each write raises by one (the first write makes it 1; 0 means none stored). It
+// lives exactly as long as the snapshot (same expiry) and Delete removes it with the bytes.
+// A writer takes the session's lease (AcquireLease), which tells it the current generation,
 // writes with PutFenced, which refuses unless the lease is still its own and the generation
 // is still the one it last saw, and gives the lease up (ReleaseLease). So a writer that
 // lost its lease, or raced another, can never overwrite newer state. Plain Put and Delete

@@ -6,7 +6,8 @@ one BLAS directory, pinned to one CPU.  Variant order rotates every round so mac
 all variants equally.  Per cell we report the median over all samples (rounds x samples/process).
 Usage: tests/bench/blas_compare.py [rounds=11] [samples_per_process=3] [target_ms_per_sample=30] [cpu=1]
 Needs libblis4-serial installed for the BLIS rows (not part of deploy/install.sh: the
-project does not use BLIS; see README "BLAS"). BLAS_BENCH=path overrides the binary.
+project does not use BLIS; see tests/bench/README.md, "BLAS").
+BLAS_BENCH=path overrides the binary.
 """
 import collections, os, statistics, subprocess, sys, tempfile
 

@@ -1,5 +1,6 @@
 // Decode and prefill speed, and per-session state size, for the attention modules.
-// Prints figures; asserts nothing. Run through tests/bench/run.sh (see README).
+// Prints figures; asserts nothing. Run through tests/bench/run.sh (see
+// tests/bench/README.md).
 //
 //   BM_Decode/<module>/<context>     one session, one token, at a given context length
 //   BM_Prefill/<module>/<chunked>    a 1024-token prompt: chunked prefill vs token steps

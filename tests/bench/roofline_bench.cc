@@ -5,7 +5,7 @@
 // decode row of at most 8 sessions, the same step reading bf16 copies of the weights
 // (Model::UseBf16Weights; 2 bytes a weight in its limit). Prints a markdown
 // table; writes the rows as JSON with --json=FILE (tests/bench/roofline_e2e.sh reads it).
-// Asserts nothing. Run through `tests/bench/run.sh roofline` (see README).
+// Asserts nothing. Run through `tests/bench/run.sh roofline` (see tests/bench/README.md).
 //
 // Machine, measured first:
 //   bandwidth  best STREAM triad a[i] = b[i] + s * c[i] (STREAM's count: 3 * N * 4 bytes

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2154,SC2015  # py, exit_status: lib.sh; compose_*: the generated compose.sh
-# The container image for real, with podman (DESIGN.md §6; deploy/podman/README.md):
+# The container image for real, with podman (server/DESIGN.md §6; deploy/podman/README.md):
 # builds deploy/Dockerfile (deploy/podman/attnserve-image.sh: the local debian:12 base
 # made once with debootstrap, the image rebuilt only when its build input changed), then
 #  1. one server container, as docker-compose.yml runs it: from the host, the real
@@ -123,8 +123,8 @@ for stand_in in redis haproxy; do
 done
 lap stand-in-images
 
-# OpenBLAS's core type, when the machine sets it (DESIGN.md §6), holds in the containers
-# too: the reference turns and the scale turns must run the same kernels.
+# OpenBLAS's core type, when the machine sets it (server/DESIGN.md §6), holds in the
+# containers too: the reference turns and the scale turns must run the same kernels.
 blas_env=()
 [ -n "${OPENBLAS_CORETYPE:-}" ] && blas_env=(-e "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE")
 

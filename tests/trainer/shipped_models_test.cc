@@ -52,7 +52,8 @@ TEST(ShippedModels, LoadAndReproduceTheirRecordedValidationLoss) {
 // on its 512-byte validation windows, and through the serving path (Model::Prefill, the
 // chunked recurrent form) it uses its context inside the training window (128-512 better
 // than 0-128, at most 1.50 bits) and holds it past the window: the 1k-4k bucket at most
-// 5% above 128-512 (issue 13's target; the full 13 x 16k table is in the README).
+// 5% above 128-512 (issue 13's target; the full 13 x 16k table is in
+// deploy/models/README.md).
 TEST(ShippedModels, DefaultHoldsItsLossPastItsTrainingWindow) {
   const fs::path dir = fs::path(ATTNSERVE_MODELS_DIR) / "kjv-taylor2-decay";
   ASSERT_TRUE(fs::exists(dir / "report.txt")) << "the default model is not shipped";

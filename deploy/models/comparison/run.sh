@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The short size/module comparison behind the new default model (README.md, "The default
-# model"): each config in deploy/models/comparison/configs/ named on the command
+# The short size/module comparison behind the new default model (deploy/models/README.md,
+# "Choosing the size and the module"): each config in deploy/models/comparison/configs/ named on the command
 # line is trained for the same token budget (100 steps x 16 x 512 bytes = 819,200 bytes,
 # lr 3e-3, 20 warm-up steps, seed 1), two runs at a time with one LibTorch thread each
 # (one per core). Validation (4 x 16 windows of 512 bytes) every 20 steps; every progress
