@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "server/config/defaults.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/config/flag_set.h"
@@ -41,35 +42,35 @@ struct ServerOptions {
   // Decode from bf16 copies of the weight matrices (--weights_bf16; model::LoadOptions).
   bool weights_bf16 = false;
   // Upper bound on the bytes of all session state together (--memory_budget).
-  int64_t memory_budget_bytes = int64_t{2} << 30;
+  int64_t memory_budget_bytes = defaults::kMemoryBudgetBytes;
   // Most sessions alive at once (--max_sessions).
-  int max_sessions = 256;
+  int max_sessions = defaults::kMaxSessions;
   // Most prompt tokens a single turn may carry (--max_prompt_tokens).
-  int max_prompt_tokens = 8192;
+  int max_prompt_tokens = defaults::kMaxPromptTokens;
   // Most stop strings one request may carry (--max_stop_strings), and the longest one
   // in bytes (--max_stop_bytes): every stop string is checked after every token on the
   // engine thread.
-  int max_stop_strings = 16;
-  int max_stop_bytes = 256;
+  int max_stop_strings = defaults::kMaxStopStrings;
+  int max_stop_bytes = defaults::kMaxStopBytes;
   // Largest max_tokens a request may ask for (--max_generated_tokens).
-  int max_generated_tokens = 2048;
+  int max_generated_tokens = defaults::kMaxGeneratedTokens;
   // max_tokens used when a request leaves it at 0 (--default_max_tokens); never
   // more than max_generated_tokens.
-  int default_max_tokens = 256;
+  int default_max_tokens = defaults::kDefaultMaxTokens;
   // Idle lifetime of a session whose request sets no TTL (--default_ttl); never
   // more than max_ttl.
-  absl::Duration default_ttl = absl::Minutes(30);
+  absl::Duration default_ttl = defaults::kDefaultTtl;
   // Longest idle lifetime a request may ask for (--max_ttl).
-  absl::Duration max_ttl = absl::Hours(24);
+  absl::Duration max_ttl = defaults::kMaxTtl;
   // LibTorch intra-op threads for the engine (--threads). One is fastest for small
   // models: measured 1,780 vs 1,057 tokens/s for one session with 2
   // (tests/bench/README.md, "Continuous batching end to end").
-  int threads = 1;
+  int threads = defaults::kThreads;
   // Scheduler::Options: prompt tokens per model call, and per engine step in all.
-  int prefill_chunk_tokens = 256;
-  int prefill_tokens_per_step = 256;
+  int prefill_chunk_tokens = defaults::kPrefillChunkTokens;
+  int prefill_tokens_per_step = defaults::kPrefillTokensPerStep;
   // A stream whose client reads nothing this long ends (--stream_idle_timeout).
-  absl::Duration stream_idle_timeout = absl::Seconds(60);
+  absl::Duration stream_idle_timeout = defaults::kStreamIdleTimeout;
   // gRPC keepalive ping interval on idle connections (--keepalive).
   absl::Duration keepalive = absl::Minutes(2);
   // How long running turns may continue after SIGTERM before the server stops
@@ -86,10 +87,10 @@ struct ServerOptions {
   absl::Duration spill_after = absl::InfiniteDuration();
   // A session's store lease lapses this long after its holder stops renewing it (a
   // crashed server's sessions are free again after it) (--lease_ttl).
-  absl::Duration lease_ttl = absl::Seconds(5);
+  absl::Duration lease_ttl = defaults::kLeaseTtl;
   // How long a claim waits for another server's turn on the same session to end before
   // answering UNAVAILABLE (--lease_wait).
-  absl::Duration lease_wait = absl::Seconds(2);
+  absl::Duration lease_wait = defaults::kLeaseWait;
 };
 
 // Parses argv[1..argc) into ServerOptions (declared through FlagSet in

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/config/defaults.h"
 #include "absl/types/span.h"
 #include "server/metrics/metrics.h"
 #include "server/scheduler/turn.h"
@@ -33,16 +34,16 @@ class Scheduler {
  public:
   struct Options {
     // Prompt tokens one turn prefills per engine step (one model call).
-    int prefill_chunk_tokens = 256;
+    int prefill_chunk_tokens = config::defaults::kPrefillChunkTokens;
     // Prompt tokens all prefilling turns together prefill per engine step, oldest turn
     // first; bounds how long decoding turns wait between their tokens when many prompts
     // arrive at once. 0: no bound (every prefilling turn runs a chunk each step).
-    int prefill_tokens_per_step = 256;
+    int prefill_tokens_per_step = config::defaults::kPrefillTokensPerStep;
     // A turn whose sink stays full (its client reads nothing) this long ends with
     // DEADLINE_EXCEEDED and TurnResult::reader_stalled, releasing its session.
-    absl::Duration stream_idle_timeout = absl::Seconds(60);
+    absl::Duration stream_idle_timeout = config::defaults::kStreamIdleTimeout;
     // LibTorch intra-op threads for the engine.
-    int threads = 1;
+    int threads = config::defaults::kThreads;
     // Not owned; must outlive the scheduler.
     session::SessionStore* store = nullptr;
     // Not owned; may be null (no metrics).

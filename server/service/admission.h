@@ -10,6 +10,7 @@
 
 #include <grpcpp/support/string_ref.h>
 
+#include "server/config/defaults.h"
 #include "absl/status/statusor.h"
 #include "attnserve/v1/attnserve.pb.h"
 #include "server/scheduler/turn.h"
@@ -20,11 +21,11 @@ namespace attnserve::service {
 
 // Server-side limits on a request.
 struct RequestLimits {
-  int max_prompt_tokens = 8192;
-  int max_stop_strings = 16;
-  int max_stop_bytes = 256;
-  int max_generated_tokens = 2048;
-  int default_max_tokens = 256;
+  int max_prompt_tokens = config::defaults::kMaxPromptTokens;
+  int max_stop_strings = config::defaults::kMaxStopStrings;
+  int max_stop_bytes = config::defaults::kMaxStopBytes;
+  int max_generated_tokens = config::defaults::kMaxGeneratedTokens;
+  int default_max_tokens = config::defaults::kDefaultMaxTokens;
 };
 
 // The most alternatives a Generate request may ask for per token (top_logprobs), as in

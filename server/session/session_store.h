@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "server/config/defaults.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -72,13 +73,13 @@ class SessionStore {
   struct Options {
     // Most sessions in memory at once; more is RESOURCE_EXHAUSTED (with a durable store,
     // idle sessions are spilled first).
-    int max_sessions = 256;
+    int max_sessions = config::defaults::kMaxSessions;
     // Bytes of session state across all sessions in memory (fixed states at creation,
     // KV caches as they grow).
-    int64_t memory_budget_bytes = int64_t{2} << 30;
+    int64_t memory_budget_bytes = config::defaults::kMemoryBudgetBytes;
     // TTL when a request leaves it at zero, and the most a request may ask for.
-    absl::Duration default_ttl = absl::Minutes(30);
-    absl::Duration max_ttl = absl::Hours(24);
+    absl::Duration default_ttl = config::defaults::kDefaultTtl;
+    absl::Duration max_ttl = config::defaults::kMaxTtl;
     // Not owned; must outlive the store.
     const Clock* clock = RealClock::Get();
     // The models snapshots may belong to. Not owned; required for import and loading.

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "server/config/defaults.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/metrics/metrics.h"
@@ -23,10 +24,10 @@ class LeaseKeeper {
   struct Options {
     // A lease lapses this long after it was taken or last renewed (a crashed holder's
     // sessions are free again after it); held leases are renewed every ttl / 3.
-    absl::Duration ttl = absl::Seconds(5);
+    absl::Duration ttl = config::defaults::kLeaseTtl;
     // How long Acquire waits for another holder to finish its turn before answering
     // UNAVAILABLE.
-    absl::Duration wait = absl::Seconds(2);
+    absl::Duration wait = config::defaults::kLeaseWait;
   };
 
   // `store` and `metrics` (may be null) are not owned and must outlive the keeper.

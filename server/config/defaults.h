@@ -1,0 +1,33 @@
+// Every tunable's default, written once: ServerOptions (the flags) and the options
+// structs of the libraries that take the value (SessionStore, LeaseKeeper, Scheduler,
+// RequestLimits) read it from here, so a flag's default and a library's cannot drift.
+// Each is documented where it is a flag (server_options.h).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+
+namespace attnserve::config::defaults {
+
+// Sessions and memory.
+inline constexpr int64_t kMemoryBudgetBytes = int64_t{2} << 30;
+inline constexpr int kMaxSessions = 256;
+inline constexpr absl::Duration kDefaultTtl = absl::Minutes(30);
+inline constexpr absl::Duration kMaxTtl = absl::Hours(24);
+// Store leases.
+inline constexpr absl::Duration kLeaseTtl = absl::Seconds(5);
+inline constexpr absl::Duration kLeaseWait = absl::Seconds(2);
+// Requests.
+inline constexpr int kMaxPromptTokens = 8192;
+inline constexpr int kMaxStopStrings = 16;
+inline constexpr int kMaxStopBytes = 256;
+inline constexpr int kMaxGeneratedTokens = 2048;
+inline constexpr int kDefaultMaxTokens = 256;
+// The engine.
+inline constexpr int kThreads = 1;
+inline constexpr int kPrefillChunkTokens = 256;
+inline constexpr int kPrefillTokensPerStep = 256;
+inline constexpr absl::Duration kStreamIdleTimeout = absl::Seconds(60);
+
+}  // namespace attnserve::config::defaults
