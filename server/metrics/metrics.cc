@@ -111,7 +111,8 @@ struct Families {
                           .Register(r)),
         waiting_turns(prometheus::BuildGauge()
                           .Name("attnserve_waiting_turns")
-                          .Help("Turns queued, waiting for a batch slot.")
+                          .Help("Turns paused because their client is not reading "
+                                "(the stream buffer is full).")
                           .Register(r)),
         active_sessions(prometheus::BuildGauge()
                             .Name("attnserve_active_sessions")

@@ -48,7 +48,7 @@ class ModelMetrics {
 
   // Gauges: the current value, replacing the previous one.
   void SetRunningTurns(int n);
-  void SetWaitingTurns(int n);
+  void SetWaitingTurns(int n);  // turns paused on a full stream (a client not reading)
   void SetActiveSessions(int n);
   void SetSessionStateBytes(int64_t bytes);  // sum over this model's sessions
 

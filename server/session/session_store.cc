@@ -149,14 +149,8 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Admit(std::shared_ptr<Ses
   }
 }
 
-absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
-    std::string_view tenant, std::shared_ptr<const catalogue::ServedModel> model,
-    absl::Duration ttl) {
-  if (ttl <= absl::ZeroDuration()) ttl = options_.default_ttl;
-  if (absl::Status s = CheckTtl(ttl, options_.max_ttl); !s.ok()) return s;
-  const int64_t bytes = ChargeFor(*model, 0);
-  auto session = std::make_shared<Session>(RandomId128(), std::string(tenant), std::move(model),
-                                           options_.clock->Now(), ttl);
+absl::StatusOr<std::shared_ptr<Session>> SessionStore::AdmitNew(std::shared_ptr<Session> session,
+                                                                int64_t bytes) {
   auto admitted = Admit(session, bytes);
   if (!admitted.ok()) return admitted.status();
   if (options_.durable) {
@@ -169,6 +163,17 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
     }
   }
   return session;
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
+    std::string_view tenant, std::shared_ptr<const catalogue::ServedModel> model,
+    absl::Duration ttl) {
+  if (ttl <= absl::ZeroDuration()) ttl = options_.default_ttl;
+  if (absl::Status s = CheckTtl(ttl, options_.max_ttl); !s.ok()) return s;
+  const int64_t bytes = ChargeFor(*model, 0);
+  auto session = std::make_shared<Session>(RandomId128(), std::string(tenant), std::move(model),
+                                           options_.clock->Now(), ttl);
+  return AdmitNew(std::move(session), bytes);
 }
 
 absl::StatusOr<TurnClaim> SessionStore::BeginOneTurn(
@@ -407,16 +412,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Import(
   const int64_t charge = ChargeFor(*verified->model, verified->info.position);
   // The importer's, whoever exported it.
   auto session = FromSnapshot(RandomId128(), std::string(tenant), *std::move(verified), ttl);
-  auto admitted = Admit(session, charge);
-  if (!admitted.ok()) return admitted.status();
-  if (options_.durable) {
-    if (absl::Status s = Publish(*session); !s.ok()) {
-      absl::MutexLock lock(&mu_);
-      RemoveLocked(session, /*closed=*/true);
-      return s;
-    }
-  }
-  return session;
+  return AdmitNew(std::move(session), charge);
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Fork(std::string_view tenant,

@@ -244,6 +244,10 @@ class SessionStore {
   // durable store). If a session of the same id is in memory already (a concurrent
   // load), nothing is charged and that one is returned.
   absl::StatusOr<std::shared_ptr<Session>> Admit(std::shared_ptr<Session> session, int64_t bytes);
+  // Admits a session new to every server (a fresh id: created or imported here), then,
+  // with a durable store, writes it as generation 1; a failed write takes it out again.
+  absl::StatusOr<std::shared_ptr<Session>> AdmitNew(std::shared_ptr<Session> session,
+                                                    int64_t bytes);
   // Takes `s` out of memory and frees its charge, if it is still the registered copy of
   // its id (idempotent). `closed`: the session ends (a turn on it stops); otherwise it
   // lives on in the store (spilled, or evicted as stale).
