@@ -1,14 +1,91 @@
 #include "server/service/generate_reactor.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/service/status_map.h"
 
 namespace attnserve::service {
+namespace {
+
+// ATTNSERVE_STREAM_TRACE=1: every stream records, per token message, when the engine
+// handed it over (OnToken), when its write was started and returned (and on which
+// side: the engine's push or gRPC's OnWriteDone), and when gRPC reported it written;
+// OnDone prints one line of medians and 90th percentiles to stderr. Off: one branch.
+class StreamTrace {
+ public:
+  static bool Enabled() {
+    static const bool enabled = [] {
+      const char* v = std::getenv("ATTNSERVE_STREAM_TRACE");
+      return v != nullptr && *v != 0 && *v != '0';
+    }();
+    return enabled;
+  }
+  void Sampled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    sampled_.push_back(Now());
+  }
+  // Returns the write's index for WriteStarted.
+  size_t WriteStarting(bool from_engine) {
+    std::lock_guard<std::mutex> lock(mu_);
+    start_.push_back(Now());
+    started_.push_back(0);
+    from_engine_ += from_engine ? 1 : 0;
+    return start_.size() - 1;
+  }
+  void WriteStarted(size_t index) {
+    const double now = Now();
+    std::lock_guard<std::mutex> lock(mu_);
+    started_[index] = now;
+  }
+  void WriteDone() {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_.push_back(Now());
+  }
+  void Print(const std::string& session_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const size_t n = std::min({sampled_.size(), start_.size(), started_.size(), done_.size()});
+    std::vector<double> wait, inline_start, written, period;
+    for (size_t i = 0; i < n; ++i) {
+      wait.push_back(start_[i] - sampled_[i]);
+      inline_start.push_back(started_[i] - start_[i]);
+      written.push_back(done_[i] - start_[i]);
+      if (i > 0) period.push_back(sampled_[i] - sampled_[i - 1]);
+    }
+    std::fprintf(stderr,
+                 "stream trace %s: %zu tokens, %zu writes (%d started by the engine); us "
+                 "p50/p90: engine period %s, handed->write started %s, StartWrite call %s, "
+                 "StartWrite->written %s\n",
+                 session_id.c_str(), sampled_.size(), start_.size(), from_engine_,
+                 Quantiles(period).c_str(), Quantiles(wait).c_str(),
+                 Quantiles(inline_start).c_str(), Quantiles(written).c_str());
+  }
+
+ private:
+  static double Now() {
+    return std::chrono::duration<double, std::micro>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  static std::string Quantiles(std::vector<double> v) {
+    if (v.empty()) return "-";
+    std::sort(v.begin(), v.end());
+    return absl::StrCat(int(v[v.size() / 2]), "/", int(v[v.size() * 9 / 10]));
+  }
+  std::mutex mu_;
+  std::vector<double> sampled_, start_, started_, done_;
+  int from_engine_ = 0;
+};
+
+}  // namespace
 
 // The turn's sink: the engine pushes token and final messages; gRPC drains them one
 // write at a time. Shared by the engine (through the scheduler) and the reactor; the
@@ -21,6 +98,7 @@ class StreamSink : public scheduler::TurnSink {
       : reactor_(reactor), service_(service), scheduler_(scheduler), model_(std::move(model)) {}
 
   void OnToken(scheduler::TokenEvent token) override {
+    if (trace_) trace_->Sampled();
     v1::GenerateResponse m;
     v1::Token* t = m.mutable_token();
     t->set_text(std::move(token.bytes));
@@ -73,6 +151,7 @@ class StreamSink : public scheduler::TurnSink {
   void WriteDone(bool ok) {
     bool finish = false, wake = false;
     grpc::Status status;
+    if (trace_ && ok && !current_is_final_) trace_->WriteDone();
     {
       std::lock_guard<std::mutex> lock(mu_);
       writing_ = false;
@@ -97,7 +176,7 @@ class StreamSink : public scheduler::TurnSink {
       return;  // OnDone follows; no further writes
     }
     if (wake) scheduler_->Wake();
-    StartNextWrite();
+    StartNextWrite(/*from_engine=*/false);
   }
   // How to cancel the call (ServerContext::TryCancel); valid until Detach.
   void SetCallCanceller(std::function<void()> cancel_call) {
@@ -105,6 +184,7 @@ class StreamSink : public scheduler::TurnSink {
     cancel_call_ = std::move(cancel_call);
   }
   void Detach() {
+    if (trace_) trace_->Print(session_id_);
     {
       // Waits for a CancelCall in progress: the context lives until OnDone returns.
       std::lock_guard<std::mutex> lock(call_mu_);
@@ -128,12 +208,13 @@ class StreamSink : public scheduler::TurnSink {
       queue_.emplace_back(std::move(m), final);
       if (!final) ++unsent_tokens_;
     }
-    StartNextWrite();
+    StartNextWrite(/*from_engine=*/true);
   }
 
   // Starts the next write if none is in flight. The write itself is started outside the
   // lock; `writing_` makes sure only one thread starts it.
-  void StartNextWrite() {
+  void StartNextWrite(bool from_engine) {
+    bool traced;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (writing_ || finished_ || detached_ || queue_.empty()) return;
@@ -142,8 +223,11 @@ class StreamSink : public scheduler::TurnSink {
       current_is_final_ = queue_.front().second;
       if (!current_is_final_) --unsent_tokens_;
       queue_.pop_front();
+      traced = trace_ && !current_is_final_;
     }
+    const size_t index = traced ? trace_->WriteStarting(from_engine) : 0;
     reactor_->StartWrite(&current_);
+    if (traced) trace_->WriteStarted(index);
   }
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* const reactor_;
@@ -165,6 +249,8 @@ class StreamSink : public scheduler::TurnSink {
   bool cancel_requested_ = false;
   grpc::Status final_status_;
   std::shared_ptr<scheduler::TurnControl> control_;
+  const std::unique_ptr<StreamTrace> trace_ =
+      StreamTrace::Enabled() ? std::make_unique<StreamTrace>() : nullptr;
 };
 
 class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
