@@ -1,4 +1,5 @@
-// The server-streaming Generate call: one write in flight, the next from OnWriteDone,
+// The server-streaming Generate call: one write in flight, the next from OnWriteDone
+// (the engine never starts a write itself: a thread of this file does when none is in flight),
 // a bounded buffer of unsent tokens (a slow reader pauses only its own turn), OnCancel
 // pushed into the scheduler, Finish always called, and the reactor deletes itself in
 // OnDone.
