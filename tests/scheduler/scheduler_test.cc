@@ -523,11 +523,31 @@ TEST_F(SchedulerTest, TurnsThatFailBeforeTheirPromptIsInLeaveTheSessionUntouched
       Scheduler::Options so;
       so.store = store_.get();
       so.prefill_chunk_tokens = 16;
-      // Mid-prefill cancel and deadline: one prompt token per step, so 4,000 steps (tens
-      // of ms even on the fused path) stand between the first chunk and the prompt's end.
+      // Mid-prefill cancel and deadline: one prompt token per step, and the engine itself,
+      // right after the failing turn's first model call, cancels the turn (once the test
+      // has its control) or waits for the deadline to pass: the prompt cannot be all in
+      // first, however fast or slow the machine.
       const bool mid_prefill =
           failure == Failure::kDeadlineMidPrefill || failure == Failure::kCancelMidPrefill;
       so.prefill_tokens_per_step = mid_prefill ? 1 : 16;
+      std::atomic<bool> armed{false};
+      std::atomic<TurnControl*> to_cancel{nullptr};
+      absl::Time deadline = absl::InfiniteFuture();
+      if (mid_prefill) {
+        so.batch_for_testing = [&](const model::Model& m,
+                                   absl::Span<const model::Model::Segment> segments) {
+          auto logits = m.Batch(segments);
+          if (armed.exchange(false)) {
+            if (failure == Failure::kCancelMidPrefill) {
+              while (to_cancel.load() == nullptr) std::this_thread::yield();
+              to_cancel.load()->Cancel();
+            } else {
+              while (absl::Now() <= deadline) std::this_thread::yield();
+            }
+          }
+          return logits;
+        };
+      }
       scheduler_ = std::make_unique<Scheduler>(so);
 
       auto [session, first] = Run(model, Greedy("In the beginning", 5));
@@ -544,19 +564,18 @@ TEST_F(SchedulerTest, TurnsThatFailBeforeTheirPromptIsInLeaveTheSessionUntouched
       if (failure == Failure::kDeadline) request.deadline = absl::Now() - absl::Seconds(1);
       if (mid_prefill) request = Greedy(std::string(4000, 'x'), 5);
       if (failure == Failure::kDeadlineMidPrefill) {
-        request.deadline = absl::Now() + absl::Milliseconds(10);
+        deadline = absl::Now() + absl::Milliseconds(10);
+        request.deadline = deadline;
       }
       if (failure == Failure::kModelError) request.prompt[900] = 1 << 20;  // no such token
       auto lease = store_->BeginTurn(kDefaultTenant, session->id());
       ASSERT_TRUE(lease.ok()) << lease.status();
       auto sink = std::make_shared<RecordingSink>();
+      armed = mid_prefill;
       auto control = scheduler_->Submit(std::move(*lease), std::move(request), sink);
       ASSERT_TRUE(control.ok()) << control.status();
       if (failure == Failure::kCancelBeforeStart) (*control)->Cancel();
-      if (failure == Failure::kCancelMidPrefill) {
-        while (session->position() == position && !sink->finished()) std::this_thread::yield();
-        (*control)->Cancel();
-      }
+      if (failure == Failure::kCancelMidPrefill) to_cancel = control->get();
       TurnResult r = sink->WaitFinish();
       if (failure == Failure::kBudget && module != "softmax") {
         EXPECT_EQ(r.reason, FinishReason::kLength);  // fixed state: the prompt fits
