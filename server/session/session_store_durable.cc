@@ -276,9 +276,9 @@ void SessionStore::FinishTurn(TurnClaim claim, std::function<void(absl::Status)>
   const bool closed = s->closed() || s->closing_.load();
   if (!closed) s->dirty_ = true;  // the turn changed the state; the store lease stays held
   const bool write = !closed && (options_.persist == PersistMode::kEachTurn || draining);
-  if (!write && (!closed || s->store_token_.empty())) {
-    // Nothing to write and no store lease to give up (a dirty session keeps its lease
-    // until saved): releasing the claim makes no store call.
+  if (!write && !broken && (!closed || s->store_token_.empty())) {
+    // Nothing to write, delete or give up (a dirty session keeps its store lease until
+    // saved): releasing the claim makes no store call.
     claim.Release();
     then(absl::OkStatus());
     return;
@@ -341,7 +341,7 @@ bool SessionStore::SpillOne(std::optional<std::string_view> owner) {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, s] : sessions_) {
-      if (s->busy_ || (owner && s->owner() != *owner)) continue;
+      if (s->busy_ || s->closing_.load() || (owner && s->owner() != *owner)) continue;
       if (!victim || s->last_used_ < victim->last_used_) victim = s;
     }
     if (!victim) return false;
