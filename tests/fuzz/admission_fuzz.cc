@@ -101,7 +101,8 @@ void FuzzGenerate(std::string_view bytes) {
     auto found = catalogue.Find(request.model());
     model = found.ok() ? *found : catalogue.all().front();
   }
-  session::Session session("fuzz-session", model, absl::Now(), absl::Minutes(1));
+  session::Session session("fuzz-session", attnserve::kDefaultTenant, model, absl::Now(),
+                           absl::Minutes(1));
   const absl::Status fits = service::CheckTurnFits(*parsed, session);
   CheckMessage(fits, "CheckTurnFits");
   if (!fits.ok()) {
