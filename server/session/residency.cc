@@ -41,10 +41,12 @@ absl::Status Residency::CheckAdmit(std::string_view owner, int64_t bytes,
 }
 
 absl::Status Residency::Admit(const std::string& id, std::string_view owner, int64_t bytes,
-                              std::string_view model) {
+                              std::string_view model, Refusal* refusal) {
+  Refusal ignored;
+  if (refusal == nullptr) refusal = &ignored;
+  *refusal = Refusal::kNone;
   if (resident(id)) return absl::OkStatus();
-  Refusal refusal;
-  if (absl::Status s = CheckAdmit(owner, bytes, model, &refusal); !s.ok()) return s;
+  if (absl::Status s = CheckAdmit(owner, bytes, model, refusal); !s.ok()) return s;
   entries_.emplace(id, Entry{std::string(owner), bytes});
   Add(std::string(owner), 1, bytes);
   return absl::OkStatus();

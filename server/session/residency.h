@@ -54,10 +54,11 @@ class Residency {
   // the session's model in the message) with `*refusal` saying whose it is.
   absl::Status CheckAdmit(std::string_view owner, int64_t bytes, std::string_view model,
                           Refusal* refusal) const;
-  // Charges session `id` of `owner` at `bytes` if it fits (as CheckAdmit). A session
-  // already resident is left as it is, and OK: admission is idempotent.
+  // Charges session `id` of `owner` at `bytes` if it fits (as CheckAdmit, which sets
+  // `*refusal` when given). A session already resident is left as it is, and OK:
+  // admission is idempotent.
   absl::Status Admit(const std::string& id, std::string_view owner, int64_t bytes,
-                     std::string_view model);
+                     std::string_view model, Refusal* refusal = nullptr);
   // Charges resident session `id` at `bytes` instead (a KV cache grew). Growing past the
   // server's budget or the tenant's max_state_bytes is RESOURCE_EXHAUSTED naming it,
   // leaving the charge as it was; shrinking always succeeds. A session not resident (it

@@ -122,11 +122,9 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Admit(std::shared_ptr<Ses
       if (auto it = sessions_.find(session->id()); it != sessions_.end()) {
         return it->second;  // loaded by another call meanwhile: charged once, shared
       }
-      refused = residency_.CheckAdmit(session->owner(), bytes, session->served().name, &refusal);
+      refused = residency_.Admit(session->id(), session->owner(), bytes,
+                                 session->served().name, &refusal);
       if (refused.ok()) {
-        refused = residency_.Admit(session->id(), session->owner(), bytes,
-                                   session->served().name);
-        if (!refused.ok()) return refused;  // impossible: checked just now
         sessions_[session->id()] = session;
         return session;
       }
