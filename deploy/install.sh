@@ -51,6 +51,13 @@ PACKAGES=(
   podman runc debootstrap
   # deploy/models/plot.sh: the training-curve plot
   gnuplot-nox
+  # model directories from elsewhere (server/DESIGN.md §8): config.json and the
+  # safetensors header (JSON), SentencePiece tokenizers
+  nlohmann-json3-dev libsentencepiece-dev
+  # tests/hf: the oracles we did not write: PyTorch (the same 1.13 as our LibTorch) trains
+  # and records the reference models, spm_train makes their vocabularies,
+  # python3-sentencepiece tokenizes the reference prompts
+  python3-torch sentencepiece python3-sentencepiece
 )
 
 # What attnserve_server and attnserve_client load at run time (their dependencies follow).
@@ -58,7 +65,7 @@ RUNTIME_PACKAGES=(
   libtorch1.13 libopenblas0-serial
   libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623
   libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0
-  libssl3 libhiredis0.14
+  libssl3 libhiredis0.14 libsentencepiece0
 )
 
 case "${1:-}" in
