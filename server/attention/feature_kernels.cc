@@ -65,8 +65,9 @@ ATTNSERVE_INLINE void UpdateAndReadHead(float* sh, const float* pq, const float*
 // row is updated once and read by every query of the group while it is in cache.
 // acc: group * dv floats of scratch; num (group, dv).
 ATTNSERVE_INLINE void UpdateAndReadGroup(float* sh, const float* pq, const float* pk,
-                               const float* __restrict vh, float g, int64_t group, int64_t m,
-                               int64_t dv, float* __restrict acc, float* num) {
+                                         const float* __restrict vh, float g, int64_t group,
+                                         int64_t m, int64_t dv, float* __restrict acc,
+                                         float* num) {
   std::fill(acc, acc + group * dv, 0.0f);
   for (int64_t i = 0; i < m; ++i) {
     float* __restrict row = sh + i * dv;
