@@ -16,7 +16,8 @@ struct ModelConfig {
   std::string name = "attnserve";
   // Token ids: 256 bytes + special ids (tokenizer.h); at least kMinVocabSize.
   int vocab_size = 259;
-  // Residual width; equals attention.num_heads * attention.head_dim.
+  // Residual width. Independent of the heads: wq is (num_heads * head_dim, dim), wk and
+  // wv (num_kv_heads * head_dim, dim), wo (dim, num_heads * head_dim).
   int dim = 64;
   int num_layers = 2;
   // SwiGLU hidden width.
@@ -25,7 +26,7 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   // Longest context (positions) a session may reach.
   int64_t max_context = int64_t{1} << 20;
-  // Module, heads and head dims; value_dim always equals head_dim here.
+  // Module, query and KV heads and head dims; value_dim always equals head_dim here.
   attention::AttentionOptions attention;
 };
 

@@ -81,6 +81,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
   absl::Status init = CatchTorch("initialising model", [&]() -> absl::Status {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     const int64_t dim = config.dim, hidden = config.mlp_hidden, vocab = config.vocab_size;
+    const int64_t q_width = int64_t{config.attention.num_heads} * config.attention.head_dim;
+    const int64_t kv_width = int64_t{config.attention.num_kv_heads} * config.attention.head_dim;
     const double out_std = 0.02 / std::sqrt(2.0 * config.num_layers);
     auto normal = [&](std::vector<int64_t> shape, double std) {
       return at::normal(0.0, std, shape, gen, at::kFloat);
@@ -88,10 +90,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
     m->embed_ = normal({vocab, dim}, 0.02);
     for (Layer& l : m->layers_) {
       l.attn_norm = at::ones({dim});
-      l.wq = normal({dim, dim}, 0.02);
-      l.wk = normal({dim, dim}, 0.02);
-      l.wv = normal({dim, dim}, 0.02);
-      l.wo = normal({dim, dim}, out_std);
+      l.wq = normal({q_width, dim}, 0.02);   // (H*D, dim)
+      l.wk = normal({kv_width, dim}, 0.02);  // (Hkv*D, dim)
+      l.wv = normal({kv_width, dim}, 0.02);  // (Hkv*Dv, dim)
+      l.wo = normal({dim, q_width}, out_std);  // (dim, H*Dv)
       l.mlp_norm = at::ones({dim});
       l.w_gate = normal({hidden, dim}, 0.02);
       l.w_up = normal({hidden, dim}, 0.02);
@@ -328,6 +330,7 @@ at::Tensor Model::Run(const at::Tensor& tokens, const at::Tensor& positions,
                       const AttendFn& attend) const {
   const int64_t b = tokens.size(0), t = tokens.size(1);
   const int64_t h = config_.attention.num_heads, d = config_.attention.head_dim;
+  const int64_t hkv = config_.attention.num_kv_heads;
   const double eps = config_.norm_eps;
   // RoPE angles in fp64 so that long positions keep their precision: (B, T, 1, D/2).
   at::Tensor angles = (positions.to(at::kDouble).unsqueeze(-1) * inv_freq_).unsqueeze(2);
@@ -337,10 +340,10 @@ at::Tensor Model::Run(const at::Tensor& tokens, const at::Tensor& positions,
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     at::Tensor hn = RmsNorm(x, l.attn_norm, eps);
-    // (B, T, dim) -> (B, T, H, D) -> rotate -> (B, H, T, D)
+    // (B, T, dim) -> (B, T, H, D) -> rotate -> (B, H, T, D); k, v with Hkv heads.
     at::Tensor q = Rope(at::linear(hn, l.wq).view({b, t, h, d}), cos, sin).transpose(1, 2);
-    at::Tensor k = Rope(at::linear(hn, l.wk).view({b, t, h, d}), cos, sin).transpose(1, 2);
-    at::Tensor v = at::linear(hn, l.wv).view({b, t, h, d}).transpose(1, 2);
+    at::Tensor k = Rope(at::linear(hn, l.wk).view({b, t, hkv, d}), cos, sin).transpose(1, 2);
+    at::Tensor v = at::linear(hn, l.wv).view({b, t, hkv, d}).transpose(1, 2);
     at::Tensor o = attend(*l.attention, int(i), q, k, v);  // (B, H, T, Dv)
     x = x + at::linear(o.transpose(1, 2).reshape({b, t, h * d}), l.wo);
     at::Tensor mn = RmsNorm(x, l.mlp_norm, eps);

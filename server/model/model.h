@@ -172,11 +172,14 @@ class Model {
 
  private:
   struct Layer {
-    at::Tensor attn_norm, wq, wk, wv, wo;     // (dim), (dim, dim) x 4
+    // (dim); wq (H*D, dim); wk, wv (Hkv*D, dim); wo (dim, H*D): H query heads, Hkv KV
+    // heads of head_dim D (attention options), independent of dim.
+    at::Tensor attn_norm, wq, wk, wv, wo;
     at::Tensor mlp_norm, w_gate, w_up, w_down;  // (dim), (hidden, dim) x 2, (dim, hidden)
     std::unique_ptr<attention::Attention> attention;
   };
-  // Attention over rotated q, k: (B, H, T, D) and v: (B, H, T, Dv) -> (B, H, T, Dv).
+  // Attention over rotated q: (B, H, T, D), k: (B, Hkv, T, D) and v: (B, Hkv, T, Dv)
+  // -> (B, H, T, Dv).
   using AttendFn = std::function<at::Tensor(const attention::Attention&, int layer,
                                             const at::Tensor& q, const at::Tensor& k,
                                             const at::Tensor& v)>;
@@ -195,8 +198,8 @@ class Model {
   at::Tensor PrefillFused(DecodeState& state, absl::Span<const int32_t> tokens) const;
   // The fused Batch (model_step.cc) over validated, distinct segments: (S, V).
   at::Tensor BatchFused(absl::Span<const Segment> segments) const;
-  // Attention of layer `layer` on the workspace's rows: q, k (rows, H, D) rotated,
-  // v (rows, H, Dv) -> out (rows, H, Dv); scratch as the caller sized it.
+  // Attention of layer `layer` on the workspace's rows: q (rows, H, D), k (rows, Hkv, D)
+  // rotated, v (rows, Hkv, Dv) -> out (rows, H, Dv); scratch as the caller sized it.
   using RawAttendFn = absl::FunctionRef<void(size_t layer, float* q, float* k, float* v,
                                              float* out, float* scratch)>;
   // The layers on raw buffers for B rows (token tokens[i] at positions[i]), attention by

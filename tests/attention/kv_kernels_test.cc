@@ -195,5 +195,31 @@ TEST(KvFlashAttend, OnlyAvx512AndEqualSquareHeads) {
   EXPECT_FALSE(KvFlashSupported(8, 8));
 }
 
+// A KV head's group of query heads in one call equals KvHeadAttend per query head (which
+// the attention paths tie to the ATen softmax).
+TEST(KvGroupAttend, EqualsKvHeadAttendPerQuery) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  const int64_t d = 16, dv = 16, len = 37;
+  for (const int64_t rows : {1, 2, 4}) {
+    std::vector<float> q(rows * d), k(len * d), v(len * dv);
+    for (auto* buf : {&q, &k, &v}) {
+      for (float& f : *buf) f = normal(gen);
+    }
+    std::vector<float> scores(rows * len), out(rows * dv), sums(rows);
+    KvGroupAttend(q.data(), k.data(), v.data(), rows, len, d, dv, scores.data(), out.data(),
+                  sums.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<float> one(dv), s(len);
+      const float sum = KvHeadAttend(q.data() + r * d, k.data(), v.data(), len, d, dv,
+                                     s.data(), one.data());
+      EXPECT_NEAR(sums[r], sum, 1e-5f * sum) << rows << " " << r;
+      for (int64_t c = 0; c < dv; ++c) {
+        EXPECT_NEAR(out[r * dv + c], one[c], 1e-4f * sum) << rows << " " << r << " " << c;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnserve::attention

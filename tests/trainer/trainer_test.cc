@@ -24,6 +24,7 @@ model::ModelConfig Tiny() {
   c.attention.module = "taylor";
   c.attention.order = 2;
   c.attention.num_heads = 2;
+  c.attention.num_kv_heads = 2;
   c.attention.head_dim = 16;
   c.attention.value_dim = 16;
   return c;
