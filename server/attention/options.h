@@ -37,6 +37,12 @@ struct AttentionOptions {
   // HeadDecays() gives each head's factor.
   float decay_horizon = 0;
   int num_heads = 4;
+  // Key/value heads (grouped-query attention); num_heads % num_kv_heads == 0, equal to
+  // num_heads for plain multi-head attention.
+  int num_kv_heads = 4;
+  // linear only: the feature map is applied to q as projected, without the 1/sqrt(d)
+  // factor (the paper's linear_elu).
+  bool unscaled_query = false;
   // Query/key dimension per head.
   int head_dim = 16;
   // Value dimension per head.

@@ -47,6 +47,17 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
   if (c.attention.value_dim != c.attention.head_dim) {
     return absl::InvalidArgumentError("value_dim must equal head_dim");
   }
+  if (c.bos_token_id < -1 || c.bos_token_id >= c.vocab_size) {
+    return Invalid("bos_token_id", absl::StrCat("must be -1 (none) or in [0, vocab_size ",
+                                                c.vocab_size, ")"),
+                   c.bos_token_id);
+  }
+  for (int id : c.eos_token_ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      return Invalid("eos_token_ids",
+                     absl::StrCat("must be in [0, vocab_size ", c.vocab_size, ")"), id);
+    }
+  }
   if (c.dim != c.attention.num_heads * c.attention.head_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dim must equal num_heads * head_dim: ", c.dim, " != ", c.attention.num_heads,
@@ -85,6 +96,14 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view text) {
   c.attention.num_heads = proto.num_heads();
   c.attention.head_dim = proto.head_dim();
   c.attention.value_dim = proto.head_dim();
+  c.attention.num_kv_heads = c.attention.num_heads;
+  c.tie_embeddings = proto.tie_embeddings();
+  c.bos_token_id = proto.has_bos_token_id() ? proto.bos_token_id() : d.bos_token_id;
+  if (proto.eos_token_ids_size() > 0) {
+    c.eos_token_ids.assign(proto.eos_token_ids().begin(), proto.eos_token_ids().end());
+    if (c.eos_token_ids == std::vector<int>{-1}) c.eos_token_ids.clear();
+  }
+  c.tokenizer_class = proto.tokenizer_class();
   if (c.attention.module.empty()) {
     return absl::InvalidArgumentError("attention.module is missing");
   }
@@ -112,6 +131,14 @@ std::string ModelConfigToText(const ModelConfig& c) {
   a->set_learn_temperature(c.attention.learn_temperature);
   a->set_chunk_size(c.attention.chunk_size);
   a->set_decay_horizon(c.attention.decay_horizon);
+  const ModelConfig d;  // the byte tokenizer's ids are not printed (config.h)
+  proto.set_tie_embeddings(c.tie_embeddings);
+  if (c.bos_token_id != d.bos_token_id) proto.set_bos_token_id(c.bos_token_id);
+  if (c.eos_token_ids != d.eos_token_ids) {
+    if (c.eos_token_ids.empty()) proto.add_eos_token_ids(-1);
+    for (int id : c.eos_token_ids) proto.add_eos_token_ids(id);
+  }
+  if (c.tokenizer_class != kByteTokenizerClass) proto.set_tokenizer_class(c.tokenizer_class);
   std::string out;
   google::protobuf::TextFormat::PrintToString(proto, &out);
   return out;
@@ -123,7 +150,7 @@ int64_t ParameterCount(const ModelConfig& c) {
                             + 4 * dim * dim         // wq, wk, wv, wo
                             + 3 * dim * hidden      // w_gate, w_up, w_down
                             + (c.attention.learn_temperature ? 1 : 0);
-  return 2 * vocab * dim  // embedding + untied head
+  return (c.tie_embeddings ? 1 : 2) * vocab * dim  // embedding (+ the untied head)
          + c.num_layers * per_layer + dim;  // + final norm
 }
 
