@@ -32,6 +32,12 @@ size_t DtypeSize(const std::string& dtype) {
   return it == kSizes.end() ? 0 : it->second;
 }
 
+// `v` as JSON, cut to 80 characters for a message.
+std::string Brief(const Json& v) {
+  std::string s = v.dump();
+  return s.size() <= 80 ? s : s.substr(0, 77) + "...";
+}
+
 absl::Status Corrupt(const std::string& why) {
   return absl::DataLossError(absl::StrCat("safetensors: ", why));
 }
@@ -64,7 +70,7 @@ absl::StatusOr<RawEntry> ParseEntry(const std::string& name, const Json& info) {
   uint64_t numel = 1;
   for (const Json& d : *shape) {
     if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40)) {
-      return bad(absl::StrCat("shape ", shape->dump(), " is not a list of sizes"));
+      return bad(absl::StrCat("shape ", Brief(*shape), " is not a list of sizes"));
     }
     const uint64_t n = d.get<uint64_t>();
     if (n != 0 && numel > (uint64_t{1} << 50) / n) return bad("shape overflows");
@@ -81,7 +87,7 @@ absl::StatusOr<RawEntry> ParseEntry(const std::string& name, const Json& info) {
   if (r.end < r.begin) return bad("data_offsets end before begin");
   if (r.end - r.begin != numel * size) {
     return bad(absl::StrCat("data_offsets span ", r.end - r.begin, " bytes but shape ",
-                            shape->dump(), " of ", r.entry.dtype, " needs ", numel * size));
+                            Brief(*shape), " of ", r.entry.dtype, " needs ", numel * size));
   }
   return r;
 }
