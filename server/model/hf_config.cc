@@ -245,6 +245,10 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view text, const std::stri
     RETURN_IF_ERROR(f.Bool(bias, &on));
     if (on) return Bad(bias, "is true: biases are not supported (attnserve's projections have none)");
   }
+  if (const Json* window = f.Find("sliding_window"); window != nullptr) {
+    return Bad("sliding_window", absl::StrCat(Shown(*window), " is not supported: attnserve's "
+                                              "attention sees the whole context"));
+  }
   for (const char* dtype : {"torch_dtype", "dtype"}) {
     std::string ignored;  // the weights' own dtypes decide (safetensors.h)
     RETURN_IF_ERROR(f.String(dtype, &ignored));

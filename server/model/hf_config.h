@@ -17,8 +17,8 @@
 //   "tokenizer_class": kByteTokenizerClass for our byte models.
 // Refused, naming the field: a missing required field, a value of the wrong type,
 // biases, hidden_act other than silu, rope_scaling other than null or rope_type
-// "default", an unknown "attention" field or attention_type, and anything
-// ValidateModelConfig refuses.
+// "default", a non-null sliding_window, an unknown "attention" field or attention_type,
+// and anything ValidateModelConfig refuses.
 #pragma once
 
 #include <string>

@@ -149,6 +149,12 @@ TEST(HfConfig, RefusesWhatItDoesNotImplementNamingTheField) {
   EXPECT_NE(Refusal(j).find("rope_parameters.rope_type \"llama3\" is not supported"),
             std::string::npos);
   j = Llama();
+  j["sliding_window"] = 4096;
+  EXPECT_EQ(Refusal(j), "sliding_window 4096 is not supported: attnserve's attention sees the "
+                        "whole context");
+  j["sliding_window"] = nullptr;
+  EXPECT_TRUE(Parse(j).ok());
+  j = Llama();
   j["attention"] = {{"module", "taylor"}, {"oder", 2}};
   EXPECT_NE(Refusal(j).find("attention.oder is not an attention field (known: module, order"),
             std::string::npos);

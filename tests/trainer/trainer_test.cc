@@ -148,6 +148,31 @@ TEST_F(TrainerTest, CheckpointOfAnUnfinishedRunLoadsWithTheConfigWrittenAtTheSta
   EXPECT_NE(misfit.status().message().find("w_gate"), std::string::npos) << misfit.status();
 }
 
+// --init_from reads a model directory (config.json + model.safetensors): a run at a
+// negligible learning rate ends where it started, and weights of another shape are
+// refused naming the tensor.
+TEST_F(TrainerTest, InitFromStartsFromTheWeightsOfAModelDirectory) {
+  TrainOptions o = Options(20);
+  ASSERT_TRUE(Train(Tiny(), o, nullptr).ok());
+  TrainOptions tune = Options(1);
+  tune.out_dir = (dir_ / "tuned").string();
+  tune.init_from = o.out_dir;
+  tune.lr = 1e-12;
+  ASSERT_TRUE(Train(Tiny(), tune, nullptr).ok());
+  auto base = model::Model::Load(o.out_dir).value();
+  auto tuned = model::Model::Load(tune.out_dir).value();
+  auto corpus = LoadCorpus(o.corpus_path, 65).value();
+  EXPECT_NEAR(Evaluate(*tuned, corpus.validation, 64, 2, 8),
+              Evaluate(*base, corpus.validation, 64, 2, 8), 1e-6);
+
+  model::ModelConfig wider = Tiny();
+  wider.mlp_hidden = 96;
+  tune.out_dir = (dir_ / "wider").string();
+  const absl::Status s = Train(wider, tune, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("w_gate"), std::string::npos) << s;
+}
+
 TEST_F(TrainerTest, RejectsMissingAndEmptyCorpusAndBadConfig) {
   TrainOptions o = Options(10);
   o.corpus_path = (dir_ / "missing.txt").string();
