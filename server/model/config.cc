@@ -49,6 +49,17 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
     return absl::InvalidArgumentError("value_dim must equal head_dim");
   }
   // dim need not equal num_heads * head_dim: the projections map between the two.
+  if (c.bos_token_id < -1 || c.bos_token_id >= c.vocab_size) {
+    return Invalid("bos_token_id", absl::StrCat("must be -1 (none) or in [0, vocab_size ",
+                                                c.vocab_size, ")"),
+                   c.bos_token_id);
+  }
+  for (int id : c.eos_token_ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      return Invalid("eos_token_ids",
+                     absl::StrCat("must be in [0, vocab_size ", c.vocab_size, ")"), id);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -87,6 +98,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view text) {
   c.attention.num_kv_heads = proto.num_kv_heads() ? proto.num_kv_heads() : proto.num_heads();
   c.attention.head_dim = proto.head_dim();
   c.attention.value_dim = proto.head_dim();
+  c.tie_embeddings = proto.tie_embeddings();
+  c.bos_token_id = proto.has_bos_token_id() ? proto.bos_token_id() : d.bos_token_id;
+  if (proto.eos_token_ids_size() > 0) {
+    c.eos_token_ids.assign(proto.eos_token_ids().begin(), proto.eos_token_ids().end());
+    if (c.eos_token_ids == std::vector<int>{-1}) c.eos_token_ids.clear();
+  }
+  c.tokenizer_class = proto.tokenizer_class();
   if (c.attention.module.empty()) {
     return absl::InvalidArgumentError("attention.module is missing");
   }
@@ -120,6 +138,14 @@ std::string ModelConfigToText(const ModelConfig& c) {
   a->set_chunk_size(c.attention.chunk_size);
   a->set_decay_horizon(c.attention.decay_horizon);
   a->set_unscaled_query(c.attention.unscaled_query);
+  const ModelConfig d;  // the byte tokenizer's ids are not printed (config.h)
+  proto.set_tie_embeddings(c.tie_embeddings);
+  if (c.bos_token_id != d.bos_token_id) proto.set_bos_token_id(c.bos_token_id);
+  if (c.eos_token_ids != d.eos_token_ids) {
+    if (c.eos_token_ids.empty()) proto.add_eos_token_ids(-1);
+    for (int id : c.eos_token_ids) proto.add_eos_token_ids(id);
+  }
+  if (c.tokenizer_class != kByteTokenizerClass) proto.set_tokenizer_class(c.tokenizer_class);
   std::string out;
   google::protobuf::TextFormat::PrintToString(proto, &out);
   return out;
@@ -134,7 +160,7 @@ int64_t ParameterCount(const ModelConfig& c) {
                             + 2 * kv_width * dim          // wk, wv
                             + 3 * dim * hidden            // w_gate, w_up, w_down
                             + (c.attention.learn_temperature ? 1 : 0);
-  return 2 * vocab * dim  // embedding + untied head
+  return (c.tie_embeddings ? 1 : 2) * vocab * dim  // embedding (+ the untied head)
          + c.num_layers * per_layer + dim;  // + final norm
 }
 

@@ -4,22 +4,14 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "server/attention/registry.h"
 #include "server/common/torch_status.h"
-#include "server/model/weights_io.h"
 
 namespace attnserve::model {
 namespace {
-
-constexpr char kConfigFile[] = "config.pbtxt";
-constexpr char kWeightsFile[] = "weights.bin";
 
 // x: (..., dim) -> (..., dim), scaled to unit RMS, times the gain g: (dim).
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& g, double eps) {
@@ -100,7 +92,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
       l.w_down = normal({dim, hidden}, out_std);
     }
     m->norm_ = at::ones({dim});
-    m->head_ = normal({vocab, dim}, 0.02);
+    // Tied: the head is the embedding tensor itself (one copy; NamedParameters lists it
+    // once, as "embed").
+    m->head_ = config.tie_embeddings ? m->embed_ : normal({vocab, dim}, 0.02);
     const int64_t d = config.attention.head_dim;
     m->inv_freq_ = at::pow(double(config.rope_theta),
                            -at::arange(0, d, 2, at::kDouble) / double(d));  // (D/2)
@@ -125,7 +119,7 @@ attention::NamedTensors Model::NamedParameters() const {
     for (auto& [name, t] : l.attention->NamedParameters()) out.emplace_back(p + "attn." + name, t);
   }
   out.emplace_back("norm", norm_);
-  out.emplace_back("head", head_);
+  if (!config_.tie_embeddings) out.emplace_back("head", head_);
   return out;
 }
 
@@ -141,75 +135,6 @@ int64_t Model::StateBytes(int64_t context) const {
 
 int64_t Model::BreakEvenContext() const {
   return attention::BreakEvenContext(config_.attention);
-}
-
-absl::Status Model::Save(const std::string& dir) const {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  {
-    std::ofstream f(dir + "/" + kConfigFile, std::ios::trunc);
-    f << ModelConfigToText(config_);
-    f.close();
-    if (!f) return absl::InternalError(absl::StrCat("cannot write ", dir, "/", kConfigFile));
-  }
-  return WriteTensors(dir + "/" + kWeightsFile, NamedParameters());
-}
-
-absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
-                                                   const LoadOptions& options) {
-  const std::string config_path = dir + "/" + kConfigFile;
-  std::ifstream f(config_path);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot open model config ", config_path));
-  std::stringstream text;
-  text << f.rdbuf();
-  auto config = ParseModelConfig(text.str());
-  if (!config.ok()) {
-    return absl::Status(config.status().code(),
-                        absl::StrCat(config_path, ": ", config.status().message()));
-  }
-  config->attention.max_state_bytes_per_layer = options.max_state_bytes_per_layer;
-  if (!options.attention_module.empty()) {
-    if (absl::Status s = attention::CheckServableAs(
-            config->attention, options.attention_module, options.attention_order);
-        !s.ok()) {
-      return s;
-    }
-    config->attention.module = options.attention_module;
-    if (options.attention_order != 0) config->attention.order = options.attention_order;
-  }
-  if (absl::Status s = ValidateModelConfig(*config); !s.ok()) return s;
-  auto weights = ReadTensors(dir + "/" + kWeightsFile);
-  if (!weights.ok()) return weights.status();
-  auto model = Create(*config, /*seed=*/0);
-  if (!model.ok()) return model.status();
-  std::unordered_map<std::string, at::Tensor> loaded;
-  for (auto& [name, t] : *weights) loaded[name] = t;
-  absl::Status copied = CatchTorch("loading weights", [&]() -> absl::Status {
-    for (auto& [name, param] : (*model)->NamedParameters()) {
-      auto it = loaded.find(name);
-      if (it == loaded.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(dir, ": weights.bin has no tensor '", name, "' for this config"));
-      }
-      if (it->second.sizes() != param.sizes()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            dir, ": tensor '", name, "' has shape ", c10::str(it->second.sizes()),
-            ", the config needs ", c10::str(param.sizes())));
-      }
-      param.copy_(it->second);
-      loaded.erase(it);
-    }
-    if (!loaded.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          dir, ": weights.bin has tensor '", loaded.begin()->first,
-          "' that the config does not use (", loaded.size(), " unused in all)"));
-    }
-    return absl::OkStatus();
-  });
-  if (!copied.ok()) return copied;
-  if (options.weights_bf16) (*model)->UseBf16Weights();
-  return model;
 }
 
 attention::TensorShapes Model::StateShapes(int64_t position) const {

@@ -192,6 +192,39 @@ TEST(ParameterCount, CountsEveryTensor) {
   ASSERT_TRUE(c.ok());
   // 2 * 260 * 32 + 2 * (2*32 + 4*32*32 + 3*32*96) + 32
   EXPECT_EQ(ParameterCount(*c), 16640 + 2 * (64 + 4096 + 9216) + 32);
+  c->tie_embeddings = true;  // the head is the embedding: counted once
+  EXPECT_EQ(ParameterCount(*c), 8320 + 2 * (64 + 4096 + 9216) + 32);
+}
+
+// The tokenizer fields print only where they differ from the byte tokenizer's, so the
+// text (and the fingerprint) of the models from before they existed is unchanged.
+TEST(ModelConfigToText, PrintsTokenizerFieldsOnlyWhereTheyDifferFromTheByteModels) {
+  auto c = ParseModelConfig(kValid);
+  ASSERT_TRUE(c.ok());
+  const std::string before = ModelConfigToText(*c);
+  for (const char* field : {"tie_embeddings", "bos_token_id", "eos_token_ids", "tokenizer_class"}) {
+    EXPECT_EQ(before.find(field), std::string::npos) << field;
+  }
+  c->tokenizer_class = kByteTokenizerClass;
+  EXPECT_EQ(ModelConfigToText(*c), before);
+  c->tie_embeddings = true;
+  c->bos_token_id = 1;
+  c->eos_token_ids = {2, 3};
+  c->tokenizer_class = "LlamaTokenizer";
+  auto again = ParseModelConfig(ModelConfigToText(*c));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->tie_embeddings);
+  EXPECT_EQ(again->bos_token_id, 1);
+  EXPECT_EQ(again->eos_token_ids, (std::vector<int>{2, 3}));
+  EXPECT_EQ(again->tokenizer_class, "LlamaTokenizer");
+  c->bos_token_id = -1;
+  c->eos_token_ids.clear();  // none: written as [-1]
+  again = ParseModelConfig(ModelConfigToText(*c));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->bos_token_id, -1);
+  EXPECT_TRUE(again->eos_token_ids.empty());
+  c->eos_token_ids = {300};
+  EXPECT_EQ(ValidateModelConfig(*c).message(), "eos_token_ids must be in [0, vocab_size 260), got 300");
 }
 
 }  // namespace

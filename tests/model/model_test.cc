@@ -9,6 +9,8 @@
 #include <fstream>
 #include <map>
 
+#include "server/model/hf_config.h"
+
 namespace attnserve::model {
 namespace {
 
@@ -253,34 +255,37 @@ TEST_F(ModelFiles, SaveThenLoadGivesIdenticalLogits) {
 TEST_F(ModelFiles, LoadRejectsMissingCorruptAndMismatchedFiles) {
   auto missing = Model::Load(dir_.string());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find("config.pbtxt"), std::string::npos);
+  EXPECT_NE(missing.status().message().find("config.json"), std::string::npos);
 
   auto model = MakeModel(TinyConfig("linear"));
   ASSERT_TRUE(model->Save(dir_.string()).ok());
-  const std::string weights = (dir_ / "weights.bin").string();
-  {  // Flip one byte in the middle of the weights.
+  const std::string weights = (dir_ / "model.safetensors").string();
+  {  // Break the header's JSON (safetensors has no checksum over the data).
     std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(std::filesystem::file_size(weights) / 2);
-    f.put('\x5a');
+    f.seekp(8);
+    f.put('[');
   }
   auto corrupt = Model::Load(dir_.string());
   EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kDataLoss) << corrupt.status();
-  std::filesystem::resize_file(weights, 100);
+  EXPECT_NE(corrupt.status().message().find("model.safetensors"), std::string::npos);
+  ASSERT_TRUE(model->Save(dir_.string()).ok());
+  std::filesystem::resize_file(weights, std::filesystem::file_size(weights) - 4);
   EXPECT_EQ(Model::Load(dir_.string()).status().code(), absl::StatusCode::kDataLoss);
 
   // Weights of one shape under a config of another.
   ASSERT_TRUE(model->Save(dir_.string()).ok());
   ModelConfig wider = TinyConfig("linear");
   wider.mlp_hidden = 80;
-  std::ofstream(dir_ / "config.pbtxt") << ModelConfigToText(wider);
+  std::ofstream(dir_ / "config.json") << HfConfigToJson(wider);
   auto mismatch = Model::Load(dir_.string());
   EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(mismatch.status().message().find("w_gate"), std::string::npos) << mismatch.status();
+  EXPECT_NE(mismatch.status().message().find("gate_proj"), std::string::npos) << mismatch.status();
 
-  std::ofstream(dir_ / "config.pbtxt") << "dim: 32 num_layers: [";
+  std::ofstream(dir_ / "config.json") << "{\"hidden_size\": [";
   auto malformed = Model::Load(dir_.string());
   EXPECT_EQ(malformed.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(malformed.status().message().find("config.pbtxt"), std::string::npos);
+  EXPECT_NE(malformed.status().message().find("config.json: not valid JSON"), std::string::npos)
+      << malformed.status();
 }
 
 TEST_F(ModelFiles, LoadsAQkNormSoftmaxCheckpointAsTaylor) {
