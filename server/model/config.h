@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -14,7 +15,8 @@ namespace attnserve::model {
 
 struct ModelConfig {
   std::string name = "attnserve";
-  // Token ids: 256 bytes + special ids (tokenizer.h); at least kMinVocabSize.
+  // Embedding rows (token ids); at least kMinVocabSize. A tokenizer's vocabulary may be
+  // smaller (padded embeddings), never larger (server/tokenizer/).
   int vocab_size = 259;
   // Residual width; equals attention.num_heads * attention.head_dim.
   int dim = 64;
@@ -27,7 +29,17 @@ struct ModelConfig {
   int64_t max_context = int64_t{1} << 20;
   // Module, heads and head dims; value_dim always equals head_dim here.
   attention::AttentionOptions attention;
+  // Begin-of-sequence id (-1: none) and the ids that end generation. The defaults are the
+  // byte tokenizer's (server/tokenizer/byte_tokenizer.h).
+  int bos_token_id = 256;
+  std::vector<int> eos_token_ids = {257};
+  // "AttnServeByteTokenizer" for the byte models; empty: the tokenizer comes from the
+  // directory's files (tokenizer::LoadTokenizer).
+  std::string tokenizer_class;
 };
+
+// The smallest vocab_size: the byte tokenizer's 256 bytes + BOS, EOS and PAD.
+inline constexpr int kMinVocabSize = 259;
 
 // Parses protobuf text format (ModelConfig message) and validates it. Omitted fields
 // take the defaults documented in the .proto. Errors name the field.
