@@ -37,6 +37,12 @@ int ByteOfPiece(const std::string& piece) {
 
 }  // namespace
 
+absl::Status SentencePieceAvailable() {
+  std::string why;
+  if (internal::SentencePieceBackend::Available(&why)) return absl::OkStatus();
+  return absl::UnavailableError(why);
+}
+
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 absl::StatusOr<std::shared_ptr<const SentencePieceTokenizer>> SentencePieceTokenizer::Create(
@@ -52,7 +58,10 @@ absl::StatusOr<std::shared_ptr<const SentencePieceTokenizer>> SentencePieceToken
   std::shared_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
   std::string error;
   t->sp_ = internal::SentencePieceBackend::Load(serialized, &error);
-  if (t->sp_ == nullptr) return Refuse(absl::StrCat("the SentencePiece library: ", error));
+  if (t->sp_ == nullptr) {
+    if (absl::Status available = SentencePieceAvailable(); !available.ok()) return available;
+    return Refuse(absl::StrCat("the SentencePiece library: ", error));
+  }
   t->continuation_ = internal::SentencePieceBackend::Load(*continuation, &error);
   if (t->continuation_ == nullptr) {
     return Refuse(absl::StrCat("the SentencePiece library (without dummy prefix): ", error));

@@ -23,6 +23,10 @@ namespace internal {
 class SentencePieceBackend;
 }
 
+// OK when SentencePiece can be used in this process; UNAVAILABLE with the reason
+// otherwise (sanitizer builds, a missing libattnserve_sentencepiece.so).
+absl::Status SentencePieceAvailable();
+
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   struct Options {

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "server/tokenizer/sentencepiece_tokenizer.h"
+
 namespace attnserve::test_util {
 
 // A small deterministic training text: English-like lines and some non-ASCII words,
@@ -58,6 +60,15 @@ inline std::string ReadBytes(const std::string& path) {
   s << in.rdbuf();
   return s.str();
 }
+
+// Skips the test where SentencePiece cannot run (sanitizer builds).
+#define ATTNSERVE_SKIP_WITHOUT_SENTENCEPIECE()                                      \
+  do {                                                                              \
+    if (absl::Status available = ::attnserve::tokenizer::SentencePieceAvailable();  \
+        !available.ok()) {                                                          \
+      GTEST_SKIP() << available.message();                                          \
+    }                                                                               \
+  } while (0)
 
 // A fresh directory under the test's temp dir.
 inline std::string MakeTempDir(const std::string& tag) {

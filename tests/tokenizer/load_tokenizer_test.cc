@@ -65,6 +65,7 @@ TEST_F(LoadTokenizerTest, ByteModelsByClassOrByTheAbsenceOfTokenizerFiles) {
 }
 
 TEST_F(LoadTokenizerTest, SentencePieceAddsBosPerTokenizerConfig) {
+  ATTNSERVE_SKIP_WITHOUT_SENTENCEPIECE();
   const auto add_bos = [&](const std::string& tokenizer_config) {
     auto t = LoadTokenizer(SpmDir(tokenizer_config), Llama());
     EXPECT_TRUE(t.ok()) << t.status();
@@ -85,6 +86,7 @@ TEST_F(LoadTokenizerTest, SentencePieceAddsBosPerTokenizerConfig) {
 }
 
 TEST_F(LoadTokenizerTest, EosIdsComeFromTheConfig) {
+  ATTNSERVE_SKIP_WITHOUT_SENTENCEPIECE();
   model::ModelConfig config = Llama();
   config.eos_token_ids = {2, 0};  // 0 is <unk>, not special: dropped
   auto t = LoadTokenizer(SpmDir(""), config);
@@ -115,6 +117,7 @@ TEST_F(LoadTokenizerTest, RefusesADirectoryWithoutTokenizerNamingTheFiles) {
 }
 
 TEST_F(LoadTokenizerTest, RefusesAVocabularyLargerThanTheModels) {
+  ATTNSERVE_SKIP_WITHOUT_SENTENCEPIECE();
   model::ModelConfig config = Llama();
   config.vocab_size = 300;
   const std::string dir = SpmDir("");
@@ -131,6 +134,7 @@ TEST_F(LoadTokenizerTest, RefusesAVocabularyLargerThanTheModels) {
 }
 
 TEST_F(LoadTokenizerTest, RefusesABadTokenizerConfig) {
+  ATTNSERVE_SKIP_WITHOUT_SENTENCEPIECE();
   std::string dir = SpmDir(R"({"add_bos_token": "yes"})");
   EXPECT_EQ(LoadTokenizer(dir, Llama()).status().message(),
             dir + "/tokenizer_config.json: add_bos_token must be true or false, got \"yes\"");

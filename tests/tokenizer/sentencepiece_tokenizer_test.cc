@@ -79,6 +79,7 @@ class SentencePieceTokenizerTest : public testing::Test {
     llama_ = new std::string(test_util::ReadBytes(test_util::TrainSpm(*dir_, "llama", kLlamaFlags)));
     plain_ = new std::string(test_util::ReadBytes(test_util::TrainSpm(*dir_, "plain")));
   }
+  void SetUp() override { ATTNSERVE_SKIP_WITHOUT_SENTENCEPIECE(); }
   static void TearDownTestSuite() {
     delete dir_;
     delete llama_;
