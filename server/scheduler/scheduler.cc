@@ -220,7 +220,9 @@ bool Scheduler::Step(std::vector<std::unique_ptr<Turn>>& turns) {
       const tokenizer::Tokenizer& tok = *t.session->served().tokenizer;
       t.decoder.emplace(tok, /*text_started=*/t.had_pending ||
                                  t.session->state().position() > 0);
-      for (int32_t id : t.request.prompt) t.decoder->Next(id);
+      for (size_t i = 0; i < t.request.prompt.size() && t.decoder->at_start(); ++i) {
+        t.decoder->Next(t.request.prompt[i]);
+      }
       t.stops.emplace(t.request.stop);
       if (options_.metrics != nullptr) {
         t.metrics = &options_.metrics->ForModel(t.session->served().name,

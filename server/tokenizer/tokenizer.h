@@ -64,6 +64,8 @@ class StreamDecoder {
   StreamDecoder(const Tokenizer& tokenizer, bool text_started)
       : tokenizer_(&tokenizer), at_start_(!text_started) {}
   std::string Next(int32_t id) { return tokenizer_->StreamBytes(id, at_start_); }
+  // Whether the leading-space rule still applies (no id has produced text yet).
+  bool at_start() const { return at_start_; }
   // What Next(id) would return, without consuming it (top_logprobs alternatives).
   std::string Peek(int32_t id) const {
     bool at_start = at_start_;
