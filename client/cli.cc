@@ -20,6 +20,7 @@ constexpr char kTopUsage[] =
     "                            create, inspect, list and close sessions;\n"
     "                            export to and import from a file; fork\n"
     "  models [NAME]             list the served models, or describe one\n"
+    "  tokenize [flags] TEXT     the token ids of TEXT with a model's tokenizer\n"
     "  health                    grpc.health.v1 check; exit 0 only if SERVING\n"
     "  bench [flags]             concurrent sessions: tokens/s, latencies\n"
     "  help [COMMAND]            this text, or a command's flags\n"
@@ -45,7 +46,8 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"generate", RunGenerate}, {"chat", RunChat},     {"sessions", RunSessions},
-    {"models", RunModels},     {"health", RunHealth}, {"bench", RunBench},
+    {"models", RunModels},     {"tokenize", RunTokenize}, {"health", RunHealth},
+    {"bench", RunBench},
 };
 
 const Command* FindCommand(const std::string& name) {

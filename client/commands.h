@@ -17,6 +17,7 @@ int RunGenerate(const Args& args, GlobalOptions options, const Io& io);
 int RunChat(const Args& args, GlobalOptions options, const Io& io);
 int RunSessions(const Args& args, GlobalOptions options, const Io& io);
 int RunModels(const Args& args, GlobalOptions options, const Io& io);
+int RunTokenize(const Args& args, GlobalOptions options, const Io& io);
 int RunHealth(const Args& args, GlobalOptions options, const Io& io);
 int RunBench(const Args& args, GlobalOptions options, const Io& io);
 

@@ -1,13 +1,16 @@
-// models and health: what the server offers, and whether it is up.
+// models, tokenize and health: what the server offers, and whether it is up.
 #include <cmath>
 #include <memory>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "attnserve/v1/attnserve.grpc.pb.h"
 #include "client/commands.h"
 #include "client/format.h"
+#include "client/retry.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace attnserve::client {
@@ -20,14 +23,32 @@ constexpr CommandHelp kModelsHelp = {
     "models", "[NAME]",
     "Without NAME, lists the served models. With NAME, describes one: its\n"
     "config, the attention module it is served with, parameter count, state\n"
-    "bytes per session at 1k and 16k tokens of context, and the break-even\n"
-    "context from which its fixed state is smaller than a KV cache.\n"};
+    "bytes per session at 1k and 16k tokens of context, the break-even\n"
+    "context from which its fixed state is smaller than a KV cache, its\n"
+    "tokenizer (kind, vocabulary, BOS and EOS ids) and key/value heads.\n"};
+
+constexpr CommandHelp kTokenizeHelp = {
+    "tokenize", "[flags] TEXT",
+    "Prints the token ids TEXT becomes with a model's tokenizer, one line per\n"
+    "token with the bytes it adds to the text (C escapes), as a Generate\n"
+    "prompt would be tokenized: the start of a new session (BOS first when\n"
+    "the tokenizer adds one), or with --session the next turn of that session.\n"};
 
 constexpr CommandHelp kHealthHelp = {
     "health", "[flags]",
     "Calls grpc.health.v1.Health/Check and prints the status it returns\n"
     "(SERVING, NOT_SERVING, ...). Exit status 0 only when SERVING, so that it\n"
     "can be a container's health check.\n"};
+
+// "sentencepiece, 32000 tokens, BOS 1 (added), EOS 2".
+std::string DescribeTokenizer(const v1::TokenizerInfo& t) {
+  if (t.kind().empty()) return "-";
+  std::string text = absl::StrCat(t.kind(), ", ", t.vocab_size(), " tokens, BOS ");
+  absl::StrAppend(&text, t.bos_id() < 0 ? "none" : absl::StrCat(t.bos_id()),
+                  t.add_bos() ? " (added)" : "", ", EOS ",
+                  t.eos_ids().empty() ? "none" : absl::StrJoin(t.eos_ids(), " "));
+  return text;
+}
 
 std::string BreakEven(int64_t tokens) {
   if (tokens == 0) return "none (a KV cache; state grows with context)";
@@ -90,6 +111,8 @@ void PrintModel(const Io& io, const v1::ModelInfo& m) {
            absl::StrCat(HumanBytes(m.state_bytes_per_session_at_16k()), " (",
                         m.state_bytes_per_session_at_16k(), " bytes)")},
           {"break-even context:", BreakEven(m.break_even_context())},
+          {"tokenizer:", DescribeTokenizer(m.tokenizer())},
+          {"kv heads:", m.num_kv_heads() == 0 ? "-" : absl::StrCat(m.num_kv_heads())},
       });
 }
 
@@ -136,6 +159,40 @@ int RunModels(const Args& args, GlobalOptions options, const Io& io) {
                                      : absl::StrCat(m.break_even_context())});
   }
   PrintTable(io.out, rows);
+  return kExitOk;
+}
+
+int RunTokenize(const Args& args, GlobalOptions options, const Io& io) {
+  FlagSet flags;
+  std::string model, session;
+  flags.Add("model", &model, "model whose tokenizer to use; empty is the default");
+  flags.Add("session", &session, "tokenize as this session's next turn");
+  Args positional;
+  int code;
+  if (!ParseCommandLine(kTokenizeHelp, flags, &options, args, io, &positional,
+                        &code) ||
+      !CheckArgCount(positional, 1, 1, kTokenizeHelp, io, &code)) {
+    return code;
+  }
+  std::unique_ptr<v1::AttnServe::Stub> stub = ConnectStub(options, io, &code);
+  if (stub == nullptr) return code;
+  grpc::ClientContext context;
+  SetDeadline(&context, options, kUnaryTimeoutSeconds);
+  AddSessionHeader(&context, session);
+  v1::TokenizeRequest request;
+  request.set_model(model);
+  request.set_session_id(session);
+  request.set_text(positional[0]);
+  v1::TokenizeResponse response;
+  grpc::Status status = stub->Tokenize(&context, request, &response);
+  if (!status.ok()) return ReportRpcError(io, status);
+  std::vector<std::vector<std::string>> rows = {{"ID", "TEXT"}};
+  for (const auto& token : response.tokens()) {
+    rows.push_back({absl::StrCat(token.id()),
+                    absl::StrCat("\"", absl::CHexEscape(token.text()), "\"")});
+  }
+  PrintTable(io.out, rows);
+  absl::FPrintF(io.out, "%d tokens (model %s)\n", response.tokens_size(), response.model());
   return kExitOk;
 }
 

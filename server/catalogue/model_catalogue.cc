@@ -23,8 +23,10 @@ absl::StatusOr<std::unique_ptr<ModelCatalogue>> ModelCatalogue::Load(
       return absl::InvalidArgumentError(
           absl::StrCat("model_dirs: two models are named '", name, "' (", dir, ")"));
     }
-    auto served = std::make_shared<ServedModel>(
-        ServedModel{name, dir, std::shared_ptr<const model::Model>(std::move(*model)), {}});
+    auto tokenizer = tokenizer::LoadTokenizer(dir, (*model)->config());
+    if (!tokenizer.ok()) return tokenizer.status();
+    auto served = std::make_shared<ServedModel>(ServedModel{
+        name, dir, std::shared_ptr<const model::Model>(std::move(*model)), {}, *tokenizer});
     const model::Model& base = *served->model;
     const attention::AttentionOptions& a = base.config().attention;
     for (const char* module : {"taylor", "taylor_norm"}) {
@@ -33,7 +35,8 @@ absl::StatusOr<std::unique_ptr<ModelCatalogue>> ModelCatalogue::Load(
         auto variant = base.ServeAs(module, order, a.max_state_bytes_per_layer);
         if (!variant.ok()) continue;  // not servable this way, or over the budget
         served->variants.push_back(std::make_shared<ServedModel>(ServedModel{
-            name, dir, std::shared_ptr<const model::Model>(std::move(*variant)), {}}));
+            name, dir, std::shared_ptr<const model::Model>(std::move(*variant)), {},
+            served->tokenizer}));
       }
     }
     out.push_back(std::move(served));

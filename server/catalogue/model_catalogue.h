@@ -17,7 +17,8 @@ namespace attnserve::catalogue {
 
 class ModelCatalogue {
  public:
-  // Loads every directory with model::Model::Load and adds, for each, the variants its
+  // Loads every directory with model::Model::Load and tokenizer::LoadTokenizer (its
+  // refusals are this call's) and adds, for each, the variants its
   // weights may be served as (attention::CheckServableAs decides; taylor and
   // taylor_norm of orders 2, 4, 6 whose state fits the per-layer budget). Duplicate
   // model names and an empty list are INVALID_ARGUMENT.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "server/model/model.h"
+#include "server/tokenizer/tokenizer.h"
 
 namespace attnserve::catalogue {
 
@@ -19,6 +20,8 @@ struct ServedModel {
   // The same weights served with other attention modules (e.g. a qk_norm softmax
   // checkpoint as taylor of several orders), for sessions that ask for them.
   std::vector<std::shared_ptr<const ServedModel>> variants;
+  // The model's tokenizer (never null; tokenizer::LoadTokenizer); variants share it.
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
 
   const std::string& attention() const { return model->config().attention.module; }
   int attention_order() const { return model->config().attention.order; }

@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "attnserve/v1/model_config.pb.h"
-#include "server/model/tokenizer.h"
 
 namespace attnserve::model {
 namespace {

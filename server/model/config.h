@@ -15,7 +15,8 @@ namespace attnserve::model {
 
 struct ModelConfig {
   std::string name = "attnserve";
-  // Token ids: 256 bytes + special ids (tokenizer.h); at least kMinVocabSize.
+  // Embedding rows (token ids); at least kMinVocabSize. A tokenizer's vocabulary may be
+  // smaller (padded embeddings), never larger (server/tokenizer/).
   int vocab_size = 259;
   // Residual width. Independent of the heads: wq is (num_heads * head_dim, dim), wk and
   // wv (num_kv_heads * head_dim, dim), wo (dim, num_heads * head_dim).
@@ -43,6 +44,9 @@ struct ModelConfig {
 
 // tokenizer_class of the byte-level tokenizer (tokenizer.h), which needs no files.
 inline constexpr char kByteTokenizerClass[] = "AttnServeByteTokenizer";
+
+// The smallest vocab_size: the byte tokenizer's 256 bytes + BOS, EOS and PAD.
+inline constexpr int kMinVocabSize = 259;
 
 // Parses protobuf text format (ModelConfig message) and validates it. Omitted fields
 // take the defaults documented in the .proto. Errors name the field.

@@ -24,14 +24,15 @@ struct TurnRequest {
   model::SamplingParams sampling;
   // Tokens to generate at most (>= 1).
   int max_tokens = 128;
-  // Generation stops right after the streamed bytes end with any of these.
+  // Generation stops after the token whose bytes complete any of these in the streamed
+  // bytes (the token is streamed whole; a stop string may span tokens).
   std::vector<std::string> stop;
   // Report the model's own log p of each token (log-softmax of its logits, before
   // temperature, top_k, top_p and ignore_eos) and, with it, the top_logprobs most likely
   // alternatives (0..20; admission checks the range and that logprobs is set).
   bool logprobs = false;
   int top_logprobs = 0;
-  // Never sample the end-of-sequence token (benchmarks: every turn runs to max_tokens).
+  // Never sample an end-of-sequence id (benchmarks: every turn runs to max_tokens).
   bool ignore_eos = false;
   // When the request arrived (for time to first token) and when it must be over.
   absl::Time arrival = absl::InfinitePast();
@@ -40,11 +41,15 @@ struct TurnRequest {
 
 struct TokenEvent {
   int32_t id = 0;
-  std::string bytes;  // empty for special tokens
+  // What the token adds to the session's text (tokenizer::StreamDecoder); empty for
+  // special tokens.
+  std::string bytes;
   std::optional<float> logprob;  // set when the turn asked for logprobs
   // The turn's top_logprobs most likely tokens at this position, by logprob descending
   // (ties: lower id first); special tokens included.
   std::vector<model::TokenLogprob> top_logprobs;
+  // The bytes each of top_logprobs would have added here, in the same order.
+  std::vector<std::string> top_logprob_bytes;
 };
 
 enum class FinishReason {

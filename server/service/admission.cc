@@ -5,7 +5,6 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/excerpt.h"
-#include "server/model/tokenizer.h"
 
 namespace attnserve::service {
 namespace {
@@ -92,7 +91,8 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
     if (!model.ok()) return model.status();
     out.model = *model;
   }
-  // Sizes first, before tokenizing anything (one token per byte).
+  // Sizes first, before tokenizing anything (a text's byte count bounds its tokens, BOS
+  // and a dummy-prefix piece aside).
   const size_t size = r.prompt_case() == v1::GenerateRequest::kText ? r.text().size()
                       : r.prompt_case() == v1::GenerateRequest::kTokens
                           ? size_t(r.tokens().ids_size())
@@ -103,7 +103,13 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
   }
   switch (r.prompt_case()) {
     case v1::GenerateRequest::kText:
-      out.turn.prompt = model::Encode(r.text());
+      // Without a session the turn starts a fresh one (position 0); a session's text is
+      // encoded once it is claimed (CheckTurnFits), as its continuation if it has tokens.
+      if (out.model) {
+        if (absl::Status s = EncodePrompt(r.text(), *out.model, 0, out.turn); !s.ok()) return s;
+      } else {
+        out.text = r.text();
+      }
       break;
     case v1::GenerateRequest::kTokens:
       out.turn.prompt.assign(r.tokens().ids().begin(), r.tokens().ids().end());
@@ -111,7 +117,7 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
     default:
       break;
   }
-  if (out.turn.prompt.empty() && r.session_id().empty()) {
+  if (out.turn.prompt.empty() && !out.text && r.session_id().empty()) {
     return Invalid("prompt: empty; a request without session_id needs text or tokens");
   }
   if (absl::Status s = ParseSampling(r.sampling(), limits, out.turn); !s.ok()) return s;
@@ -131,11 +137,24 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
   return out;
 }
 
-absl::Status CheckTurnFits(const ParsedGenerate& request, const session::Session& session) {
+absl::Status EncodePrompt(const std::string& text, const catalogue::ServedModel& model,
+                          int64_t position, scheduler::TurnRequest& turn) {
+  auto ids = model.tokenizer->Encode(text, /*continuation=*/position > 0);
+  if (!ids.ok()) return ids.status();
+  turn.prompt = *std::move(ids);
+  return absl::OkStatus();
+}
+
+absl::Status CheckTurnFits(ParsedGenerate& request, const session::Session& session) {
   const catalogue::ServedModel& served = session.served();
   if (!request.model_name.empty() && request.model_name != served.name) {
     return Invalid(absl::StrCat("model: session '", session.id(), "' runs model '",
                                 served.name, "', not '", Excerpt(request.model_name), "'"));
+  }
+  if (request.text) {
+    const absl::Status s = EncodePrompt(*request.text, served, session.position(), request.turn);
+    if (!s.ok()) return s;
+    request.text.reset();
   }
   if (absl::Status s = CheckPromptFits(request.turn, served); !s.ok()) return s;
   const int64_t position = session.position();  // the pending token included

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <grpcpp/support/string_ref.h>
@@ -37,6 +38,9 @@ struct ParsedGenerate {
   std::shared_ptr<const catalogue::ServedModel> model;  // null when a session is named
   std::string model_name;                             // as requested (may be empty)
   std::string session_id;
+  // A text prompt for a named session, encoded by CheckTurnFits once the session (its
+  // model's tokenizer, its position) is known; unset otherwise (turn.prompt holds it).
+  std::optional<std::string> text;
   scheduler::TurnRequest turn;
 };
 
@@ -49,12 +53,19 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& request,
                                              const catalogue::ModelCatalogue& models,
                                              const RequestLimits& limits);
 
-// The checks that need the session (after it is claimed): the requested model is the
+// The checks that need the session (after it is claimed), after encoding a pending text
+// prompt with the session's tokenizer (EncodePrompt): the requested model is the
 // session's (INVALID_ARGUMENT), token ids fit its vocabulary (INVALID_ARGUMENT), the
 // prompt and one generated token fit its context from the session's position
 // (OUT_OF_RANGE; so no turn ever takes a session past max_context), and an empty
 // prompt has a pending token to continue from (INVALID_ARGUMENT).
-absl::Status CheckTurnFits(const ParsedGenerate& request, const session::Session& session);
+absl::Status CheckTurnFits(ParsedGenerate& request, const session::Session& session);
+
+// `text` as the prompt of a turn on `model` whose session is at `position`: the start of
+// the session's text at 0 (BOS when the tokenizer adds one), its continuation after
+// (tokenizer::Tokenizer::Encode).
+absl::Status EncodePrompt(const std::string& text, const catalogue::ServedModel& model,
+                          int64_t position, scheduler::TurnRequest& turn);
 
 // The session id a request carries in metadata (`x-session-id`, which proxies route by)
 // must agree with the one in its message; either may be absent. INVALID_ARGUMENT

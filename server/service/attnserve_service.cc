@@ -1,5 +1,8 @@
 #include "server/service/attnserve_service.h"
 
+#include "absl/strings/str_cat.h"
+#include "server/common/excerpt.h"
+#include "server/service/convert.h"
 #include "server/service/generate_reactor.h"
 #include "server/service/session_transfer.h"
 #include "server/service/status_map.h"
@@ -176,6 +179,42 @@ grpc::ServerUnaryReactor* AttnServeService::DescribeModel(
   auto model = models_->Find(request->name());
   if (model.ok()) *response = ToProto(**model);
   return Reply(context, "DescribeModel", model.status(), model.ok() ? model->get() : nullptr);
+}
+
+grpc::ServerUnaryReactor* AttnServeService::Tokenize(grpc::CallbackServerContext* context,
+                                                     const v1::TokenizeRequest* request,
+                                                     v1::TokenizeResponse* response) {
+  if (request->text().size() > size_t(limits_.max_prompt_tokens)) {
+    return Reply(context, "Tokenize",
+                 absl::InvalidArgumentError(absl::StrCat(
+                     "text: ", request->text().size(), " bytes is over the server's limit of ",
+                     limits_.max_prompt_tokens, " prompt tokens")));
+  }
+  if (request->session_id().empty()) {
+    if (auto caller = ResolveCaller(context, ""); !caller.ok()) {
+      return Reply(context, "Tokenize", caller.status());
+    }
+    auto model = models_->Find(request->model());
+    if (!model.ok()) return Reply(context, "Tokenize", model.status());
+    auto tokens = TokenizeText(**model, /*position=*/0, request->text());
+    if (tokens.ok()) *response = *std::move(tokens);
+    return Reply(context, "Tokenize", tokens.status(), model->get());
+  }
+  // The session may have to be loaded from the store: off the callback thread.
+  return Defer(context, "Tokenize", request->session_id(),
+               [=](const Caller& caller, const catalogue::ServedModel** model) {
+    auto info = store_->Get(caller.tenant, request->session_id());
+    if (!info.ok()) return info.status();
+    *model = info->served;
+    if (!request->model().empty() && request->model() != info->model) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model: session '", info->id, "' runs model '", info->model, "', not '",
+          Excerpt(request->model()), "'"));
+    }
+    auto tokens = TokenizeText(*info->served, info->position, request->text());
+    if (tokens.ok()) *response = *std::move(tokens);
+    return tokens.status();
+  });
 }
 
 }  // namespace attnserve::service

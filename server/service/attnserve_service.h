@@ -61,6 +61,9 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
   grpc::ServerUnaryReactor* DescribeModel(grpc::CallbackServerContext* context,
                                           const v1::DescribeModelRequest* request,
                                           v1::ModelInfo* response) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
 
   // Counts one finished request (requests_total) by method, status and model.
   void Record(const char* method, const grpc::Status& status,

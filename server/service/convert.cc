@@ -3,7 +3,7 @@
 #include <google/protobuf/text_format.h>
 
 #include "absl/strings/str_cat.h"
-#include "server/model/tokenizer.h"
+#include "server/tokenizer/tokenizer.h"
 
 namespace attnserve::service {
 v1::Session ToProto(const session::SessionInfo& info) {
@@ -32,7 +32,31 @@ v1::ModelInfo ToProto(const catalogue::ServedModel& m) {
   info.set_state_bytes_per_session_at_16k(m.model->StateBytes(16384));
   info.set_break_even_context(m.model->BreakEvenContext());
   info.set_directory(m.directory);
+  info.set_num_kv_heads(m.model->config().attention.num_kv_heads);
+  const tokenizer::Tokenizer& t = *m.tokenizer;
+  v1::TokenizerInfo* ti = info.mutable_tokenizer();
+  ti->set_kind(t.kind());
+  ti->set_vocab_size(t.vocab_size());
+  ti->set_bos_id(t.bos_id());
+  ti->set_add_bos(t.add_bos());
+  for (int32_t eos : t.eos_ids()) ti->add_eos_ids(eos);
   return info;
+}
+
+absl::StatusOr<v1::TokenizeResponse> TokenizeText(const catalogue::ServedModel& model,
+                                                  int64_t position, const std::string& text) {
+  const tokenizer::Tokenizer& t = *model.tokenizer;
+  auto ids = t.Encode(text, /*continuation=*/position > 0);
+  if (!ids.ok()) return ids.status();
+  v1::TokenizeResponse response;
+  response.set_model(model.name);
+  tokenizer::StreamDecoder decoder(t, /*text_started=*/position > 0);
+  for (int32_t id : *ids) {
+    auto* token = response.add_tokens();
+    token->set_id(id);
+    token->set_text(decoder.Next(id));
+  }
+  return response;
 }
 
 v1::FinishReason ToProto(scheduler::FinishReason reason) {

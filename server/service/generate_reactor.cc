@@ -13,7 +13,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/model/tokenizer.h"
 #include "server/service/status_map.h"
 
 namespace attnserve::service {
@@ -153,9 +152,10 @@ class StreamSink : public scheduler::TurnSink,
     t->set_text(std::move(token.bytes));
     t->set_id(token.id);
     if (token.logprob) t->set_logprob(*token.logprob);
-    for (const model::TokenLogprob& alternative : token.top_logprobs) {
+    for (size_t i = 0; i < token.top_logprobs.size(); ++i) {
+      const model::TokenLogprob& alternative = token.top_logprobs[i];
       v1::TopLogprob* a = t->add_top_logprobs();
-      a->set_text(model::TokenBytes(alternative.id));
+      a->set_text(std::move(token.top_logprob_bytes[i]));
       a->set_id(alternative.id);
       a->set_logprob(alternative.logprob);
     }

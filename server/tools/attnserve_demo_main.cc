@@ -16,7 +16,7 @@
 #include "server/config/flag_set.h"
 #include "server/model/model.h"
 #include "server/model/sampler.h"
-#include "server/model/tokenizer.h"
+#include "server/tokenizer/byte_tokenizer.h"
 
 namespace {
 
@@ -91,13 +91,24 @@ int Demo(const std::string& module, const Flags& flags) {
     std::cerr << "attnserve_demo: " << sampler.status().message() << "\n";
     return 1;
   }
+  // The demo's models are byte models built in memory.
+  auto tokenizer = attnserve::tokenizer::ByteTokenizer::Create(config);
+  if (!tokenizer.ok()) {
+    std::cerr << "attnserve_demo: " << tokenizer.status().message() << "\n";
+    return 1;
+  }
   const std::string prompt = flags.prompt;
+  auto prompt_ids = (*tokenizer)->Encode(prompt, /*continuation=*/false);
+  if (!prompt_ids.ok()) {
+    std::cerr << "attnserve_demo: " << prompt_ids.status().message() << "\n";
+    return 1;
+  }
   std::cout << "== " << module
             << (module.rfind("taylor", 0) == 0 ? " (order " + std::to_string(config.attention.order) + ")" : "")
             << ": " << (*model)->ParameterCount() << " parameters, random weights\n"
             << Printable(prompt) << std::flush;
   auto state = (*model)->NewState();
-  auto logits = (*model)->Prefill(*state, attnserve::model::Encode(prompt));
+  auto logits = (*model)->Prefill(*state, *prompt_ids);
   if (!logits.ok()) {
     std::cerr << "\nattnserve_demo: " << logits.status().message() << "\n";
     return 1;
@@ -106,10 +117,11 @@ int Demo(const std::string& module, const Flags& flags) {
   attnserve::model::DecodeState* states[] = {state.get()};
   const auto start = std::chrono::steady_clock::now();
   int generated = 0;
+  attnserve::tokenizer::StreamDecoder decoder(**tokenizer, /*text_started=*/!prompt.empty());
   for (; generated < flags.tokens; ++generated) {
     const int32_t id = (*sampler)->Sample({row.data_ptr<float>(), size_t(row.numel())});
-    if (id == attnserve::model::kEosToken) break;
-    std::cout << Printable(attnserve::model::TokenBytes(id)) << std::flush;
+    if ((*tokenizer)->IsEos(id)) break;
+    std::cout << Printable(decoder.Next(id)) << std::flush;
     auto next = (*model)->Step(states, {id});
     if (!next.ok()) {
       std::cerr << "\nattnserve_demo: " << next.status().message() << "\n";

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <thread>
 
+#include "server/tokenizer/byte_tokenizer.h"
 #include "absl/strings/str_cat.h"
 #include "server/model/model.h"
 #include "server/catalogue/model_catalogue.h"
@@ -139,7 +140,8 @@ std::shared_ptr<const catalogue::ServedModel> MakeServedModel(const Shape& shape
   c.attention.value_dim = shape.head_dim;
   c.attention.chunk_size = 64;
   auto m = Must(model::Model::Create(c, 7), "creating model " + name);
-  return std::make_shared<catalogue::ServedModel>(catalogue::ServedModel{name, "", std::move(m), {}});
+  return std::make_shared<catalogue::ServedModel>(catalogue::ServedModel{
+      name, "", std::move(m), {}, std::make_shared<tokenizer::ByteTokenizer>()});
 }
 
 std::vector<int32_t> PromptTokens(int64_t n, int64_t offset) {

@@ -245,9 +245,30 @@ TEST_F(ClientTest, ModelsListAndDescribe) {
               HasSubstr("config:              2 layers, dim 64, 4 heads x "
                         "head_dim 16, mlp_hidden 172\n"));
   EXPECT_THAT(run.out, HasSubstr("max_context 1048576 (default)"));
+  EXPECT_THAT(run.out, HasSubstr("tokenizer:           bytes, 259 tokens, BOS 256, EOS 257\n"));
+  EXPECT_THAT(run.out, HasSubstr("kv heads:            4\n"));
   run = Client({"models", "huge"});
   EXPECT_EQ(run.code, kExitFailure);
   EXPECT_EQ(run.err, "attnserve: NOT_FOUND: unknown model 'huge'\n");
+}
+
+TEST_F(ClientTest, TokenizePrintsEachTokensIdAndBytes) {
+  Outcome run = Client({"tokenize", "a\n"});
+  EXPECT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_EQ(run.out,
+            "ID   TEXT\n"
+            "256  \"\"\n"
+            "97   \"a\"\n"
+            "10   \"\\n\"\n"
+            "3 tokens (model tiny)\n");
+  run = Client({"tokenize", "--session=s1", "b"});
+  EXPECT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_EQ(run.out, "ID  TEXT\n98  \"b\"\n1 tokens (model tiny)\n");
+  run = Client({"tokenize", "--session=s9", "b"});
+  EXPECT_EQ(run.code, kExitFailure);
+  EXPECT_EQ(run.err, "attnserve: NOT_FOUND: session 's9' not found\n");
+  run = Client({"tokenize"});
+  EXPECT_EQ(run.code, kExitUsage);
 }
 
 TEST_F(ClientTest, HealthExitsZeroOnlyWhenServing) {

@@ -250,6 +250,23 @@ class FakeAttnServe final : public v1::AttnServe::Service {
     return grpc::Status::OK;
   }
 
+  // Byte tokens, one per byte of the text, after a BOS (256) for a model; a session
+  // other than "s1" is unknown.
+  grpc::Status Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* request,
+                        v1::TokenizeResponse* response) override {
+    if (!request->session_id().empty() && request->session_id() != "s1") {
+      return NotFound(request->session_id());
+    }
+    if (request->session_id().empty()) response->add_tokens()->set_id(256);
+    for (unsigned char c : request->text()) {
+      auto* token = response->add_tokens();
+      token->set_id(c);
+      token->set_text(std::string(1, char(c)));
+    }
+    response->set_model("tiny");
+    return grpc::Status::OK;
+  }
+
   std::vector<v1::GenerateRequest> generate_requests() {
     return Copy(generate_requests_);
   }
@@ -290,6 +307,12 @@ class FakeAttnServe final : public v1::AttnServe::Service {
     info.set_state_bytes_per_session_at_1k(313344);
     info.set_state_bytes_per_session_at_16k(313344);
     info.set_break_even_context(82);
+    info.set_num_kv_heads(4);
+    v1::TokenizerInfo* tokenizer = info.mutable_tokenizer();
+    tokenizer->set_kind("bytes");
+    tokenizer->set_vocab_size(259);
+    tokenizer->set_bos_id(256);
+    tokenizer->add_eos_ids(257);
     v1::ModelConfig* config = info.mutable_config();
     config->set_vocab_size(259);
     config->set_dim(64);

@@ -59,6 +59,11 @@ client sessions get "$sid" >/dev/null || fail "sessions get"
 client sessions close "$sid" >/dev/null || fail "sessions close"
 if client sessions get "$sid" 2>/dev/null; then fail "closed session still there"; fi
 client models | grep -q kjv-taylor2-decay || fail "models does not list the default model kjv-taylor2-decay"
+client models kjv-taylor2-decay | grep -q 'tokenizer: *bytes, 259 tokens, BOS 256, EOS 257' ||
+  fail "models does not describe the byte tokenizer: $(client models kjv-taylor2-decay)"
+client tokenize "Hi" >"$work/tokenize.out" || fail "tokenize failed"
+[ "$(cat "$work/tokenize.out")" = "$(printf 'ID   TEXT\n72   "H"\n105  "i"\n2 tokens (model kjv-taylor2-decay)')" ] ||
+  fail "tokenize printed: $(cat "$work/tokenize.out")"
 
 step "reflection lists the services"
 "$reflection_bin" "$addr" >"$work/services"

@@ -9,10 +9,12 @@
 #include <random>
 
 #include "server/model/sampler.h"
-#include "server/model/tokenizer.h"
+#include "server/model/config.h"
 
 namespace attnserve::model {
 namespace {
+
+constexpr int32_t kEosToken = 257;  // the byte models' EOS
 
 // The reference: log_softmax in double, term by term, with nothing shared with the code
 // under test but the definition.

@@ -8,7 +8,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "server/model/tokenizer.h"
+#include "server/tokenizer/byte_tokenizer.h"
+#include "server/tokenizer/sentencepiece_tokenizer.h"
+#include "tests/testing/spm_model.h"
 #include "tests/testing/tiny_model.h"
 
 namespace attnserve::scheduler {
@@ -81,7 +83,7 @@ class RecordingSink : public TurnSink {
 
 TurnRequest Greedy(const std::string& prompt, int max_tokens) {
   TurnRequest r;
-  r.prompt = model::Encode(prompt);
+  r.prompt = test_util::ByteIds(prompt);
   r.sampling.temperature = 0;
   r.max_tokens = max_tokens;
   r.arrival = absl::Now();
@@ -260,7 +262,7 @@ TEST_F(SchedulerTest, SlowReaderPausesOnlyItsOwnSession) {
 std::vector<at::Tensor> ModelLogSoftmax(const model::Model& m, const std::string& prompt,
                                         const std::vector<int32_t>& ids) {
   auto state = m.NewState();
-  at::Tensor logits = m.Prefill(*state, model::Encode(prompt)).value()[-1];
+  at::Tensor logits = m.Prefill(*state, test_util::ByteIds(prompt)).value()[-1];
   model::DecodeState* states[] = {state.get()};
   std::vector<at::Tensor> out;
   for (int32_t id : ids) {
@@ -711,6 +713,109 @@ TEST_F(SchedulerTest, ReaderThatStopsReadingIsCutOffAfterTheIdleTimeout) {
   scheduler_->Submit(store_->BeginTurn(kDefaultTenant, session->id()).value(), Greedy("", 50), reader)
       .IgnoreError();
   EXPECT_FALSE(reader->WaitFinish().reader_stalled);
+}
+
+// A model whose tokenizer is SentencePiece (a vocabulary trained here with spm_train):
+// tokens of several bytes, byte-fallback pieces, a BOS at the session's start.
+class SentencePieceSchedulerTest : public SchedulerTest {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string dir = test_util::MakeTempDir("spm");
+    const std::string model = test_util::ReadBytes(test_util::TrainSpm(
+        dir, "m", "--normalization_rule_name=identity --remove_extra_whitespaces=false"));
+    tokenizer::SentencePieceTokenizer::Options options;
+    options.bos_token_id = 1;
+    options.eos_token_ids = {2};
+    auto created = tokenizer::SentencePieceTokenizer::Create(model, options);
+    tokenizer_ = new std::shared_ptr<const tokenizer::SentencePieceTokenizer>(
+        created.ok() ? *created : nullptr);
+  }
+  static void TearDownTestSuite() { delete tokenizer_; }
+  void SetUp() override {
+    ATTNSERVE_SKIP_WITHOUT_SENTENCEPIECE();
+    SchedulerTest::SetUp();
+  }
+
+  TurnRequest Prompt(const std::string& text, int max_tokens,
+                     std::vector<std::string> stop = {}) {
+    TurnRequest r;
+    r.prompt = (*tokenizer_)->Encode(text, /*continuation=*/false).value();
+    r.sampling.temperature = 0;
+    r.max_tokens = max_tokens;
+    r.stop = std::move(stop);
+    r.arrival = absl::Now();
+    return r;
+  }
+
+  static std::shared_ptr<const tokenizer::SentencePieceTokenizer>* tokenizer_;
+  std::shared_ptr<const catalogue::ServedModel> model_ =
+      test_util::TinyServedModelWith("taylor", 320, *tokenizer_);
+};
+
+std::shared_ptr<const tokenizer::SentencePieceTokenizer>* SentencePieceSchedulerTest::tokenizer_;
+
+TEST_F(SentencePieceSchedulerTest, StreamsWhatTheTokenizerDecodes) {
+  const std::string prompt = "In the beginning";
+  TurnRequest request = Prompt(prompt, 40);
+  const std::vector<int32_t> prompt_ids = request.prompt;
+  ASSERT_EQ(prompt_ids.front(), 1);  // BOS
+  auto [session, sink] = Run(model_, std::move(request));
+  EXPECT_EQ(sink->WaitFinish().reason, FinishReason::kLength);
+  std::vector<int32_t> all = prompt_ids;
+  for (int32_t id : sink->ids()) all.push_back(id);
+  // The session's text, decoded at once, is the prompt followed by the stream.
+  EXPECT_EQ(tokenizer::Decode(**tokenizer_, all).value(), prompt + sink->text());
+  for (const TokenEvent& t : sink->tokens()) EXPECT_EQ(t.bytes, (*tokenizer_)->TokenBytes(t.id));
+}
+
+TEST_F(SentencePieceSchedulerTest, StopStringsMatchAcrossAndInsideTokens) {
+  auto [unused, full] = Run(model_, Prompt("In the", 60));
+  const std::vector<TokenEvent> tokens = full->tokens();
+  const std::string text = full->text();
+  // Where each stop string first ends in the stream, the turn stops after that token.
+  const auto expected_tokens = [&](const std::string& stop) {
+    const size_t end = text.find(stop) + stop.size();
+    size_t bytes = 0;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      bytes += tokens[i].bytes.size();
+      if (bytes >= end) return i + 1;
+    }
+    return tokens.size();
+  };
+  std::vector<std::string> stops;
+  size_t offset = 0;
+  for (size_t i = 0; i + 1 < tokens.size() && stops.size() < 6; ++i) {
+    const size_t n = tokens[i].bytes.size();
+    if (n >= 2) stops.push_back(text.substr(offset, 1));             // inside a token
+    if (n >= 1 && !tokens[i + 1].bytes.empty()) {
+      stops.push_back(text.substr(offset + n - 1, 2));              // across two tokens
+    }
+    offset += n;
+  }
+  ASSERT_GE(stops.size(), 3u) << testing::PrintToString(text);
+  for (const std::string& stop : stops) {
+    auto [s, sink] = Run(model_, Prompt("In the", 60, {stop}));
+    EXPECT_EQ(sink->WaitFinish().reason, FinishReason::kStop) << stop;
+    EXPECT_EQ(sink->tokens().size(), expected_tokens(stop)) << testing::PrintToString(stop);
+  }
+}
+
+TEST_F(SentencePieceSchedulerTest, ALaterTurnContinuesTheSessionsText) {
+  // Text prompts of later turns are continuations (admission encodes them so): the
+  // first generated bytes keep their leading space.
+  auto [session, first] = Run(model_, Prompt("In", 3));
+  TurnRequest next;
+  next.prompt = (*tokenizer_)->Encode(" the", /*continuation=*/true).value();
+  next.sampling.temperature = 0;
+  next.max_tokens = 20;
+  next.arrival = absl::Now();
+  std::vector<int32_t> all = Prompt("In", 1).prompt;
+  for (int32_t id : first->ids()) all.push_back(id);
+  for (int32_t id : next.prompt) all.push_back(id);
+  auto [again, second] = Run(model_, std::move(next), session);
+  for (int32_t id : second->ids()) all.push_back(id);
+  EXPECT_EQ(tokenizer::Decode(**tokenizer_, all).value(),
+            "In" + first->text() + " the" + second->text());
 }
 
 }  // namespace

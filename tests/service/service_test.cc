@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "attnserve/v1/attnserve.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "server/model/tokenizer.h"
+#include "server/tokenizer/byte_tokenizer.h"
+#include "server/tokenizer/sentencepiece_tokenizer.h"
+#include "tests/testing/spm_model.h"
 #include "server/service/server.h"
 #include "tests/testing/tiny_model.h"
 
@@ -123,12 +126,12 @@ class ServiceTest : public testing::Test {
 // Greedy decode straight on the model, for comparison.
 std::vector<int32_t> DirectGreedy(const model::Model& m, const std::string& prompt, int n) {
   auto state = m.NewState();
-  at::Tensor logits = m.Prefill(*state, model::Encode(prompt)).value()[-1];
+  at::Tensor logits = m.Prefill(*state, test_util::ByteIds(prompt)).value()[-1];
   std::vector<int32_t> out;
   model::DecodeState* states[] = {state.get()};
   for (int i = 0; i < n; ++i) {
     const int32_t id = int32_t(logits.argmax().item<int64_t>());
-    if (id == model::kEosToken) break;
+    if (id == tokenizer::kByteEos) break;
     out.push_back(id);
     logits = m.Step(states, {id}).value()[0];
   }
@@ -145,12 +148,12 @@ TEST_F(ServiceTest, StreamsTokensInOrderThenTheFinalMessage) {
   EXPECT_EQ(s.final->usage().generated_tokens(), 12);
   EXPECT_EQ(s.final->usage().session_position(), 28);
   EXPECT_GT(s.final->usage().time_to_first_token_ms(), 0);
-  for (const auto& t : s.tokens) EXPECT_EQ(t.text(), model::TokenBytes(t.id()));
+  for (const auto& t : s.tokens) EXPECT_EQ(t.text(), test_util::ByteText(t.id()));
 }
 
 TEST_F(ServiceTest, TokenIdPromptsAndLogprobs) {
   v1::GenerateRequest r = Greedy("", 5);
-  for (int32_t id : model::Encode("In the beginning")) r.mutable_tokens()->add_ids(id);
+  for (int32_t id : test_util::ByteIds("In the beginning")) r.mutable_tokens()->add_ids(id);
   r.set_logprobs(true);
   r.mutable_sampling()->set_temperature(0.7f);
   r.mutable_sampling()->set_seed(9);
@@ -175,7 +178,7 @@ TEST_F(ServiceTest, GreedyLogprobsAreTheModelsLogSoftmaxWithTheTopAlternatives) 
   // The model's log-softmax (double, through ATen) before each streamed token.
   const model::Model& m = *taylor_->model;
   auto state = m.NewState();
-  at::Tensor logits = m.Prefill(*state, model::Encode(prompt)).value()[-1];
+  at::Tensor logits = m.Prefill(*state, test_util::ByteIds(prompt)).value()[-1];
   model::DecodeState* states[] = {state.get()};
   double lowest = 0;
   for (const v1::Token& t : s.tokens) {
@@ -193,7 +196,7 @@ TEST_F(ServiceTest, GreedyLogprobsAreTheModelsLogSoftmaxWithTheTopAlternatives) 
     for (int k = 0; k < 5; ++k) {
       const v1::TopLogprob& a = t.top_logprobs(k);
       EXPECT_TRUE(near(a.logprob(), a.id())) << k;
-      EXPECT_EQ(a.text(), model::TokenBytes(a.id()));
+      EXPECT_EQ(a.text(), test_util::ByteText(a.id()));
       if (k > 0) EXPECT_LE(a.logprob(), t.top_logprobs(k - 1).logprob());
     }
     logits = m.Step(states, {t.id()}).value()[0];
@@ -566,9 +569,144 @@ TEST_F(ServiceTest, ModelsListAndDescribe) {
   EXPECT_EQ(t.parameter_count(), taylor_->model->ParameterCount());
   EXPECT_EQ(t.state_bytes_per_session_at_1k(), t.state_bytes_per_session_at_16k());
   EXPECT_EQ(t.break_even_context(), 82);
+  EXPECT_EQ(t.num_kv_heads(), 2);
+  EXPECT_EQ(t.tokenizer().kind(), "bytes");
+  EXPECT_EQ(t.tokenizer().vocab_size(), 259);
+  EXPECT_EQ(t.tokenizer().bos_id(), 256);
+  EXPECT_FALSE(t.tokenizer().add_bos());
+  EXPECT_EQ(std::vector<int32_t>(t.tokenizer().eos_ids().begin(), t.tokenizer().eos_ids().end()),
+            std::vector<int32_t>{257});
   const v1::ModelInfo& s = list.models(1);
   EXPECT_EQ(s.state_bytes_per_session_at_16k(), 16 * s.state_bytes_per_session_at_1k());
   EXPECT_EQ(s.break_even_context(), 0);
+}
+
+TEST_F(ServiceTest, TokenizeAModelsTextOrASessionsNextTurn) {
+  const auto tokenize = [&](const std::string& text, const std::string& model,
+                            const std::string& session, v1::TokenizeResponse* out) {
+    grpc::ClientContext context;
+    v1::TokenizeRequest request;
+    request.set_text(text);
+    request.set_model(model);
+    request.set_session_id(session);
+    return stub_->Tokenize(&context, request, out);
+  };
+  v1::TokenizeResponse r;
+  ASSERT_TRUE(tokenize("In\xff", "", "", &r).ok());
+  EXPECT_EQ(r.model(), "tiny-taylor");
+  ASSERT_EQ(r.tokens_size(), 3);
+  EXPECT_EQ(r.tokens(0).id(), 'I');
+  EXPECT_EQ(r.tokens(1).text(), "n");
+  EXPECT_EQ(r.tokens(2).id(), 255);
+  EXPECT_EQ(r.tokens(2).text(), "\xff");
+  const std::string id = CreateSession("tiny-softmax");
+  ASSERT_TRUE(Generate(Greedy("In the", 3, id)).status.ok());
+  r.Clear();
+  ASSERT_TRUE(tokenize(" beginning", "", id, &r).ok());
+  EXPECT_EQ(r.model(), "tiny-softmax");
+  EXPECT_EQ(r.tokens_size(), 10);
+  EXPECT_EQ(GetSession(id).position(), 9);  // untouched
+  using C = grpc::StatusCode;
+  grpc::Status st = tokenize("x", "", "nope", &r);
+  EXPECT_EQ(st.error_code(), C::NOT_FOUND);
+  st = tokenize("x", "tiny-taylor", id, &r);
+  EXPECT_EQ(st.error_code(), C::INVALID_ARGUMENT);
+  EXPECT_EQ(st.error_message(), "model: session '" + id +
+                                    "' runs model 'tiny-softmax', not 'tiny-taylor'");
+  st = tokenize("x", "huge", "", &r);
+  EXPECT_EQ(st.error_code(), C::NOT_FOUND);
+  st = tokenize(std::string(101, 'a'), "", "", &r);
+  EXPECT_EQ(st.error_code(), C::INVALID_ARGUMENT);
+  EXPECT_EQ(st.error_message(), "text: 101 bytes is over the server's limit of 100 prompt tokens");
+}
+
+// The catalogue loads each directory's tokenizer with its model, and its refusals.
+TEST(ModelCatalogueTokenizers, LoadsTheDirectorysTokenizerOrRefuses) {
+  ATTNSERVE_SKIP_WITHOUT_SENTENCEPIECE();
+  const std::string dir = test_util::MakeTempDir("catalogue");
+  const std::string spm = test_util::TrainSpm(dir, "m");
+  model::ModelConfig c = test_util::TinyServedModel("taylor")->model->config();
+  c.vocab_size = 320;
+  ASSERT_TRUE(model::Model::Create(c, 4).value()->Save(dir + "/sp").ok());
+  std::filesystem::copy_file(spm, dir + "/sp/tokenizer.model");
+  auto models = catalogue::ModelCatalogue::Load({dir + "/sp"});
+  ASSERT_TRUE(models.ok()) << models.status();
+  EXPECT_EQ((*models)->all()[0]->tokenizer->kind(), "sentencepiece");
+  ASSERT_TRUE(model::Model::Create(c, 4).value()->Save(dir + "/bpe").ok());
+  std::ofstream(dir + "/bpe/tokenizer.json") << "{}";
+  EXPECT_EQ(catalogue::ModelCatalogue::Load({dir + "/bpe"}).status().message(),
+            dir + "/bpe/tokenizer.json: byte-level BPE tokenizers (the GPT-2 and Llama-3 "
+                  "families) are not supported yet; a SentencePiece tokenizer.model is");
+}
+
+// A model whose tokenizer is SentencePiece (trained here with spm_train), end to end:
+// Tokenize, a session's turns as text, and the streamed bytes.
+TEST_F(ServiceTest, SentencePieceModelsTokenizeAndStreamTheirText) {
+  ATTNSERVE_SKIP_WITHOUT_SENTENCEPIECE();
+  const std::string dir = test_util::MakeTempDir("spm");
+  const std::string spm = test_util::ReadBytes(test_util::TrainSpm(
+      dir, "m", "--normalization_rule_name=identity --remove_extra_whitespaces=false"));
+  tokenizer::SentencePieceTokenizer::Options options;
+  options.bos_token_id = 1;
+  options.eos_token_ids = {2};
+  std::shared_ptr<const tokenizer::Tokenizer> sp =
+      tokenizer::SentencePieceTokenizer::Create(spm, options).value();
+  auto model = test_util::TinyServedModelWith("taylor", 320, sp);
+  server_.reset();
+  config::ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.metrics_address = "";
+  server_ = std::move(AttnServer::Start(o, std::make_unique<catalogue::ModelCatalogue>(
+                                               std::vector<std::shared_ptr<const catalogue::ServedModel>>{
+                                                   model}))).value();
+  stub_ = v1::AttnServe::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    v1::ModelInfo info;
+    v1::DescribeModelRequest describe;
+    describe.set_name("tiny-taylor");
+    ASSERT_TRUE(stub_->DescribeModel(&context, describe, &info).ok());
+    EXPECT_EQ(info.tokenizer().kind(), "sentencepiece");
+    EXPECT_EQ(info.tokenizer().vocab_size(), 320);
+    EXPECT_TRUE(info.tokenizer().add_bos());
+    EXPECT_EQ(info.tokenizer().bos_id(), 1);
+  }
+  const auto tokenize = [&](const std::string& text, const std::string& session) {
+    grpc::ClientContext context;
+    v1::TokenizeRequest request;
+    request.set_text(text);
+    request.set_session_id(session);
+    v1::TokenizeResponse r;
+    EXPECT_TRUE(stub_->Tokenize(&context, request, &r).ok());
+    std::vector<int32_t> ids;
+    std::string bytes;
+    for (const auto& t : r.tokens()) {
+      ids.push_back(t.id());
+      bytes += t.text();
+    }
+    return std::make_pair(ids, bytes);
+  };
+  const auto [first_ids, first_text] = tokenize("In the", "");
+  EXPECT_EQ(first_ids, sp->Encode("In the", false).value());
+  EXPECT_EQ(first_ids.front(), 1);  // BOS at the start of a session
+  EXPECT_EQ(first_text, "In the");
+  const std::string id = CreateSession("");
+  Stream one = Generate(Greedy("In the", 6, id));
+  ASSERT_TRUE(one.status.ok()) << one.status.error_message();
+  EXPECT_EQ(one.final->usage().prompt_tokens(), int(first_ids.size()));
+  const auto [next_ids, next_text] = tokenize(" beginning", id);
+  EXPECT_EQ(next_ids, sp->Encode(" beginning", true).value());  // no BOS, no "▁" prefix
+  EXPECT_EQ(next_text, " beginning");
+  Stream two = Generate(Greedy(" beginning", 6, id));
+  ASSERT_TRUE(two.status.ok()) << two.status.error_message();
+  EXPECT_EQ(two.final->usage().prompt_tokens(), int(next_ids.size()));
+  std::vector<int32_t> all = first_ids;
+  for (int32_t t : one.ids()) all.push_back(t);
+  all.insert(all.end(), next_ids.begin(), next_ids.end());
+  for (int32_t t : two.ids()) all.push_back(t);
+  EXPECT_EQ(tokenizer::Decode(*sp, all).value(),
+            "In the" + one.text() + " beginning" + two.text());
 }
 
 TEST_F(ServiceTest, QkNormSoftmaxCheckpointsCanBeServedAsTaylor) {
@@ -581,6 +719,9 @@ TEST_F(ServiceTest, QkNormSoftmaxCheckpointsCanBeServedAsTaylor) {
   auto models = catalogue::ModelCatalogue::Load({dir});
   ASSERT_TRUE(models.ok()) << models.status();
   ASSERT_EQ((*models)->all()[0]->variants.size(), 3u);  // taylor 2, 4, 6
+  // No tokenizer files: a byte model; its variants share the tokenizer.
+  EXPECT_EQ((*models)->all()[0]->tokenizer->kind(), "bytes");
+  EXPECT_EQ((*models)->all()[0]->variants[0]->tokenizer, (*models)->all()[0]->tokenizer);
   // Variants share the base model's weight tensors.
   const auto base = (*models)->all()[0]->model->NamedParameters();
   const auto variant = (*models)->all()[0]->variants[0]->model->NamedParameters();

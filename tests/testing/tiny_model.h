@@ -5,17 +5,24 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "server/catalogue/served_model.h"
+#include "server/tokenizer/byte_tokenizer.h"
 
 namespace attnserve::test_util {
 
-inline std::shared_ptr<const catalogue::ServedModel> TinyServedModel(
-    const std::string& module, int64_t max_context = int64_t{1} << 20) {
+// With `tokenizer` (null: the byte tokenizer) and a vocabulary of `vocab_size` ids.
+inline std::shared_ptr<const catalogue::ServedModel> TinyServedModelWith(
+    const std::string& module, int vocab_size,
+    std::shared_ptr<const tokenizer::Tokenizer> tokenizer,
+    int64_t max_context = int64_t{1} << 20) {
   model::ModelConfig c;
   c.name = "tiny-" + module;
+  c.vocab_size = vocab_size;
   c.dim = 32;
   c.num_layers = 2;
   c.mlp_hidden = 64;
@@ -31,8 +38,20 @@ inline std::shared_ptr<const catalogue::ServedModel> TinyServedModel(
   for (auto& [name, t] : (*m)->NamedParameters()) {
     if (name.find("norm") == std::string::npos) t.mul_(20);
   }
+  if (tokenizer == nullptr) tokenizer = std::make_shared<tokenizer::ByteTokenizer>();
   return std::make_shared<catalogue::ServedModel>(
-      catalogue::ServedModel{c.name, "", std::move(m).value(), {}});
+      catalogue::ServedModel{c.name, "", std::move(m).value(), {}, std::move(tokenizer)});
 }
+
+inline std::shared_ptr<const catalogue::ServedModel> TinyServedModel(
+    const std::string& module, int64_t max_context = int64_t{1} << 20) {
+  return TinyServedModelWith(module, model::ModelConfig{}.vocab_size, nullptr, max_context);
+}
+
+// The byte tokenizer's ids of `text` (one per byte) and bytes of `id`.
+inline std::vector<int32_t> ByteIds(std::string_view text) {
+  return tokenizer::ByteTokenizer().Encode(text, /*continuation=*/false).value();
+}
+inline std::string ByteText(int32_t id) { return tokenizer::ByteTokenizer().TokenBytes(id); }
 
 }  // namespace attnserve::test_util
