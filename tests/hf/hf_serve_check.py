@@ -3,7 +3,8 @@
 make_reference.py's directories (tests/README.md, "tests/hf"). Each command prints what it checked
 and exits 1 with the first difference.
 
-  serve  ADDR OUT NAME...   for each directory NAME: the model is listed; Tokenize's ids
+  serve  ADDR OUT NAME...   for each directory NAME: the model is listed with its
+                            tokenizer, KV heads and state bytes; Tokenize's ids
                             are python3-sentencepiece's; a greedy Generate of 40 tokens is
                             PyTorch's continuation (ids and bytes); a session of two turns
                             (text, then tokens) continues exactly as one call on all the
@@ -16,6 +17,7 @@ and exits 1 with the first difference.
 Needs the generated stubs on PYTHONPATH (lib.sh python_stubs) and python3-sentencepiece.
 """
 import json
+import math
 import os
 import sys
 
@@ -47,6 +49,8 @@ class Dir:
         with open(os.path.join(out, "reference", name, "reference.json")) as f:
             self.ref = json.load(f)
         self.name = self.ref["model"]
+        with open(os.path.join(self.model_dir, "config.json")) as f:
+            self.config = json.load(f)
         self.sp = spm.SentencePieceProcessor(
             model_file=os.path.join(self.model_dir, "tokenizer.model"))
         self.prompt_ids = self.ref["ids"]  # BOS first
@@ -76,19 +80,50 @@ def same_ids(what, got, want, d):
            f"{d.ref['greedy']['min_margin']})")
 
 
+def expected_state_bytes(cfg, context):
+    """Bytes of one session's state after `context` tokens, from config.json alone: a KV
+    cache of K and V per KV head and token; for taylor order N the fixed state per KV
+    head, C(d + N, N) features x (d_v + 1) floats (numerator and normaliser)."""
+    layers, hkv, d = cfg["num_hidden_layers"], cfg["num_key_value_heads"], cfg["head_dim"]
+    if cfg["attention"]["module"] == "taylor":
+        return layers * hkv * math.comb(d + cfg["attention"]["order"],
+                                        cfg["attention"]["order"]) * (d + 1) * 4
+    return layers * hkv * context * 2 * d * 4
+
+
 def check_listed(stub, dirs):
-    served = {m.name for m in stub.ListModels(pb.ListModelsRequest(), timeout=TIMEOUT).models}
+    """Every directory listed under its config.json name, with its tokenizer, KV heads
+    and state sizes."""
+    infos = {m.name: m for m in stub.ListModels(pb.ListModelsRequest(), timeout=TIMEOUT).models}
     for d in dirs:
-        expect(d.name in served, f"{d.name} is not listed by ListModels: {sorted(served)}")
-    print(f"listed: {', '.join(d.name for d in dirs)}")
+        expect(d.name in infos, f"{d.name} is not listed by ListModels: {sorted(infos)}")
+        m, cfg = infos[d.name], d.config
+        tok = m.tokenizer
+        got = (tok.kind, tok.vocab_size, tok.bos_id, tok.add_bos, list(tok.eos_ids))
+        want = ("sentencepiece", d.sp.get_piece_size(), d.sp.bos_id(), True, [d.sp.eos_id()])
+        expect(got == want, f"{d.name}: tokenizer (kind, vocab, bos, add_bos, eos) {got}, "
+               f"the directory's is {want}")
+        expect(m.num_kv_heads == cfg["num_key_value_heads"],
+               f"{d.name}: num_kv_heads {m.num_kv_heads}, config.json says "
+               f"{cfg['num_key_value_heads']}")
+        for context, got in ((1024, m.state_bytes_per_session_at_1k),
+                             (16384, m.state_bytes_per_session_at_16k)):
+            want = expected_state_bytes(cfg, context)
+            expect(got == want, f"{d.name}: state bytes at {context} tokens {got}, "
+                   f"config.json gives {want}")
+    print(f"listed with their tokenizer, KV heads and state bytes: "
+          f"{', '.join(d.name for d in dirs)}")
 
 
 def check_tokenize(stub, d):
     """Tokenize's ids for the fixed text are python3-sentencepiece's with BOS, as a
-    session's first turn of that text would append them."""
+    session's first turn of that text would append them; its tokens' bytes are the text."""
     reply = stub.Tokenize(pb.TokenizeRequest(model=d.name, text=d.ref["text"].encode()),
                           timeout=TIMEOUT)
-    same_ids(f"{d.name}: Tokenize", list(reply.ids), d.prompt_ids, d)
+    same_ids(f"{d.name}: Tokenize", [t.id for t in reply.tokens], d.prompt_ids, d)
+    text = b"".join(t.text for t in reply.tokens)
+    expect(text == d.ref["text"].encode(),
+           f"{d.name}: Tokenize's token bytes {text!r} are not the text")
     print(f"{d.name}: Tokenize gives sentencepiece's {len(d.prompt_ids)} ids")
 
 
