@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Plots validation loss against training step for every model of the 140K ablation
-# (deploy/models/configs/*.pbtxt, their train_log.csv) into deploy/models/ablation.png.
+# (deploy/models/configs/*.json, their train_log.csv) into deploy/models/ablation.png.
 # Needs gnuplot (gnuplot-nox, installed by deploy/install.sh).
 set -euo pipefail
 cd "$(dirname "$0")"
 plots=()
-for config in configs/*.pbtxt; do  # the 140K ablation only (not the long-window default)
-  name=$(basename "$config" .pbtxt)
+for config in configs/*.json; do  # the 140K ablation only (not the long-window default)
+  name=$(basename "$config" .json)
   log=$name/train_log.csv
   [ -f "$log" ] || continue
   plots+=("'$log' using 1:3 with linespoints title '${name#kjv-}'")

@@ -11,7 +11,7 @@
 #   deploy/models/position/NAME.csv       power-of-two buckets, for the plot
 #   deploy/models/position/position.png   the plot (needs gnuplot, as plot.sh)
 # The default model is read from its model directory, or from its running trainer's
-# checkpoint.bin while it has no weights.bin yet.
+# checkpoint.safetensors while it has no model.safetensors yet.
 # Usage: deploy/models/position_eval.sh [BUILD_DIR [MODEL_NAME...]]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,8 +33,8 @@ for name in "${models[@]}"; do
   dir=deploy/models/$name
   flags=()
   note=""
-  if [ ! -f "$dir/weights.bin" ]; then
-    [ -f "$dir/checkpoint.bin" ] || { echo "position_eval.sh: no weights for $name" >&2; exit 1; }
+  if [ ! -f "$dir/model.safetensors" ]; then
+    [ -f "$dir/checkpoint.safetensors" ] || { echo "position_eval.sh: no weights for $name" >&2; exit 1; }
     flags=(--checkpoint)
     note=" (checkpoint, step $(tail -n 1 "$dir/train_log.csv" | cut -d, -f1))"
   fi

@@ -10,7 +10,7 @@ build=${1:-build}
 corpus=$build/corpus/kjv.txt
 [ -f "$corpus" ] || deploy/corpus.sh "$corpus"
 train() {
-  name=$(basename "$1" .pbtxt)
+  name=$(basename "$1" .json)
   "$build/server/trainer/attnserve_train" --config="$1" --corpus="$corpus" \
     --out="deploy/models/$name" --steps=1200 --batch=32 --seq_len=128 --lr=3e-3 \
     --warmup=100 --seed=1 --threads=1 --eval_every=100 --eval_batches=8 \
@@ -19,4 +19,4 @@ train() {
 }
 export -f train
 export build corpus
-ls deploy/models/configs/*.pbtxt | xargs -P 2 -I{} bash -c 'train {}'
+ls deploy/models/configs/*.json | xargs -P 2 -I{} bash -c 'train {}'

@@ -11,9 +11,9 @@
 # Validation on 8 x 16 fixed windows of 512 bytes every 100 steps, a checkpoint every
 # 100 steps (a few minutes). Runs at the lowest priority in the background and is
 # resumable: rerun the script after an interruption (or in the next working session) and
-# it continues from checkpoint.bin. Progress goes to deploy/models/NAME.train.log.
+# it continues from checkpoint.safetensors. Progress goes to deploy/models/NAME.train.log.
 # Stage 2 fine-tunes those weights into the shipped default, kjv-taylor2-decay: the same
-# shape with a per-head decay (configs-long/kjv-taylor2-decay.pbtxt; horizons 4 to 128
+# shape with a per-head decay (configs-long/kjv-taylor2-decay.json; horizons 4 to 128
 # bytes), 650 steps of 16 x 512-byte windows (5.3M bytes) from
 # --init_from=kjv-taylor2-long, lr 1e-3 on a cosine, 50 steps of warm-up, a checkpoint
 # every 50 steps. (Started with --steps=1000; resumed at step 350 with --steps=650 so that
@@ -34,16 +34,16 @@ train=$build/server/trainer/attnserve_train
 base=kjv-taylor2-long
 name=kjv-taylor2-decay
 (
-  if [ ! -f "deploy/models/$base/weights.bin" ]; then
+  if [ ! -f "deploy/models/$base/model.safetensors" ]; then
     nice -n 19 "$train" \
-      --config="deploy/models/configs-long/$base.pbtxt" --corpus="$corpus" \
+      --config="deploy/models/configs-long/$base.json" --corpus="$corpus" \
       --out="deploy/models/$base" --steps=2000 --batch=16 --seq_len=512 \
       --short_seq_len=128 --short_steps=800 --lr=3e-3 --warmup=100 --seed=1 --threads=2 \
       --eval_every=100 --eval_batches=8 --checkpoint_every=100 --print_every=20 --resume \
       >>"deploy/models/$base.train.log" 2>&1
   fi
   nice -n 19 "$train" \
-    --config="deploy/models/configs-long/$name.pbtxt" --corpus="$corpus" \
+    --config="deploy/models/configs-long/$name.json" --corpus="$corpus" \
     --out="deploy/models/$name" --init_from="deploy/models/$base" --steps=650 --batch=16 \
     --seq_len=512 --lr=1e-3 --warmup=50 --seed=2 --threads=2 --eval_every=100 \
     --eval_batches=8 --checkpoint_every=50 --print_every=20 --resume \

@@ -22,6 +22,7 @@ NamedTensors Attention::NamedParameters() const {
 
 std::pair<at::Tensor, at::Tensor> Attention::ScaleQK(const at::Tensor& q,
                                                      const at::Tensor& k) const {
+  if (options_.unscaled_query) return {q, k};
   if (!options_.qk_norm) {
     return {q * (1.0 / std::sqrt(double(options_.head_dim))), k};
   }
@@ -32,11 +33,12 @@ std::pair<at::Tensor, at::Tensor> Attention::ScaleQK(const at::Tensor& q,
   return {unit(q) * temperature_, unit(k)};
 }
 
-void Attention::ScaleQKInPlace(float* q, float* k, int64_t rows) const {
+void Attention::ScaleQKInPlace(float* q, int64_t q_rows, float* k, int64_t k_rows) const {
   const int64_t d = options_.head_dim;
+  if (options_.unscaled_query) return;
   if (!options_.qk_norm) {
     const float scale = float(1.0 / std::sqrt(double(d)));
-    for (int64_t i = 0; i < rows * d; ++i) q[i] *= scale;
+    for (int64_t i = 0; i < q_rows * d; ++i) q[i] *= scale;
     return;
   }
   const float t = temperature_.item<float>();
@@ -46,10 +48,8 @@ void Attention::ScaleQKInPlace(float* q, float* k, int64_t rows) const {
     const float s = gain / std::max(std::sqrt(ss), 1e-6f);
     for (int64_t j = 0; j < d; ++j) x[j] *= s;
   };
-  for (int64_t r = 0; r < rows; ++r) {
-    unit(q + r * d, t);
-    unit(k + r * d, 1.0f);
-  }
+  for (int64_t r = 0; r < q_rows; ++r) unit(q + r * d, t);
+  for (int64_t r = 0; r < k_rows; ++r) unit(k + r * d, 1.0f);
 }
 
 }  // namespace attnserve::attention

@@ -1,10 +1,12 @@
-// The attention-module interface: one causal multi-head attention with three paths that
-// must agree numerically (server/DESIGN.md §2):
+// The attention-module interface: one causal multi-head (grouped-query) attention with
+// three paths that must agree numerically (server/DESIGN.md §2):
 //   Parallel  whole sequences at once (training and reference)
 //   Prefill   append a prompt to one session's state, chunk by chunk
 //   Step      one token for each of many sessions, each at its own position
 // Inputs are already projected and rotated (RoPE); the module applies its own logit
-// scaling (1/sqrt(d), or qk_norm with a temperature). Created by CreateAttention().
+// scaling (1/sqrt(d), qk_norm with a temperature, or none under unscaled_query).
+// Shapes below: H query heads (options num_heads), Hkv key/value heads (num_kv_heads),
+// G = H / Hkv; query head h reads KV head h / G. Created by CreateAttention().
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -56,7 +58,8 @@ class Attention {
   Attention(const Attention&) = delete;
   Attention& operator=(const Attention&) = delete;
 
-  // q, k: (B, H, T, D); v: (B, H, T, Dv) -> (B, H, T, Dv). Token t attends to 0..t.
+  // q: (B, H, T, D); k: (B, Hkv, T, D); v: (B, Hkv, T, Dv) -> (B, H, T, Dv). Token t
+  // attends to 0..t.
   virtual at::Tensor Parallel(const at::Tensor& q, const at::Tensor& k,
                               const at::Tensor& v) const = 0;
 
@@ -64,8 +67,9 @@ class Attention {
   virtual std::unique_ptr<AttentionState> NewState() const = 0;
 
   // Names and shapes of the tensors a state at `position` holds (AttentionState::Tensors):
-  //   fixed state: s (H, m, Dv), and z (H, m) under the sum normaliser, at any position
-  //   KV cache:    k (H, position, D), v (H, position, Dv)
+  //   fixed state: s (Hkv, m, Dv), and z (Hkv, m) under the sum normaliser, at any
+  //                position (one state per KV head, read by each query head of its group)
+  //   KV cache:    k (Hkv, position, D), v (Hkv, position, Dv)
   virtual TensorShapes StateShapes(int64_t position) const = 0;
   // A state at `position` made of `tensors`, whose names and shapes the caller has
   // checked against StateShapes(position) (TORCH_CHECK fails otherwise). Fixed-state
@@ -75,20 +79,22 @@ class Attention {
   virtual std::unique_ptr<AttentionState> RestoreState(int64_t position,
                                                        const NamedTensors& tensors) const = 0;
 
-  // One session: q, k: (H, T, D); v: (H, T, Dv) -> (H, T, Dv). Appends the T tokens to
+  // One session: q: (H, T, D); k: (Hkv, T, D); v: (Hkv, T, Dv) -> (H, T, Dv). Appends
+  // the T tokens to
   // `state` in chunks of options().chunk_size; token t attends to everything before it.
   virtual at::Tensor Prefill(AttentionState& state, const at::Tensor& q,
                              const at::Tensor& k, const at::Tensor& v) const = 0;
 
-  // B sessions, one token each: q, k: (B, H, D); v: (B, H, Dv) -> (B, H, Dv).
+  // B sessions, one token each: q: (B, H, D); k: (B, Hkv, D); v: (B, Hkv, Dv) ->
+  // (B, H, Dv).
   // states[b] is session b's state (distinct objects); each advances by one token.
   virtual at::Tensor Step(absl::Span<AttentionState* const> states, const at::Tensor& q,
                           const at::Tensor& k, const at::Tensor& v) const = 0;
 
   // Fused decode for Model's torch-free step, where HasRawStep() (every module unless
   // options().reference_kernels). Same contract as Step on raw fp32
-  // row-major buffers: q, k: (B, H, D) rotated, scaled in place; v: (B, H, Dv) ->
-  // out: (B, H, Dv). scratch holds StepScratchFloats(B) floats. Ties to Step in
+  // row-major buffers: q: (B, H, D), k: (B, Hkv, D) rotated, scaled in place;
+  // v: (B, Hkv, Dv) -> out: (B, H, Dv). scratch holds StepScratchFloats(B) floats. Ties to Step in
   // tests/model/model_test.cc (FusedStep).
   virtual bool HasRawStep() const { return false; }
   virtual int64_t StepScratchFloats(int64_t batch) const { return 0; }
@@ -96,8 +102,8 @@ class Attention {
                        const float* v, float* out, float* scratch) const {}
 
   // Fused prefill for Model's torch-free prefill, wherever HasRawStep(). Same contract as
-  // Prefill for one session and t tokens, on raw fp32 row-major buffers: q, k: (t, H, D)
-  // rotated, scaled in place; v: (t, H, Dv) -> out: (t, H, Dv). scratch holds
+  // Prefill for one session and t tokens, on raw fp32 row-major buffers: q: (t, H, D),
+  // k: (t, Hkv, D) rotated, scaled in place; v: (t, Hkv, Dv) -> out: (t, H, Dv). scratch holds
   // PrefillScratchFloats(t) floats. Ties to Prefill in tests/model/model_step_test.cc
   // (FusedPrefill) and tests/attention/attention_test.cc.
   virtual int64_t PrefillScratchFloats(int64_t t) const { return 0; }
@@ -113,11 +119,14 @@ class Attention {
 
  protected:
   // Scaled query and key such that the logit is q' . k:
-  // (q / sqrt(d), k), or (temperature * q / |q|, k / |k|) under qk_norm. Shapes kept.
+  // (q / sqrt(d), k), (temperature * q / |q|, k / |k|) under qk_norm, or (q, k) under
+  // unscaled_query. Shapes kept (q and k may have different head counts).
   std::pair<at::Tensor, at::Tensor> ScaleQK(const at::Tensor& q,
                                             const at::Tensor& k) const;
-  // ScaleQK on raw fp32 rows, in place: q, k (rows, D).
-  void ScaleQKInPlace(float* q, float* k, int64_t rows) const;
+  // ScaleQK on raw fp32 rows, in place: q (q_rows, D), k (k_rows, D).
+  void ScaleQKInPlace(float* q, int64_t q_rows, float* k, int64_t k_rows) const;
+  // Query heads per KV head, G = num_heads / num_kv_heads.
+  int64_t group() const { return options_.num_heads / options_.num_kv_heads; }
 
  private:
   AttentionOptions options_;

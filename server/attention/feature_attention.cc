@@ -12,8 +12,8 @@
 
 namespace attnserve::attention {
 
-// A state in a slot of its module's pool: s (H, m, Dv), then z (H, m) under the sum
-// normaliser. s and z are views of the slot; each holds the slot too, so a view that
+// A state in a slot of its module's pool: s (Hkv, m, Dv), then z (Hkv, m) under the sum
+// normaliser (one state per KV head). s and z are views of the slot; each holds the slot too, so a view that
 // outlives the state (Tensors()) stays valid as a tensor's would, and the slot goes back
 // to the pool when the state and its last view are gone.
 class FeatureState : public AttentionState {
@@ -41,8 +41,8 @@ class FeatureState : public AttentionState {
     return {{"s", s}, {"z", z}};
   }
 
-  at::Tensor s;  // (H, m, Dv) fp32, contiguous
-  at::Tensor z;  // (H, m) fp32, contiguous, after s; undefined under the L2 normaliser
+  at::Tensor s;  // (Hkv, m, Dv) fp32, contiguous
+  at::Tensor z;  // (Hkv, m) fp32, contiguous, after s; undefined under the L2 normaliser
   int64_t position;
 
  private:
@@ -117,9 +117,9 @@ void NormaliseRows(float* out, int64_t rows, int64_t dv, int64_t ld, const float
   }
 }
 
-// Floats of one state: s (H, m, Dv), and z (H, m) under the sum normaliser.
+// Floats of one state: s (Hkv, m, Dv), and z (Hkv, m) under the sum normaliser.
 int64_t StateFloats(const AttentionOptions& o, int64_t m, Normaliser normaliser) {
-  return o.num_heads * m * (o.value_dim + (normaliser == Normaliser::kSum ? 1 : 0));
+  return o.num_kv_heads * m * (o.value_dim + (normaliser == Normaliser::kSum ? 1 : 0));
 }
 
 FeatureState& AsFeatureState(AttentionState& state) {
@@ -148,7 +148,7 @@ FeatureAttention::FeatureAttention(AttentionOptions options,
       pool_(StatePool::Create(StateFloats(this->options(), features_->size(), normaliser_))) {}
 
 at::Tensor FeatureAttention::DecayMask(int64_t t, const at::TensorOptions& options) const {
-  const int64_t h = this->options().num_heads;
+  const int64_t h = this->options().num_kv_heads;
   at::Tensor causal = at::ones({t, t}, options).tril();  // (T, T), diagonal included
   if (decays_.empty()) return causal.expand({h, t, t});
   // gamma^(i-j) = exp((i-j) log gamma); above the diagonal the mask zeroes it.
@@ -160,7 +160,7 @@ at::Tensor FeatureAttention::DecayMask(int64_t t, const at::TensorOptions& optio
 
 at::Tensor FeatureAttention::DecayPowers(int64_t t, int64_t offset,
                                          const at::TensorOptions& options) const {
-  const int64_t h = this->options().num_heads;
+  const int64_t h = this->options().num_kv_heads;
   if (decays_.empty()) return at::ones({h, t, 1}, options);
   at::Tensor exps = at::arange(offset, offset + t, options);                // (T)
   at::Tensor log_g = at::tensor(decays_, options).log().view({h, 1});     // (H, 1)
@@ -170,17 +170,21 @@ at::Tensor FeatureAttention::DecayPowers(int64_t t, int64_t offset,
 at::Tensor FeatureAttention::Parallel(const at::Tensor& q, const at::Tensor& k,
                                       const at::Tensor& v) const {
   auto [qs, ks] = ScaleQK(q, k);
-  // (B, H, T, T): kernel values, zero above the diagonal (future tokens), decayed
-  // with distance under a decay.
-  at::Tensor a = features_->Kernel(qs, ks) * DecayMask(q.size(2), q.options());
-  at::Tensor num = at::matmul(a, v);  // (B, H, T, Dv)
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), hkv = k.size(1);
+  // Queries by group, (B, Hkv, G, T, D), against their KV head's keys (B, Hkv, 1, T, D).
+  at::Tensor qg = qs.reshape({b, hkv, group(), t, q.size(3)});
+  // (B, Hkv, G, T, T): kernel values, zero above the diagonal (future tokens), decayed
+  // with distance (per KV head) under a decay.
+  at::Tensor a = features_->Kernel(qg, ks.unsqueeze(2)) *
+                 DecayMask(t, q.options()).unsqueeze(1);
+  at::Tensor num = at::matmul(a, v.unsqueeze(2));  // (B, Hkv, G, T, Dv)
   at::Tensor den = normaliser_ == Normaliser::kSum ? a.sum(-1) : at::Tensor();
-  return Normalise(normaliser_, num, den);
+  return Normalise(normaliser_, num, den).reshape({b, h, t, v.size(3)});  // (B, H, T, Dv)
 }
 
 std::unique_ptr<FeatureState> FeatureAttention::StateInNewSlot(int64_t position) const {
   const auto& o = options();
-  return std::make_unique<FeatureState>(pool_->Allocate(), o.num_heads, features_->size(),
+  return std::make_unique<FeatureState>(pool_->Allocate(), o.num_kv_heads, features_->size(),
                                         o.value_dim, normaliser_ == Normaliser::kSum,
                                         position);
 }
@@ -195,8 +199,8 @@ std::unique_ptr<AttentionState> FeatureAttention::NewState() const {
 TensorShapes FeatureAttention::StateShapes(int64_t) const {
   const auto& o = options();
   const int64_t m = features_->size();
-  TensorShapes shapes = {{"s", {o.num_heads, m, o.value_dim}}};
-  if (normaliser_ == Normaliser::kSum) shapes.push_back({"z", {o.num_heads, m}});
+  TensorShapes shapes = {{"s", {o.num_kv_heads, m, o.value_dim}}};
+  if (normaliser_ == Normaliser::kSum) shapes.push_back({"z", {o.num_kv_heads, m}});
   return shapes;
 }
 
@@ -223,27 +227,35 @@ at::Tensor FeatureAttention::PrefillChunk(FeatureState& st, const at::Tensor& q,
   // one product per chunk, then fold the chunk's keys and values into it. Under a decay
   // row i reads the state as it was before the chunk gamma^(i+1) later; key j enters it
   // gamma^(C-1-j) before the chunk's end, when the old state has decayed by gamma^C.
-  const int64_t c = q.size(1);
+  // The G query heads of a KV head read its state together: (Hkv, G * C, m) @ S.
+  const int64_t c = q.size(1), hkv = k.size(0), g = group(), m = features_->size();
+  const int64_t dv = v.size(2);
   const bool sum = normaliser_ == Normaliser::kSum;
-  at::Tensor a = features_->Kernel(q, k) * DecayMask(c, q.options());
-  at::Tensor phi_q = features_->Queries(q);  // (H, C, m)
-  at::Tensor phi_k = features_->Keys(k);     // (H, C, m)
+  at::Tensor qg = q.reshape({hkv, g, c, q.size(2)});  // (Hkv, G, C, D)
+  at::Tensor a = features_->Kernel(qg, k.unsqueeze(1)) *
+                 DecayMask(c, q.options()).unsqueeze(1);  // (Hkv, G, C, C)
+  at::Tensor phi_q = features_->Queries(qg);  // (Hkv, G, C, m)
+  at::Tensor phi_k = features_->Keys(k);      // (Hkv, C, m)
   if (!decays_.empty()) {
-    phi_q = phi_q * DecayPowers(c, 1, q.options());          // row i: gamma^(i+1)
-    phi_k = phi_k * DecayPowers(c, 0, q.options()).flip(1);  // row j: gamma^(C-1-j)
+    phi_q = phi_q * DecayPowers(c, 1, q.options()).unsqueeze(1);  // row i: gamma^(i+1)
+    phi_k = phi_k * DecayPowers(c, 0, q.options()).flip(1);       // row j: gamma^(C-1-j)
   }
-  at::Tensor num = at::matmul(a, v) + at::bmm(phi_q, st.s);  // (H, C, Dv)
+  at::Tensor pq = phi_q.reshape({hkv, g * c, m});  // (Hkv, G * C, m)
+  at::Tensor num = at::matmul(a, v.unsqueeze(1)) +
+                   at::bmm(pq, st.s).view({hkv, g, c, dv});  // (Hkv, G, C, Dv)
   at::Tensor den;
-  if (sum) den = a.sum(-1) + at::matmul(phi_q, st.z.unsqueeze(-1)).squeeze(-1);  // (H, C)
+  if (sum) {
+    den = a.sum(-1) + at::bmm(pq, st.z.unsqueeze(-1)).view({hkv, g, c});  // (Hkv, G, C)
+  }
   if (!decays_.empty()) {
     at::Tensor g_c = DecayPowers(1, c, q.options());  // (H, 1, 1): gamma^C
     st.s.mul_(g_c);
     if (sum) st.z.mul_(g_c.squeeze(-1));
   }
   if (sum) st.z.add_(phi_k.sum(1));
-  st.s.baddbmm_(phi_k.transpose(1, 2), v);  // += (H, m, C) @ (H, C, Dv)
-  st.position += q.size(1);
-  return Normalise(normaliser_, num, den);
+  st.s.baddbmm_(phi_k.transpose(1, 2), v);  // += (Hkv, m, C) @ (Hkv, C, Dv)
+  st.position += c;
+  return Normalise(normaliser_, num, den).reshape({hkv * g, c, dv});  // (H, C, Dv)
 }
 
 at::Tensor FeatureAttention::Prefill(AttentionState& state, const at::Tensor& q,
@@ -268,9 +280,10 @@ at::Tensor FeatureAttention::Step(absl::Span<AttentionState* const> states,
   TORCH_CHECK(int64_t(states.size()) == q.size(0), "Step: ", states.size(),
               " states for a batch of ", q.size(0));
   auto [qs, ks] = ScaleQK(q, k);
-  // Features for the whole batch at once: (B, H, m).
+  // Features for the whole batch at once: (B, H, m) and (B, Hkv, m).
   at::Tensor phi_q = features_->Queries(qs);
   at::Tensor phi_k = features_->Keys(ks);
+  const int64_t hkv = k.size(1), g = group();
   if (!options().reference_kernels) return StepFused(states, phi_q, phi_k, v);
   // Reference: each session's state is its own tensor; update it in place, then read
   // it out. The update comes first so each token attends to itself.
@@ -278,19 +291,19 @@ at::Tensor FeatureAttention::Step(absl::Span<AttentionState* const> states,
   outs.reserve(states.size());
   for (size_t b = 0; b < states.size(); ++b) {
     FeatureState& st = AsFeatureState(*states[b]);
-    at::Tensor pk = phi_k[b];                                   // (H, m)
-    at::Tensor pq = phi_q[b].unsqueeze(1);                      // (H, 1, m)
+    at::Tensor pk = phi_k[b];                                   // (Hkv, m)
+    at::Tensor pq = phi_q[b].reshape({hkv, g, -1});             // (Hkv, G, m)
     if (!decays_.empty()) {
-      at::Tensor g = DecayPowers(1, 1, st.s.options());         // (H, 1, 1)
-      st.s.mul_(g);
-      if (normaliser_ == Normaliser::kSum) st.z.mul_(g.squeeze(-1));
+      at::Tensor gamma = DecayPowers(1, 1, st.s.options());     // (Hkv, 1, 1)
+      st.s.mul_(gamma);
+      if (normaliser_ == Normaliser::kSum) st.z.mul_(gamma.squeeze(-1));
     }
-    st.s.baddbmm_(pk.unsqueeze(-1), v[b].unsqueeze(1));         // += (H,m,1)@(H,1,Dv)
-    at::Tensor num = at::bmm(pq, st.s).squeeze(1);              // (H, Dv)
+    st.s.baddbmm_(pk.unsqueeze(-1), v[b].unsqueeze(1));         // += (Hkv,m,1)@(Hkv,1,Dv)
+    at::Tensor num = at::bmm(pq, st.s).reshape({hkv * g, -1});  // (H, Dv)
     at::Tensor den;
     if (normaliser_ == Normaliser::kSum) {
       st.z.add_(pk);
-      den = at::bmm(pq, st.z.unsqueeze(-1)).squeeze(-1).squeeze(-1);  // (H)
+      den = at::bmm(pq, st.z.unsqueeze(-1)).reshape({hkv * g});  // (H)
     }
     st.position += 1;
     outs.push_back(Normalise(normaliser_, num, den));
@@ -301,8 +314,10 @@ at::Tensor FeatureAttention::Step(absl::Span<AttentionState* const> states,
 at::Tensor FeatureAttention::StepFused(absl::Span<AttentionState* const> states,
                                        const at::Tensor& phi_q, const at::Tensor& phi_k,
                                        const at::Tensor& v) const {
-  // phi_q, phi_k: (B, H, m); v: (B, H, Dv). One pass over each session's S.
+  // phi_q: (B, H, m); phi_k: (B, Hkv, m); v: (B, Hkv, Dv). One pass over each session's
+  // S per KV head, read by the G query heads of its group.
   const int64_t b = phi_q.size(0), h = phi_q.size(1), m = phi_q.size(2), dv = v.size(2);
+  const int64_t hkv = phi_k.size(1);
   at::Tensor pq = phi_q.contiguous(), pk = phi_k.contiguous(), vc = v.contiguous();
   at::Tensor num = at::empty({b, h, dv}, v.options());
   at::Tensor den = at::empty({b, h}, v.options());
@@ -311,8 +326,8 @@ at::Tensor FeatureAttention::StepFused(absl::Span<AttentionState* const> states,
     FeatureState& st = AsFeatureState(*states[i]);
     StateUpdateAndRead(st.s.data_ptr<float>(), sum ? st.z.data_ptr<float>() : nullptr,
                        pq[i].data_ptr<float>(), pk[i].data_ptr<float>(),
-                       vc[i].data_ptr<float>(), Decays(), h, m, dv, num[i].data_ptr<float>(),
-                       den[i].data_ptr<float>());
+                       vc[i].data_ptr<float>(), Decays(), hkv, h / hkv, m, dv,
+                       num[i].data_ptr<float>(), den[i].data_ptr<float>());
     st.position += 1;
   }
   return Normalise(normaliser_, num, sum ? den : at::Tensor());  // (B, H, Dv)
@@ -320,28 +335,30 @@ at::Tensor FeatureAttention::StepFused(absl::Span<AttentionState* const> states,
 
 int64_t FeatureAttention::StepScratchFloats(int64_t batch) const {
   const auto& o = options();
-  return batch * o.num_heads * (2 * features_->size() + 1);  // phi_q, phi_k, den
+  // phi_q (B, H, m), phi_k (B, Hkv, m), den (B, H)
+  return batch * ((o.num_heads + o.num_kv_heads) * features_->size() + o.num_heads);
 }
 
 void FeatureAttention::StepRaw(absl::Span<AttentionState* const> states, float* q, float* k,
                                const float* v, float* out, float* scratch) const {
-  // The same arithmetic as Step + StepFused, without tensors: scale q, k (B*H rows of D),
-  // features (B*H rows of m), one pass over each session's S (and z), normalise.
+  // The same arithmetic as Step + StepFused, without tensors: scale q (B*H rows of D) and
+  // k (B*Hkv rows), features (B*H and B*Hkv rows of m), one pass over each session's S
+  // (and z) per KV head, read by its G query heads, normalise.
   const auto& o = options();
-  const int64_t b = int64_t(states.size()), h = o.num_heads, m = features_->size();
-  const int64_t dv = o.value_dim;
-  ScaleQKInPlace(q, k, b * h);
-  float* phi_q = scratch;           // (B, H, m)
-  float* phi_k = phi_q + b * h * m;  // (B, H, m)
-  float* den = phi_k + b * h * m;    // (B, H)
+  const int64_t b = int64_t(states.size()), h = o.num_heads, hkv = o.num_kv_heads;
+  const int64_t m = features_->size(), dv = o.value_dim;
+  ScaleQKInPlace(q, b * h, k, b * hkv);
+  float* phi_q = scratch;             // (B, H, m)
+  float* phi_k = phi_q + b * h * m;    // (B, Hkv, m)
+  float* den = phi_k + b * hkv * m;    // (B, H)
   features_->QueriesInto(q, b * h, phi_q);
-  features_->KeysInto(k, b * h, phi_k);
+  features_->KeysInto(k, b * hkv, phi_k);
   const bool sum = normaliser_ == Normaliser::kSum;
   for (int64_t i = 0; i < b; ++i) {
     FeatureState& st = AsFeatureState(*states[i]);
     StateUpdateAndRead(st.s.data_ptr<float>(), sum ? st.z.data_ptr<float>() : nullptr,
-                       phi_q + i * h * m, phi_k + i * h * m, v + i * h * dv, Decays(), h,
-                       m, dv, out + i * h * dv, den + i * h);
+                       phi_q + i * h * m, phi_k + i * hkv * m, v + i * hkv * dv, Decays(),
+                       hkv, group(), m, dv, out + i * h * dv, den + i * h);
     st.position += 1;
   }
   NormaliseRows(out, b * h, dv, dv, sum ? den : nullptr);
@@ -350,95 +367,107 @@ void FeatureAttention::StepRaw(absl::Span<AttentionState* const> states, float* 
 int64_t FeatureAttention::PrefillScratchFloats(int64_t t) const {
   const auto& o = options();
   const int64_t c = std::min<int64_t>(t, o.chunk_size), m = features_->size();
-  // phi_q, phi_k, A, den, phi_q . z, gamma^0..gamma^C, gamma^(C-1-j)
-  return 2 * c * o.num_heads * m + c * c + 2 * c + (c + 1) + c;
+  // phi_q (C, H, m), phi_k (C, Hkv, m), A, den, phi_q . z, gamma^0..gamma^C, gamma^(C-1-j)
+  return c * (o.num_heads + o.num_kv_heads) * m + c * c + 2 * c + (c + 1) + c;
 }
 
 void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, float* k,
                                   const float* v, float* out, float* scratch) const {
-  // PrefillChunk without tensors, per chunk of C tokens and per head h (row strides of the
-  // (t, H, .) buffers: H*D, H*m, H*Dv):
-  //   A   = K(q_h, k_h) masked to j <= i       (C, C): sgemm, then the kernel in place
-  //   num = A v_h + phi_q_h S_h                (C, Dv): two sgemm into out
-  //   den = rowsum(A) + phi_q_h z_h            (C)
-  //   S_h += phi_k_h^T v_h, z_h += colsum(phi_k_h)   (after the read: causal)
-  // Under a decay (gamma = gamma_h), as PrefillChunk: A[i][j] *= gamma^(i-j); phi_q row i
-  // *= gamma^(i+1) before the read; S_h, z_h *= gamma^C and phi_k row j *= gamma^(C-1-j)
-  // before the update.
+  // PrefillChunk without tensors, per chunk of C tokens, per KV head j and per query head
+  // h of its group (row strides of the (t, H, .) and (t, Hkv, .) buffers: H*D, Hkv*D,
+  // H*m, Hkv*m, Hkv*Dv, H*Dv):
+  //   A   = K(q_h, k_j) masked to j' <= i       (C, C): sgemm, then the kernel in place
+  //   num = A v_j + phi_q_h S_j                 (C, Dv): two sgemm into out
+  //   den = rowsum(A) + phi_q_h z_j             (C)
+  //   S_j += phi_k_j^T v_j, z_j += colsum(phi_k_j)   (after the group's reads: causal)
+  // Under a decay (gamma = gamma_j), as PrefillChunk: A[i][j'] *= gamma^(i-j'); phi_q row
+  // i *= gamma^(i+1) before the read; S_j, z_j *= gamma^C and phi_k row j' *=
+  // gamma^(C-1-j') before the update.
   FeatureState& st = AsFeatureState(state);
   const auto& o = options();
-  const int64_t h = o.num_heads, d = o.head_dim, dv = o.value_dim, m = features_->size();
+  const int64_t h = o.num_heads, hkv = o.num_kv_heads, g = group();
+  const int64_t d = o.head_dim, dv = o.value_dim, m = features_->size();
   const int64_t chunk = o.chunk_size;
   const bool sum = normaliser_ == Normaliser::kSum;
-  ScaleQKInPlace(q, k, t * h);
+  ScaleQKInPlace(q, t * h, k, t * hkv);
   const int64_t c_max = std::min(t, chunk);
-  float* phi_q = scratch;                // (C, H, m)
-  float* phi_k = phi_q + c_max * h * m;  // (C, H, m)
-  float* a = phi_k + c_max * h * m;      // (C, C)
-  float* den = a + c_max * c_max;        // (C)
-  float* zden = den + c_max;             // (C)
-  float* powers = zden + c_max;          // (C + 1): gamma^0 .. gamma^C
-  float* rev = powers + c_max + 1;       // (C): gamma^(len-1-j)
-  float* s_all = st.s.data_ptr<float>();  // (H, m, Dv)
-  float* z_all = sum ? st.z.data_ptr<float>() : nullptr;  // (H, m)
-  const int ldq = int(h * d), ldv = int(h * dv), ldp = int(h * m);
+  float* phi_q = scratch;                  // (C, H, m)
+  float* phi_k = phi_q + c_max * h * m;    // (C, Hkv, m)
+  float* a = phi_k + c_max * hkv * m;      // (C, C)
+  float* den = a + c_max * c_max;          // (C)
+  float* zden = den + c_max;               // (C)
+  float* powers = zden + c_max;            // (C + 1): gamma^0 .. gamma^C
+  float* rev = powers + c_max + 1;         // (C): gamma^(len-1-j)
+  float* s_all = st.s.data_ptr<float>();  // (Hkv, m, Dv)
+  float* z_all = sum ? st.z.data_ptr<float>() : nullptr;  // (Hkv, m)
+  const int ldq = int(h * d), ldk = int(hkv * d), ldv = int(hkv * dv), ldo = int(h * dv);
+  const int ldpq = int(h * m), ldpk = int(hkv * m);
   for (int64_t start = 0; start < t; start += chunk) {
     const int64_t len = std::min(chunk, t - start);
     const int n = int(len);
     const float* qc = q + start * h * d;
-    const float* kc = k + start * h * d;
-    const float* vc = v + start * h * dv;
+    const float* kc = k + start * hkv * d;
+    const float* vc = v + start * hkv * dv;
     float* oc = out + start * h * dv;
     features_->QueriesInto(qc, len * h, phi_q);
-    features_->KeysInto(kc, len * h, phi_k);
-    for (int64_t hh = 0; hh < h; ++hh) {
-      float* pq = phi_q + hh * m;  // scaled in place under a decay
-      float* pk = phi_k + hh * m;
-      const float* vh = vc + hh * dv;
-      float* oh = oc + hh * dv;
-      float* sh = s_all + hh * m * dv;
-      float* zh = sum ? z_all + hh * m : nullptr;
-      // A (len, len): the kernel from q.k where it is a function of it, else phi_q phi_k^T.
-      if (features_->KernelIsOfDots()) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, int(d), 1.0f, qc + hh * d,
-                    ldq, kc + hh * d, ldq, 0.0f, a, n);
-        features_->KernelFromDots(a, len * len);
-      } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, int(m), 1.0f, pq, ldp, pk,
-                    ldp, 0.0f, a, n);
-      }
+    features_->KeysInto(kc, len * hkv, phi_k);
+    for (int64_t j = 0; j < hkv; ++j) {
+      float* pk = phi_k + j * m;  // scaled in place under a decay, after the reads
+      const float* kh = kc + j * d;
+      const float* vh = vc + j * dv;
+      float* sh = s_all + j * m * dv;
+      float* zh = sum ? z_all + j * m : nullptr;
       if (!decays_.empty()) {
         powers[0] = 1.0f;
-        for (int64_t i = 1; i <= len; ++i) powers[i] = powers[i - 1] * decays_[hh];
-        for (int64_t j = 0; j < len; ++j) rev[j] = powers[len - 1 - j];
-        for (int64_t i = 0; i < len; ++i) {
-          float* row = a + i * len;
-          for (int64_t j = 0; j <= i; ++j) row[j] *= powers[i - j];
+        for (int64_t i = 1; i <= len; ++i) powers[i] = powers[i - 1] * decays_[j];
+        for (int64_t i = 0; i < len; ++i) rev[i] = powers[len - 1 - i];
+      }
+      for (int64_t hh = j * g; hh < (j + 1) * g; ++hh) {
+        float* pq = phi_q + hh * m;  // scaled in place under a decay
+        float* oh = oc + hh * dv;
+        // A (len, len): the kernel from q.k where it is a function of it, else
+        // phi_q phi_k^T.
+        if (features_->KernelIsOfDots()) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, int(d), 1.0f,
+                      qc + hh * d, ldq, kh, ldk, 0.0f, a, n);
+          features_->KernelFromDots(a, len * len);
+        } else {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, int(m), 1.0f, pq, ldpq,
+                      pk, ldpk, 0.0f, a, n);
         }
+        if (!decays_.empty()) {
+          for (int64_t i = 0; i < len; ++i) {
+            float* row = a + i * len;
+            for (int64_t jj = 0; jj <= i; ++jj) row[jj] *= powers[i - jj];
+          }
+        }
+        for (int64_t i = 0; i < len; ++i) {
+          std::fill(a + i * len + i + 1, a + (i + 1) * len, 0.0f);
+        }
+        // num = A v_j + phi_q S_j, straight into out's rows for head hh.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(dv), n, 1.0f, a, n, vh,
+                    ldv, 0.0f, oh, ldo);
+        if (!decays_.empty()) ScaleRows(pq, len, m, ldpq, powers + 1);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(dv), int(m), 1.0f, pq,
+                    ldpq, sh, int(dv), 1.0f, oh, ldo);
+        if (sum) {
+          RowSums(a, len, len, len, den);
+          cblas_sgemv(CblasRowMajor, CblasNoTrans, n, int(m), 1.0f, pq, ldpq, zh, 1, 0.0f,
+                      zden, 1);
+          for (int64_t i = 0; i < len; ++i) den[i] += zden[i];
+        }
+        NormaliseRows(oh, len, dv, ldo, sum ? den : nullptr);
       }
-      for (int64_t i = 0; i < len; ++i) std::fill(a + i * len + i + 1, a + (i + 1) * len, 0.0f);
-      // num = A v_h + phi_q S_h, straight into out's rows for head h.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(dv), n, 1.0f, a, n, vh,
-                  ldv, 0.0f, oh, ldv);
-      if (!decays_.empty()) ScaleRows(pq, len, m, ldp, powers + 1);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(dv), int(m), 1.0f, pq, ldp,
-                  sh, int(dv), 1.0f, oh, ldv);
-      if (sum) {
-        RowSums(a, len, len, len, den);
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, int(m), 1.0f, pq, ldp, zh, 1, 0.0f, zden,
-                    1);
-        for (int64_t i = 0; i < len; ++i) den[i] += zden[i];
-      }
+      // The group has read S_j as it was before the chunk: fold the chunk in.
       if (!decays_.empty()) {
-        ScaleRows(pk, len, m, ldp, rev);
+        ScaleRows(pk, len, m, ldpk, rev);
         cblas_sscal(int(m * dv), powers[len], sh, 1);
         if (sum) cblas_sscal(int(m), powers[len], zh, 1);
       }
-      if (sum) AddColumnSums(pk, len, m, ldp, zh);
-      // S_h += phi_k^T v_h: (m, len) (len, Dv).
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(m), int(dv), n, 1.0f, pk, ldp,
+      if (sum) AddColumnSums(pk, len, m, ldpk, zh);
+      // S_j += phi_k^T v_j: (m, len) (len, Dv).
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(m), int(dv), n, 1.0f, pk, ldpk,
                   vh, ldv, 1.0f, sh, int(dv));
-      NormaliseRows(oh, len, dv, ldv, sum ? den : nullptr);
     }
   }
   st.position += t;

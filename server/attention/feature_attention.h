@@ -1,9 +1,12 @@
 // Fixed-state attention through a feature map phi with K(q', k) = phi_q(q') . phi_k(k):
-// taylor, taylor_norm and linear. The per-session state is
-//   S = sum_j phi_k(k_j) v_j^T   (H, m, Dv)
-//   z = sum_j phi_k(k_j)         (H, m)        (sum normaliser only)
-// whose size does not depend on the context length. With a decay (options
-// decay_horizon) the sums weigh token j by gamma_h^(t-j): S <- gamma_h S + phi_k v^T.
+// taylor, taylor_norm and linear. The per-session state is, per KV head,
+//   S = sum_j phi_k(k_j) v_j^T   (Hkv, m, Dv)
+//   z = sum_j phi_k(k_j)         (Hkv, m)        (sum normaliser only)
+// whose size does not depend on the context length. S and z depend only on k and v, so
+// under grouped-query attention each is kept once per KV head and read by the G query
+// heads of its group (never repeated per query head). With a decay (options
+// decay_horizon) the sums weigh token j by gamma_h^(t-j): S <- gamma_h S + phi_k v^T,
+// gamma per KV head.
 #pragma once
 
 #include <memory>
@@ -71,19 +74,20 @@ class FeatureAttention : public Attention {
   // A state at `position` in a new slot of pool_, contents unspecified.
   std::unique_ptr<class FeatureState> StateInNewSlot(int64_t position) const;
 
-  // One chunk of one session: q (scaled), k: (H, C, D); v: (H, C, Dv) -> (H, C, Dv).
+  // One chunk of one session: q (scaled): (H, C, D); k: (Hkv, C, D); v: (Hkv, C, Dv)
+  // -> (H, C, Dv).
   at::Tensor PrefillChunk(class FeatureState& state, const at::Tensor& q,
                           const at::Tensor& k, const at::Tensor& v) const;
 
-  // Step through the fused loop of feature_kernels.h: phi_q, phi_k (B, H, m) and
-  // v (B, H, Dv) -> (B, H, Dv).
+  // Step through the fused loop of feature_kernels.h: phi_q (B, H, m), phi_k (B, Hkv, m)
+  // and v (B, Hkv, Dv) -> (B, H, Dv).
   at::Tensor StepFused(absl::Span<AttentionState* const> states, const at::Tensor& phi_q,
                        const at::Tensor& phi_k, const at::Tensor& v) const;
 
-  // (H, T, T) weights of key j for query i: gamma_h^(i-j) for j <= i, else 0 (the
-  // causal mask; all ones on and below the diagonal without decay).
+  // (Hkv, T, T) weights of key j for query i: gamma_h^(i-j) for j <= i, else 0 (the
+  // causal mask; all ones on and below the diagonal without decay). Per KV head.
   at::Tensor DecayMask(int64_t t, const at::TensorOptions& options) const;
-  // (H, T, 1): gamma_h^(offset + i) for i in [0, T) (ones without decay).
+  // (Hkv, T, 1): gamma_h^(offset + i) for i in [0, T) (ones without decay).
   at::Tensor DecayPowers(int64_t t, int64_t offset, const at::TensorOptions& options) const;
 
   std::unique_ptr<FeatureMap> features_;
@@ -91,10 +95,10 @@ class FeatureAttention : public Attention {
   // decays_ for the raw kernels: null without decay.
   const float* Decays() const { return decays_.empty() ? nullptr : decays_.data(); }
 
-  // Per-head decay factors (options HeadDecays); empty: no decay.
+  // Per-KV-head decay factors (options HeadDecays); empty: no decay.
   std::vector<float> decays_;
-  // Every state of this module: slots of H*m*Dv floats for s, then H*m for z under the
-  // sum normaliser. Shared with the slots, which may outlive the module.
+  // Every state of this module: slots of Hkv*m*Dv floats for s, then Hkv*m for z under
+  // the sum normaliser. Shared with the slots, which may outlive the module.
   std::shared_ptr<StatePool> pool_;
 };
 

@@ -1,5 +1,6 @@
 #include "server/attention/feature_kernels.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "server/attention/target_clones.h"
@@ -29,6 +30,58 @@ std::vector<Run> Runs(const int64_t* parent, const int64_t* last, int64_t m) {
   return runs;
 }
 
+// Inlined into the cloned StateUpdateAndRead, so compiled for each clone's target.
+#define ATTNSERVE_INLINE __attribute__((always_inline)) inline
+
+// One KV head's state sh (m, dv) updated with pk (m), vh (dv) and decay g, then read by
+// one query: num (dv) = pq^T sh. A single pass over sh; acc: dv floats of scratch.
+ATTNSERVE_INLINE void UpdateAndReadHead(float* sh, const float* pq, const float* pk,
+                                        const float* __restrict vh, float g, int64_t m,
+                                        int64_t dv, float* __restrict acc, float* num) {
+  std::fill(acc, acc + dv, 0.0f);
+  if (g == 1.0f) {
+    for (int64_t i = 0; i < m; ++i) {
+      float* __restrict row = sh + i * dv;
+      const float k = pk[i], q = pq[i];
+      for (int64_t c = 0; c < dv; ++c) {  // vectorised: dv contiguous floats
+        row[c] += k * vh[c];
+        acc[c] += q * row[c];
+      }
+    }
+  } else {
+    for (int64_t i = 0; i < m; ++i) {
+      float* __restrict row = sh + i * dv;
+      const float k = pk[i], q = pq[i];
+      for (int64_t c = 0; c < dv; ++c) {
+        row[c] = g * row[c] + k * vh[c];
+        acc[c] += q * row[c];
+      }
+    }
+  }
+  std::copy(acc, acc + dv, num);
+}
+
+// UpdateAndReadHead for the `group` queries pq (group, m) of one KV head: each state
+// row is updated once and read by every query of the group while it is in cache.
+// acc: group * dv floats of scratch; num (group, dv).
+ATTNSERVE_INLINE void UpdateAndReadGroup(float* sh, const float* pq, const float* pk,
+                                         const float* __restrict vh, float g, int64_t group,
+                                         int64_t m, int64_t dv, float* __restrict acc,
+                                         float* num) {
+  std::fill(acc, acc + group * dv, 0.0f);
+  for (int64_t i = 0; i < m; ++i) {
+    float* __restrict row = sh + i * dv;
+    const float k = pk[i];
+    for (int64_t c = 0; c < dv; ++c) row[c] = g * row[c] + k * vh[c];
+    for (int64_t q = 0; q < group; ++q) {
+      const float w = pq[q * m + i];
+      float* __restrict a = acc + q * dv;
+      for (int64_t c = 0; c < dv; ++c) a[c] += w * row[c];
+    }
+  }
+  std::copy(acc, acc + group * dv, num);
+}
+
 }  // namespace
 
 ATTNSERVE_CLONES
@@ -53,46 +106,32 @@ void MonomialFeatures(const float* x, int64_t rows, int64_t d, const int64_t* pa
 
 ATTNSERVE_CLONES
 void StateUpdateAndRead(float* s, float* z, const float* phi_q, const float* phi_k,
-                        const float* v, const float* decay, int64_t heads, int64_t m,
-                        int64_t dv, float* num, float* den) {
-  std::vector<float> acc_buffer(dv);
-  float* __restrict acc = acc_buffer.data();
-  for (int64_t h = 0; h < heads; ++h) {
-    const float* pk = phi_k + h * m;
-    const float* pq = phi_q + h * m;
-    const float* __restrict vh = v + h * dv;
-    float* sh = s + h * m * dv;
-    std::fill(acc, acc + dv, 0.0f);
-    if (decay == nullptr) {
-      for (int64_t i = 0; i < m; ++i) {
-        float* __restrict row = sh + i * dv;
-        const float k = pk[i], q = pq[i];
-        for (int64_t c = 0; c < dv; ++c) {  // vectorised: dv contiguous floats
-          row[c] += k * vh[c];
-          acc[c] += q * row[c];
-        }
-      }
-    } else {
-      const float g = decay[h];
-      for (int64_t i = 0; i < m; ++i) {
-        float* __restrict row = sh + i * dv;
-        const float k = pk[i], q = pq[i];
-        for (int64_t c = 0; c < dv; ++c) {
-          row[c] = g * row[c] + k * vh[c];
-          acc[c] += q * row[c];
-        }
-      }
+                        const float* v, const float* decay, int64_t kv_heads, int64_t group,
+                        int64_t m, int64_t dv, float* num, float* den) {
+  std::vector<float> acc(group * dv);
+  if (group == 1) {  // multi-head: one query per state row
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      UpdateAndReadHead(s + h * m * dv, phi_q + h * m, phi_k + h * m, v + h * dv,
+                        decay == nullptr ? 1.0f : decay[h], m, dv, acc.data(), num + h * dv);
     }
-    for (int64_t c = 0; c < dv; ++c) num[h * dv + c] = acc[c];
-    if (z != nullptr) {
-      float* zh = z + h * m;
-      const float g = decay == nullptr ? 1.0f : decay[h];
+  } else {
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      UpdateAndReadGroup(s + h * m * dv, phi_q + h * group * m, phi_k + h * m, v + h * dv,
+                         decay == nullptr ? 1.0f : decay[h], group, m, dv, acc.data(),
+                         num + h * group * dv);
+    }
+  }
+  if (z == nullptr) return;
+  for (int64_t h = 0; h < kv_heads; ++h) {
+    float* zh = z + h * m;
+    const float* pk = phi_k + h * m;
+    const float g = decay == nullptr ? 1.0f : decay[h];
+    for (int64_t i = 0; i < m; ++i) zh[i] = g * zh[i] + pk[i];
+    for (int64_t q = 0; q < group; ++q) {  // read after the update: causal, self included
+      const float* pq = phi_q + (h * group + q) * m;
       float d = 0;
-      for (int64_t i = 0; i < m; ++i) {
-        zh[i] = g * zh[i] + pk[i];
-        d += pq[i] * zh[i];
-      }
-      den[h] = d;
+      for (int64_t i = 0; i < m; ++i) d += pq[i] * zh[i];
+      den[h * group + q] = d;
     }
   }
 }

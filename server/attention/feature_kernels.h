@@ -13,15 +13,17 @@ namespace attnserve::attention {
 void MonomialFeatures(const float* x, int64_t rows, int64_t d, const int64_t* parent,
                       const int64_t* last, const float* weight, int64_t m, float* out);
 
-// One decode token for one session, all heads, in a single pass over the state:
-//   s[h] = g[h] s[h] + phi_k[h] v[h]^T   (m x dv per head; g[h] = 1 if decay is null)
+// One decode token for one session, all heads, in a single pass over the state, which
+// is per KV head h and read by the `group` query heads q = h * group + g of its group:
+//   s[h] = g[h] s[h] + phi_k[h] v[h]^T   (m x dv per KV head; g[h] = 1 if decay is null)
 //   z[h] = g[h] z[h] + phi_k[h]          (if z is non-null)
-//   num[h] = phi_q[h]^T s[h]         (dv)
-//   den[h] = phi_q[h] . z[h]         (if z is non-null)
-// s: heads x m x dv; z: heads x m; phi_q, phi_k: heads x m; v, num: heads x dv; den: heads.
+//   num[q] = phi_q[q]^T s[h]         (dv)
+//   den[q] = phi_q[q] . z[h]         (if z is non-null)
+// s: kv_heads x m x dv; z: kv_heads x m; phi_k: kv_heads x m; v: kv_heads x dv;
+// phi_q: (kv_heads * group) x m; num: (kv_heads * group) x dv; den: kv_heads * group.
 void StateUpdateAndRead(float* s, float* z, const float* phi_q, const float* phi_k,
-                        const float* v, const float* decay, int64_t heads, int64_t m,
-                        int64_t dv, float* num, float* den);
+                        const float* v, const float* decay, int64_t kv_heads, int64_t group,
+                        int64_t m, int64_t dv, float* num, float* den);
 
 // Row i of x (rows x cols, row stride ldx) times scale[i].
 void ScaleRows(float* x, int64_t rows, int64_t cols, int64_t ldx, const float* scale);

@@ -53,7 +53,7 @@ class KvState : public AttentionState {
     v = std::move(nv);
   }
 
-  // k: (H, T, D), v: (H, T, Dv) appended at [length, length + T).
+  // k: (Hkv, T, D), v: (Hkv, T, Dv) appended at [length, length + T).
   void Append(const at::Tensor& new_k, const at::Tensor& new_v) {
     Reserve(new_k.size(1));
     k.narrow(1, length, new_k.size(1)).copy_(new_k);
@@ -61,11 +61,11 @@ class KvState : public AttentionState {
     length += new_k.size(1);
   }
 
-  at::Tensor Keys() const { return k.narrow(1, 0, length); }    // (H, L, D)
-  at::Tensor Values() const { return v.narrow(1, 0, length); }  // (H, L, Dv)
+  at::Tensor Keys() const { return k.narrow(1, 0, length); }    // (Hkv, L, D)
+  at::Tensor Values() const { return v.narrow(1, 0, length); }  // (Hkv, L, Dv)
 
-  at::Tensor k;  // (H, capacity, D)
-  at::Tensor v;  // (H, capacity, Dv)
+  at::Tensor k;  // (Hkv, capacity, D): KV heads only, never repeated per query head
+  at::Tensor v;  // (Hkv, capacity, Dv)
   int64_t length;
 };
 
@@ -95,21 +95,25 @@ at::Tensor KvAttention::Attend(const at::Tensor& scores, const at::Tensor& allow
 at::Tensor KvAttention::Parallel(const at::Tensor& q, const at::Tensor& k,
                                  const at::Tensor& v) const {
   auto [qs, ks] = ScaleQK(q, k);
-  const int64_t t = q.size(2);
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), hkv = k.size(1);
   at::Tensor allowed = at::ones({t, t}, q.options().dtype(at::kBool)).tril();  // (T, T)
-  return Attend(at::matmul(qs, ks.transpose(-1, -2)), allowed, v);  // (B, H, T, Dv)
+  // Queries by group (B, Hkv, G, T, D) against their KV head's keys (B, Hkv, 1, D, T).
+  at::Tensor qg = qs.reshape({b, hkv, group(), t, q.size(3)});
+  at::Tensor scores = at::matmul(qg, ks.unsqueeze(2).transpose(-1, -2));  // (B,Hkv,G,T,T)
+  return Attend(scores, allowed, v.unsqueeze(2)).reshape({b, h, t, v.size(3)});  // (B,H,T,Dv)
 }
 
 std::unique_ptr<AttentionState> KvAttention::NewState() const {
   const auto& o = options();
-  return std::make_unique<KvState>(at::empty({o.num_heads, 0, o.head_dim}, at::kFloat),
-                                   at::empty({o.num_heads, 0, o.value_dim}, at::kFloat),
+  return std::make_unique<KvState>(at::empty({o.num_kv_heads, 0, o.head_dim}, at::kFloat),
+                                   at::empty({o.num_kv_heads, 0, o.value_dim}, at::kFloat),
                                    0);
 }
 
 TensorShapes KvAttention::StateShapes(int64_t position) const {
   const auto& o = options();
-  return {{"k", {o.num_heads, position, o.head_dim}}, {"v", {o.num_heads, position, o.value_dim}}};
+  return {{"k", {o.num_kv_heads, position, o.head_dim}},
+          {"v", {o.num_kv_heads, position, o.value_dim}}};
 }
 
 std::unique_ptr<AttentionState> KvAttention::RestoreState(int64_t position,
@@ -131,7 +135,7 @@ at::Tensor KvAttention::Prefill(AttentionState& state, const at::Tensor& q,
                                 const at::Tensor& k, const at::Tensor& v) const {
   KvState& st = AsKvState(state);
   auto [qs, ks] = ScaleQK(q, k);
-  const int64_t t = q.size(1);
+  const int64_t t = q.size(1), hkv = k.size(0), g = group();
   const int64_t chunk = options().chunk_size;
   st.Reserve(t);
   std::vector<at::Tensor> outs;
@@ -143,8 +147,11 @@ at::Tensor KvAttention::Prefill(AttentionState& state, const at::Tensor& q,
     at::Tensor qi = at::arange(len, q.options().dtype(at::kLong)).unsqueeze(1);
     at::Tensor kj = at::arange(st.length, q.options().dtype(at::kLong)).unsqueeze(0);
     at::Tensor allowed = kj <= qi + before;  // (C, L)
-    at::Tensor scores = at::matmul(qs.narrow(1, start, len), st.Keys().transpose(1, 2));
-    outs.push_back(Attend(scores, allowed, st.Values()));  // (H, C, Dv)
+    // Queries by group (Hkv, G, C, D) against their KV head's cache (Hkv, 1, D, L).
+    at::Tensor qg = qs.narrow(1, start, len).reshape({hkv, g, len, q.size(2)});
+    at::Tensor scores = at::matmul(qg, st.Keys().unsqueeze(1).transpose(-1, -2));
+    outs.push_back(Attend(scores, allowed, st.Values().unsqueeze(1))
+                       .reshape({hkv * g, len, v.size(2)}));  // (H, C, Dv)
   }
   if (outs.empty()) return at::empty({q.size(0), 0, v.size(2)}, v.options());
   return outs.size() == 1 ? outs[0] : at::cat(outs, 1);
@@ -155,79 +162,88 @@ at::Tensor KvAttention::Step(absl::Span<AttentionState* const> states, const at:
   TORCH_CHECK(int64_t(states.size()) == q.size(0), "Step: ", states.size(),
               " states for a batch of ", q.size(0));
   auto [qs, ks] = ScaleQK(q, k);
-  // Caches have different lengths, so each session attends over its own: (H, 1, L).
+  const int64_t hkv = k.size(1), g = group();
+  // Caches have different lengths, so each session attends over its own: the G query
+  // heads of a KV head against its cache, (Hkv, G, L).
   std::vector<at::Tensor> outs;
   outs.reserve(states.size());
   at::Tensor all = at::ones({1, 1}, q.options().dtype(at::kBool));
   for (size_t b = 0; b < states.size(); ++b) {
     KvState& st = AsKvState(*states[b]);
     st.Append(ks[b].unsqueeze(1), v[b].unsqueeze(1));
-    at::Tensor scores = at::matmul(qs[b].unsqueeze(1), st.Keys().transpose(1, 2));
-    outs.push_back(Attend(scores, all, st.Values()).squeeze(1));  // (H, Dv)
+    at::Tensor qg = qs[b].reshape({hkv, g, q.size(2)});                // (Hkv, G, D)
+    at::Tensor scores = at::matmul(qg, st.Keys().transpose(1, 2));     // (Hkv, G, L)
+    outs.push_back(Attend(scores, all, st.Values()).reshape({hkv * g, v.size(2)}));  // (H, Dv)
   }
   return at::stack(outs, 0);  // (B, H, Dv)
 }
 
 void KvAttention::StepRaw(absl::Span<AttentionState* const> states, float* q, float* k,
                           const float* v, float* out, float*) const {
-  // Step without tensors: append each session's k, v to its cache (growing it by doubling
-  // when full), then per head two sgemv over the cache and one pass of exp
-  // (kv_kernels.h); normalise by the weight sum (softmax) or the L2 norm (softmax_norm).
+  // Step without tensors: append each session's k, v (Hkv heads) to its cache (growing it
+  // by doubling when full), then per KV head one pass over its cache for the G query
+  // heads of its group (KvGroupAttend: two sgemv for G = 1, two sgemm otherwise, and
+  // ExpShifted); normalise by the weight sum (softmax) or the L2 norm (softmax_norm).
   const auto& o = options();
-  const int64_t b = int64_t(states.size()), h = o.num_heads, d = o.head_dim;
-  const int64_t dv = o.value_dim;
-  ScaleQKInPlace(q, k, b * h);
+  const int64_t b = int64_t(states.size()), h = o.num_heads, hkv = o.num_kv_heads;
+  const int64_t g = group(), d = o.head_dim, dv = o.value_dim;
+  ScaleQKInPlace(q, b * h, k, b * hkv);
   int64_t longest = 0;
   for (AttentionState* s : states) longest = std::max(longest, s->Position() + 1);
-  std::vector<float> scores(longest);
+  std::vector<float> scores(g * longest), sums(g);  // (G, L), (G)
   for (int64_t i = 0; i < b; ++i) {
     KvState& st = AsKvState(*states[i]);
     st.Reserve(1);
     const int64_t cap = st.k.size(1), pos = st.length;
-    float* kc = st.k.data_ptr<float>();  // (H, cap, D)
-    float* vc = st.v.data_ptr<float>();  // (H, cap, Dv)
-    for (int64_t hh = 0; hh < h; ++hh) {
-      std::copy_n(k + (i * h + hh) * d, d, kc + (hh * cap + pos) * d);
-      std::copy_n(v + (i * h + hh) * dv, dv, vc + (hh * cap + pos) * dv);
+    float* kc = st.k.data_ptr<float>();  // (Hkv, cap, D)
+    float* vc = st.v.data_ptr<float>();  // (Hkv, cap, Dv)
+    for (int64_t j = 0; j < hkv; ++j) {
+      std::copy_n(k + (i * hkv + j) * d, d, kc + (j * cap + pos) * d);
+      std::copy_n(v + (i * hkv + j) * dv, dv, vc + (j * cap + pos) * dv);
     }
     st.length += 1;
-    for (int64_t hh = 0; hh < h; ++hh) {
-      float* row = out + (i * h + hh) * dv;
-      const float sum = KvHeadAttend(q + (i * h + hh) * d, kc + hh * cap * d,
-                                     vc + hh * cap * dv, st.length, d, dv, scores.data(), row);
-      float scale = 1.0f / sum;
-      if (normaliser_ == Normaliser::kL2) {
-        float ss = 0;
-        for (int64_t c = 0; c < dv; ++c) ss += row[c] * row[c];
-        scale = 1.0f / std::max(std::sqrt(ss), 1e-30f);
+    for (int64_t j = 0; j < hkv; ++j) {
+      float* rows = out + (i * h + j * g) * dv;  // (G, Dv): the group's query heads
+      KvGroupAttend(q + (i * h + j * g) * d, kc + j * cap * d, vc + j * cap * dv, g,
+                    st.length, d, dv, scores.data(), rows, sums.data());
+      for (int64_t r = 0; r < g; ++r) {
+        float* row = rows + r * dv;
+        float scale = 1.0f / sums[r];
+        if (normaliser_ == Normaliser::kL2) {
+          float ss = 0;
+          for (int64_t c = 0; c < dv; ++c) ss += row[c] * row[c];
+          scale = 1.0f / std::max(std::sqrt(ss), 1e-30f);
+        }
+        for (int64_t c = 0; c < dv; ++c) row[c] *= scale;
       }
-      for (int64_t c = 0; c < dv; ++c) row[c] *= scale;
     }
   }
 }
 
 void KvAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, float* k,
                              const float* v, float* out, float*) const {
-  // Prefill without tensors: append the t keys and values to the cache (one reserve), then
-  // per block of queries and per head one kernel call over the keys they may see
-  // (kv_kernels.h); normalise as StepRaw does. KvFlashAttend never stores the scores, so
-  // its blocks are large (it reads the cache once per block); KvBlockAttend's blocks are
-  // the option's chunks, which bound its score scratch.
+  // Prefill without tensors: append the t keys and values (Hkv heads) to the cache (one
+  // reserve), then per block of queries and per query head one kernel call over the keys
+  // of its KV head that they may see (kv_kernels.h); normalise as StepRaw does.
+  // KvFlashAttend never stores the scores, so its blocks are large (it reads the cache
+  // once per block); KvBlockAttend's blocks are the option's chunks, which bound its
+  // score scratch.
   KvState& st = AsKvState(state);
   const auto& o = options();
-  const int64_t h = o.num_heads, d = o.head_dim, dv = o.value_dim;
+  const int64_t h = o.num_heads, hkv = o.num_kv_heads, g = group();
+  const int64_t d = o.head_dim, dv = o.value_dim;
   const bool flash = KvFlashSupported(d, dv);
   constexpr int64_t kFlashBlock = 512;
   const int64_t block = flash ? kFlashBlock : o.chunk_size;
-  ScaleQKInPlace(q, k, t * h);
+  ScaleQKInPlace(q, t * h, k, t * hkv);
   st.Reserve(t);
   const int64_t cap = st.k.size(1), before = st.length;
-  float* kc = st.k.data_ptr<float>();  // (H, cap, D)
-  float* vc = st.v.data_ptr<float>();  // (H, cap, Dv)
+  float* kc = st.k.data_ptr<float>();  // (Hkv, cap, D)
+  float* vc = st.v.data_ptr<float>();  // (Hkv, cap, Dv)
   for (int64_t i = 0; i < t; ++i) {
-    for (int64_t hh = 0; hh < h; ++hh) {
-      std::copy_n(k + (i * h + hh) * d, d, kc + (hh * cap + before + i) * d);
-      std::copy_n(v + (i * h + hh) * dv, dv, vc + (hh * cap + before + i) * dv);
+    for (int64_t j = 0; j < hkv; ++j) {
+      std::copy_n(k + (i * hkv + j) * d, d, kc + (j * cap + before + i) * d);
+      std::copy_n(v + (i * hkv + j) * dv, dv, vc + (j * cap + before + i) * dv);
     }
   }
   st.length += t;
@@ -236,13 +252,14 @@ void KvAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, float* 
   for (int64_t start = 0; start < t; start += block) {
     const int64_t len = std::min(block, t - start);
     for (int64_t hh = 0; hh < h; ++hh) {
+      const int64_t j = hh / g;                    // its KV head
       const float* qh = q + (start * h + hh) * d;  // rows of head hh, stride H * D
       float* oh = out + (start * h + hh) * dv;     // rows of head hh, stride H * Dv
       if (flash) {
-        KvFlashAttend(qh, h * d, kc + hh * cap * d, vc + hh * cap * dv, before + start, len, d,
+        KvFlashAttend(qh, h * d, kc + j * cap * d, vc + j * cap * dv, before + start, len, d,
                       dv, oh, h * dv, sums.data());
       } else {
-        KvBlockAttend(qh, h * d, kc + hh * cap * d, vc + hh * cap * dv, before + start, len, d,
+        KvBlockAttend(qh, h * d, kc + j * cap * d, vc + j * cap * dv, before + start, len, d,
                       dv, scores.data(), oh, h * dv, sums.data());
       }
       for (int64_t i = 0; i < len; ++i) {

@@ -1,6 +1,7 @@
 // KV-cache attention with the exp kernel: softmax (sum normaliser, the reference) and
 // softmax_norm (L2 norm of the output). The per-session state is the cache of keys and
-// values, which grows by (D + Dv) * H floats per token; capacity doubles so appending
+// values of the KV heads, which grows by (D + Dv) * Hkv floats per token (grouped-query
+// attention: each query head reads its group's KV head); capacity doubles so appending
 // never copies the whole cache per token.
 #pragma once
 

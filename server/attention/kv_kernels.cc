@@ -295,6 +295,24 @@ float KvHeadAttend(const float* q, const float* k, const float* v, int64_t len, 
   return sum;
 }
 
+void KvGroupAttend(const float* q, const float* k, const float* v, int64_t rows, int64_t len,
+                   int64_t d, int64_t dv, float* scores, float* out, float* sums) {
+  if (rows == 1) {
+    sums[0] = KvHeadAttend(q, k, v, len, d, dv, scores, out);
+    return;
+  }
+  // scores (rows, len) = Q K^T
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(len), int(d), 1.0f, q,
+              int(d), k, int(d), 0.0f, scores, int(len));
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = scores + i * len;
+    sums[i] = ExpShifted(row, len, RowMax(row, len));
+  }
+  // out (rows, dv) = W V
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(dv), int(len), 1.0f,
+              scores, int(len), v, int(dv), 0.0f, out, int(dv));
+}
+
 void KvBlockAttend(const float* q, int64_t ldq, const float* k, const float* v,
                    int64_t first, int64_t rows, int64_t d, int64_t dv, float* scores,
                    float* out, int64_t ldo, float* sums) {

@@ -22,6 +22,15 @@ float ExpShifted(float* x, int64_t n, float shift);
 float KvHeadAttend(const float* q, const float* k, const float* v, int64_t len, int64_t d,
                    int64_t dv, float* scores, float* out);
 
+// KvHeadAttend for the `rows` query heads of one KV head group (grouped-query
+// attention), all at the same position and so seeing all `len` keys: q (rows, d)
+// contiguous, k (len, d), v (len, dv); out (rows, dv) receives sum_j w_ij v_j and sums[i]
+// sum_j w_ij. The cache is read once for the whole group: one sgemm for the scores
+// (rows, len), one pass of ExpShifted per row, one sgemm for the values. rows == 1 is
+// KvHeadAttend. scores: rows * len floats of scratch.
+void KvGroupAttend(const float* q, const float* k, const float* v, int64_t rows, int64_t len,
+                   int64_t d, int64_t dv, float* scores, float* out, float* sums);
+
 // A block of `rows` consecutive queries of one head against its cache, causally: query i
 // sits at position first + i and sees keys 0..first + i. q (rows, d) with row stride ldq;
 // k (first + rows, d), v (first + rows, dv) contiguous; out (rows, dv) with row stride

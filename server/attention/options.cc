@@ -45,9 +45,9 @@ int64_t Binomial(int64_t n, int64_t k) {
   return static_cast<int64_t>(r);
 }
 
-// Head h's decay horizon in tokens: decay_horizon / 2^(num_heads - 1 - h).
+// KV head h's decay horizon in tokens: decay_horizon / 2^(num_kv_heads - 1 - h).
 double HeadHorizon(const AttentionOptions& o, int h) {
-  return std::ldexp(double(o.decay_horizon), -(o.num_heads - 1 - h));
+  return std::ldexp(double(o.decay_horizon), -(o.num_kv_heads - 1 - h));
 }
 
 int64_t SatMul(int64_t a, int64_t b) {
@@ -78,6 +78,11 @@ absl::Status ValidateAttentionOptions(const AttentionOptions& o, ModuleKind* kin
     return absl::InvalidArgumentError(
         absl::StrCat("num_heads must be >= 1, got ", o.num_heads));
   }
+  if (o.num_kv_heads < 1 || o.num_heads % o.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_kv_heads must be >= 1 and divide num_heads ", o.num_heads, " (each KV head "
+        "serves num_heads / num_kv_heads query heads), got ", o.num_kv_heads));
+  }
   if (o.head_dim < 2 || o.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "head_dim must be even and >= 2 (RoPE rotates pairs), got ", o.head_dim));
@@ -104,11 +109,21 @@ absl::Status ValidateAttentionOptions(const AttentionOptions& o, ModuleKind* kin
     const double shortest = HeadHorizon(o, 0);
     if (shortest < 2) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "attention.decay_horizon ", o.decay_horizon, " gives the first of ", o.num_heads,
-          " heads a horizon of ", shortest, " tokens (each head has half the next one's); "
-          "it must be at least 2, so decay_horizon must be at least ",
-          std::ldexp(2.0, o.num_heads - 1)));
+          "attention.decay_horizon ", o.decay_horizon, " gives the first of ",
+          o.num_kv_heads, " KV heads a horizon of ", shortest,
+          " tokens (each KV head has half the next one's); it must be at least 2, so "
+          "decay_horizon must be at least ", std::ldexp(2.0, o.num_kv_heads - 1)));
     }
+  }
+  if (o.unscaled_query && e->kind != ModuleKind::kLinear) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention.unscaled_query applies to module 'linear' only (its elu feature map "
+        "on q as projected); module '", o.module, "' scales q by 1/sqrt(head_dim)"));
+  }
+  if (o.unscaled_query && o.qk_norm) {
+    return absl::InvalidArgumentError(
+        "attention.unscaled_query drops the 1/sqrt(head_dim) query scale, which "
+        "attention.qk_norm replaces by a temperature: set one or the other");
   }
   if (!o.qk_norm && o.learn_temperature) {
     return absl::InvalidArgumentError(
@@ -134,7 +149,7 @@ absl::Status ValidateAttentionOptions(const AttentionOptions& o, ModuleKind* kin
     if (bytes > o.max_state_bytes_per_layer) {
       return absl::InvalidArgumentError(absl::StrCat(
           "attention.order ", o.order, " with head_dim ", o.head_dim, " needs ",
-          FeatureCount(o), " features per head, ", bytes,
+          FeatureCount(o), " features per KV head, ", bytes,
           " bytes of state per session per layer, over the budget of ",
           o.max_state_bytes_per_layer, " bytes; lower the order or the head_dim"));
     }
@@ -146,7 +161,7 @@ absl::Status ValidateAttentionOptions(const AttentionOptions& o, ModuleKind* kin
 std::vector<float> HeadDecays(const AttentionOptions& o) {
   std::vector<float> decays;
   if (o.decay_horizon == 0) return decays;
-  for (int h = 0; h < o.num_heads; ++h) {
+  for (int h = 0; h < o.num_kv_heads; ++h) {
     decays.push_back(float(1.0 - 1.0 / HeadHorizon(o, h)));
   }
   return decays;
@@ -173,7 +188,7 @@ int64_t FeatureCount(const AttentionOptions& o) {
 }
 
 int64_t KvBytesPerToken(const AttentionOptions& o) {
-  return int64_t{4} * (o.head_dim + o.value_dim) * o.num_heads;
+  return int64_t{4} * (o.head_dim + o.value_dim) * o.num_kv_heads;
 }
 
 int64_t StateBytesPerLayer(const AttentionOptions& o, int64_t context) {
@@ -182,7 +197,8 @@ int64_t StateBytesPerLayer(const AttentionOptions& o, int64_t context) {
   // Numerator state m x d_v, plus the m-vector denominator for sum normalisers.
   const int64_t per_feature =
       o.value_dim + (e->kind == ModuleKind::kTaylorNorm ? 0 : 1);
-  return SatMul(SatMul(FeatureCount(o), per_feature), int64_t{4} * o.num_heads);
+  // One state per KV head: every query head of a group reads the same one.
+  return SatMul(SatMul(FeatureCount(o), per_feature), int64_t{4} * o.num_kv_heads);
 }
 
 absl::Status CheckServableAs(const AttentionOptions& trained, const std::string& module,

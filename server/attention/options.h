@@ -34,13 +34,22 @@ struct AttentionOptions {
   // Prefill chunk length in tokens.
   int chunk_size = 64;
   // Longest per-head decay horizon in tokens (fixed-state modules); 0: no decay.
-  // HeadDecays() gives each head's factor.
+  // HeadDecays() gives each KV head's factor (the state, and so its decay, is per KV
+  // head).
   float decay_horizon = 0;
+  // Query heads, H.
   int num_heads = 4;
+  // Key/value heads, Hkv: >= 1 and dividing num_heads. Query head h reads KV head
+  // h / (H / Hkv) (grouped-query attention; Hugging Face's repeat_kv order). Equal to
+  // num_heads: plain multi-head attention. Fixed states and KV caches hold Hkv heads.
+  int num_kv_heads = 4;
   // Query/key dimension per head.
   int head_dim = 16;
   // Value dimension per head.
   int value_dim = 16;
+  // linear only: apply the feature map to q as projected, without the 1/sqrt(head_dim)
+  // factor (the paper's linear_elu: elu(q)+1 . elu(k)+1). false: elu(q/sqrt(d))+1.
+  bool unscaled_query = false;
   // Largest fixed state one session may hold in one layer; larger orders are rejected.
   int64_t max_state_bytes_per_layer = int64_t{64} << 20;
   // Run the plain ATen reference ops instead of the fused CPU loops of
@@ -56,24 +65,26 @@ const std::vector<std::string>& ModuleNames();
 absl::Status ValidateAttentionOptions(const AttentionOptions& options,
                                       ModuleKind* kind = nullptr);
 
-// Number of features a fixed-state module keeps per head: C(d+N, N) for Taylor
+// Number of features a fixed-state module keeps per KV head: C(d+N, N) for Taylor
 // (orders 0..N packed), d for linear, 0 for KV-cache modules. Saturates at INT64_MAX.
 int64_t FeatureCount(const AttentionOptions& options);
 
-// Per-head decay factors gamma_h = 1 - 1/tau_h with tau_h = decay_horizon /
-// 2^(num_heads-1-h): the last head keeps the longest horizon, each earlier one half of
-// the next. Empty when decay_horizon is 0. A fixed state then updates as
-// S <- gamma_h S + phi_k v^T, and a key at distance t-j weighs gamma_h^(t-j).
+// Per-KV-head decay factors gamma_h = 1 - 1/tau_h with tau_h = decay_horizon /
+// 2^(num_kv_heads-1-h): the last KV head keeps the longest horizon, each earlier one
+// half of the next; every query head of a group uses its KV head's factor. Empty when
+// decay_horizon is 0. A fixed state then updates as S <- gamma_h S + phi_k v^T, and a
+// key at distance t-j weighs gamma_h^(t-j). With num_kv_heads == num_heads: per head.
 std::vector<float> HeadDecays(const AttentionOptions& options);
 
 // True when the module's per-session state does not grow with context.
 bool HasFixedState(const AttentionOptions& options);
 
-// Bytes one session holds in one layer after `context` tokens (fp32). KV caches count
-// the nominal 4 * (d + d_v) * heads bytes per token, not their spare capacity.
+// Bytes one session holds in one layer after `context` tokens (fp32): fixed states
+// m * (d_v + 1) * 4 per KV head (m * d_v * 4 without a denominator). KV caches count the
+// nominal 4 * (d + d_v) * num_kv_heads bytes per token, not their spare capacity.
 int64_t StateBytesPerLayer(const AttentionOptions& options, int64_t context);
 
-// KV-cache bytes per token per layer for the same head shape.
+// KV-cache bytes per token per layer for the same head shape (num_kv_heads heads).
 int64_t KvBytesPerToken(const AttentionOptions& options);
 
 // Whether weights trained with `trained` may be served with `module` (and `order`):

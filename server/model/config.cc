@@ -34,6 +34,7 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
                                               " (256 bytes + special tokens)"),
                    c.vocab_size);
   }
+  if (c.dim < 1) return Invalid("dim", "must be >= 1", c.dim);
   if (c.num_layers < 1) return Invalid("num_layers", "must be >= 1", c.num_layers);
   if (c.mlp_hidden < 1) return Invalid("mlp_hidden", "must be >= 1", c.mlp_hidden);
   if (c.max_context < 1) return Invalid("max_context", "must be >= 1", c.max_context);
@@ -47,10 +48,17 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
   if (c.attention.value_dim != c.attention.head_dim) {
     return absl::InvalidArgumentError("value_dim must equal head_dim");
   }
-  if (c.dim != c.attention.num_heads * c.attention.head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dim must equal num_heads * head_dim: ", c.dim, " != ", c.attention.num_heads,
-        " * ", c.attention.head_dim));
+  // dim need not equal num_heads * head_dim: the projections map between the two.
+  if (c.bos_token_id < -1 || c.bos_token_id >= c.vocab_size) {
+    return Invalid("bos_token_id", absl::StrCat("must be -1 (none) or in [0, vocab_size ",
+                                                c.vocab_size, ")"),
+                   c.bos_token_id);
+  }
+  for (int id : c.eos_token_ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      return Invalid("eos_token_ids",
+                     absl::StrCat("must be in [0, vocab_size ", c.vocab_size, ")"), id);
+    }
   }
   return absl::OkStatus();
 }
@@ -82,9 +90,21 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view text) {
   c.attention.learn_temperature = a.learn_temperature();
   c.attention.chunk_size = a.chunk_size() ? a.chunk_size() : d.attention.chunk_size;
   c.attention.decay_horizon = a.decay_horizon();
+  c.attention.unscaled_query = a.unscaled_query();
   c.attention.num_heads = proto.num_heads();
+  if (proto.num_kv_heads() < 0) {
+    return Invalid("num_kv_heads", "must be >= 0 (0: num_heads)", proto.num_kv_heads());
+  }
+  c.attention.num_kv_heads = proto.num_kv_heads() ? proto.num_kv_heads() : proto.num_heads();
   c.attention.head_dim = proto.head_dim();
   c.attention.value_dim = proto.head_dim();
+  c.tie_embeddings = proto.tie_embeddings();
+  c.bos_token_id = proto.has_bos_token_id() ? proto.bos_token_id() : d.bos_token_id;
+  if (proto.eos_token_ids_size() > 0) {
+    c.eos_token_ids.assign(proto.eos_token_ids().begin(), proto.eos_token_ids().end());
+    if (c.eos_token_ids == std::vector<int>{-1}) c.eos_token_ids.clear();
+  }
+  c.tokenizer_class = proto.tokenizer_class();
   if (c.attention.module.empty()) {
     return absl::InvalidArgumentError("attention.module is missing");
   }
@@ -99,6 +119,11 @@ std::string ModelConfigToText(const ModelConfig& c) {
   proto.set_dim(c.dim);
   proto.set_num_layers(c.num_layers);
   proto.set_num_heads(c.attention.num_heads);
+  // 0 for multi-head, so that the text (and the fingerprint) of a config from before
+  // grouped-query attention does not change.
+  proto.set_num_kv_heads(c.attention.num_kv_heads == c.attention.num_heads
+                             ? 0
+                             : c.attention.num_kv_heads);
   proto.set_head_dim(c.attention.head_dim);
   proto.set_mlp_hidden(c.mlp_hidden);
   proto.set_rope_theta(c.rope_theta);
@@ -112,6 +137,15 @@ std::string ModelConfigToText(const ModelConfig& c) {
   a->set_learn_temperature(c.attention.learn_temperature);
   a->set_chunk_size(c.attention.chunk_size);
   a->set_decay_horizon(c.attention.decay_horizon);
+  a->set_unscaled_query(c.attention.unscaled_query);
+  const ModelConfig d;  // the byte tokenizer's ids are not printed (config.h)
+  proto.set_tie_embeddings(c.tie_embeddings);
+  if (c.bos_token_id != d.bos_token_id) proto.set_bos_token_id(c.bos_token_id);
+  if (c.eos_token_ids != d.eos_token_ids) {
+    if (c.eos_token_ids.empty()) proto.add_eos_token_ids(-1);
+    for (int id : c.eos_token_ids) proto.add_eos_token_ids(id);
+  }
+  if (c.tokenizer_class != kByteTokenizerClass) proto.set_tokenizer_class(c.tokenizer_class);
   std::string out;
   google::protobuf::TextFormat::PrintToString(proto, &out);
   return out;
@@ -119,11 +153,14 @@ std::string ModelConfigToText(const ModelConfig& c) {
 
 int64_t ParameterCount(const ModelConfig& c) {
   const int64_t dim = c.dim, hidden = c.mlp_hidden, vocab = c.vocab_size;
-  const int64_t per_layer = 2 * dim                 // two RMSNorm gains
-                            + 4 * dim * dim         // wq, wk, wv, wo
-                            + 3 * dim * hidden      // w_gate, w_up, w_down
+  const int64_t q_width = int64_t{c.attention.num_heads} * c.attention.head_dim;
+  const int64_t kv_width = int64_t{c.attention.num_kv_heads} * c.attention.head_dim;
+  const int64_t per_layer = 2 * dim                       // two RMSNorm gains
+                            + 2 * q_width * dim           // wq, wo
+                            + 2 * kv_width * dim          // wk, wv
+                            + 3 * dim * hidden            // w_gate, w_up, w_down
                             + (c.attention.learn_temperature ? 1 : 0);
-  return 2 * vocab * dim  // embedding + untied head
+  return (c.tie_embeddings ? 1 : 2) * vocab * dim  // embedding (+ the untied head)
          + c.num_layers * per_layer + dim;  // + final norm
 }
 

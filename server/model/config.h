@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -16,7 +17,8 @@ struct ModelConfig {
   std::string name = "attnserve";
   // Token ids: 256 bytes + special ids (tokenizer.h); at least kMinVocabSize.
   int vocab_size = 259;
-  // Residual width; equals attention.num_heads * attention.head_dim.
+  // Residual width. Independent of the heads: wq is (num_heads * head_dim, dim), wk and
+  // wv (num_kv_heads * head_dim, dim), wo (dim, num_heads * head_dim).
   int dim = 64;
   int num_layers = 2;
   // SwiGLU hidden width.
@@ -25,21 +27,37 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   // Longest context (positions) a session may reach.
   int64_t max_context = int64_t{1} << 20;
-  // Module, heads and head dims; value_dim always equals head_dim here.
+  // Module, query and KV heads and head dims; value_dim always equals head_dim here.
   attention::AttentionOptions attention;
+  // The head reads the embedding matrix (tie_word_embeddings): one copy in memory and in
+  // the directory (no lm_head.weight).
+  bool tie_embeddings = false;
+  // Beginning-of-sequence id; -1: none.
+  int bos_token_id = 256;
+  // Ids that end generation (config.json's eos_token_id, an int or a list).
+  std::vector<int> eos_token_ids = {257};
+  // config.json's tokenizer_class: kByteTokenizerClass for our byte models; empty: the
+  // tokenizer comes from the directory's files.
+  std::string tokenizer_class;
 };
+
+// tokenizer_class of the byte-level tokenizer (tokenizer.h), which needs no files.
+inline constexpr char kByteTokenizerClass[] = "AttnServeByteTokenizer";
 
 // Parses protobuf text format (ModelConfig message) and validates it. Omitted fields
 // take the defaults documented in the .proto. Errors name the field.
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view text);
 
-// Text format that ParseModelConfig reads back to an equal config.
+// Text format that ParseModelConfig reads back to an equal config (the model's identity
+// in Model::Fingerprint). The tokenizer fields are printed only where they differ from
+// the byte tokenizer's (bos 256, eos [257], tokenizer_class empty or
+// kByteTokenizerClass), so a byte model's text is what it was before they existed.
 std::string ModelConfigToText(const ModelConfig& config);
 
 // Checks every field and the attention options.
 absl::Status ValidateModelConfig(const ModelConfig& config);
 
-// Number of trained parameters for `config` (embedding, blocks, head; plus one
+// Number of trained parameters for `config` (embedding, blocks, head unless tied; plus one
 // temperature per layer when it is learned).
 int64_t ParameterCount(const ModelConfig& config);
 

@@ -4,22 +4,14 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "server/attention/registry.h"
 #include "server/common/torch_status.h"
-#include "server/model/weights_io.h"
 
 namespace attnserve::model {
 namespace {
-
-constexpr char kConfigFile[] = "config.pbtxt";
-constexpr char kWeightsFile[] = "weights.bin";
 
 // x: (..., dim) -> (..., dim), scaled to unit RMS, times the gain g: (dim).
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& g, double eps) {
@@ -81,6 +73,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
   absl::Status init = CatchTorch("initialising model", [&]() -> absl::Status {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     const int64_t dim = config.dim, hidden = config.mlp_hidden, vocab = config.vocab_size;
+    const int64_t q_width = int64_t{config.attention.num_heads} * config.attention.head_dim;
+    const int64_t kv_width = int64_t{config.attention.num_kv_heads} * config.attention.head_dim;
     const double out_std = 0.02 / std::sqrt(2.0 * config.num_layers);
     auto normal = [&](std::vector<int64_t> shape, double std) {
       return at::normal(0.0, std, shape, gen, at::kFloat);
@@ -88,17 +82,19 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
     m->embed_ = normal({vocab, dim}, 0.02);
     for (Layer& l : m->layers_) {
       l.attn_norm = at::ones({dim});
-      l.wq = normal({dim, dim}, 0.02);
-      l.wk = normal({dim, dim}, 0.02);
-      l.wv = normal({dim, dim}, 0.02);
-      l.wo = normal({dim, dim}, out_std);
+      l.wq = normal({q_width, dim}, 0.02);   // (H*D, dim)
+      l.wk = normal({kv_width, dim}, 0.02);  // (Hkv*D, dim)
+      l.wv = normal({kv_width, dim}, 0.02);  // (Hkv*Dv, dim)
+      l.wo = normal({dim, q_width}, out_std);  // (dim, H*Dv)
       l.mlp_norm = at::ones({dim});
       l.w_gate = normal({hidden, dim}, 0.02);
       l.w_up = normal({hidden, dim}, 0.02);
       l.w_down = normal({dim, hidden}, out_std);
     }
     m->norm_ = at::ones({dim});
-    m->head_ = normal({vocab, dim}, 0.02);
+    // Tied: the head is the embedding tensor itself (one copy; NamedParameters lists it
+    // once, as "embed").
+    m->head_ = config.tie_embeddings ? m->embed_ : normal({vocab, dim}, 0.02);
     const int64_t d = config.attention.head_dim;
     m->inv_freq_ = at::pow(double(config.rope_theta),
                            -at::arange(0, d, 2, at::kDouble) / double(d));  // (D/2)
@@ -123,7 +119,7 @@ attention::NamedTensors Model::NamedParameters() const {
     for (auto& [name, t] : l.attention->NamedParameters()) out.emplace_back(p + "attn." + name, t);
   }
   out.emplace_back("norm", norm_);
-  out.emplace_back("head", head_);
+  if (!config_.tie_embeddings) out.emplace_back("head", head_);
   return out;
 }
 
@@ -139,75 +135,6 @@ int64_t Model::StateBytes(int64_t context) const {
 
 int64_t Model::BreakEvenContext() const {
   return attention::BreakEvenContext(config_.attention);
-}
-
-absl::Status Model::Save(const std::string& dir) const {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  {
-    std::ofstream f(dir + "/" + kConfigFile, std::ios::trunc);
-    f << ModelConfigToText(config_);
-    f.close();
-    if (!f) return absl::InternalError(absl::StrCat("cannot write ", dir, "/", kConfigFile));
-  }
-  return WriteTensors(dir + "/" + kWeightsFile, NamedParameters());
-}
-
-absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
-                                                   const LoadOptions& options) {
-  const std::string config_path = dir + "/" + kConfigFile;
-  std::ifstream f(config_path);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot open model config ", config_path));
-  std::stringstream text;
-  text << f.rdbuf();
-  auto config = ParseModelConfig(text.str());
-  if (!config.ok()) {
-    return absl::Status(config.status().code(),
-                        absl::StrCat(config_path, ": ", config.status().message()));
-  }
-  config->attention.max_state_bytes_per_layer = options.max_state_bytes_per_layer;
-  if (!options.attention_module.empty()) {
-    if (absl::Status s = attention::CheckServableAs(
-            config->attention, options.attention_module, options.attention_order);
-        !s.ok()) {
-      return s;
-    }
-    config->attention.module = options.attention_module;
-    if (options.attention_order != 0) config->attention.order = options.attention_order;
-  }
-  if (absl::Status s = ValidateModelConfig(*config); !s.ok()) return s;
-  auto weights = ReadTensors(dir + "/" + kWeightsFile);
-  if (!weights.ok()) return weights.status();
-  auto model = Create(*config, /*seed=*/0);
-  if (!model.ok()) return model.status();
-  std::unordered_map<std::string, at::Tensor> loaded;
-  for (auto& [name, t] : *weights) loaded[name] = t;
-  absl::Status copied = CatchTorch("loading weights", [&]() -> absl::Status {
-    for (auto& [name, param] : (*model)->NamedParameters()) {
-      auto it = loaded.find(name);
-      if (it == loaded.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(dir, ": weights.bin has no tensor '", name, "' for this config"));
-      }
-      if (it->second.sizes() != param.sizes()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            dir, ": tensor '", name, "' has shape ", c10::str(it->second.sizes()),
-            ", the config needs ", c10::str(param.sizes())));
-      }
-      param.copy_(it->second);
-      loaded.erase(it);
-    }
-    if (!loaded.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          dir, ": weights.bin has tensor '", loaded.begin()->first,
-          "' that the config does not use (", loaded.size(), " unused in all)"));
-    }
-    return absl::OkStatus();
-  });
-  if (!copied.ok()) return copied;
-  if (options.weights_bf16) (*model)->UseBf16Weights();
-  return model;
 }
 
 attention::TensorShapes Model::StateShapes(int64_t position) const {
@@ -328,6 +255,7 @@ at::Tensor Model::Run(const at::Tensor& tokens, const at::Tensor& positions,
                       const AttendFn& attend) const {
   const int64_t b = tokens.size(0), t = tokens.size(1);
   const int64_t h = config_.attention.num_heads, d = config_.attention.head_dim;
+  const int64_t hkv = config_.attention.num_kv_heads;
   const double eps = config_.norm_eps;
   // RoPE angles in fp64 so that long positions keep their precision: (B, T, 1, D/2).
   at::Tensor angles = (positions.to(at::kDouble).unsqueeze(-1) * inv_freq_).unsqueeze(2);
@@ -337,10 +265,10 @@ at::Tensor Model::Run(const at::Tensor& tokens, const at::Tensor& positions,
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     at::Tensor hn = RmsNorm(x, l.attn_norm, eps);
-    // (B, T, dim) -> (B, T, H, D) -> rotate -> (B, H, T, D)
+    // (B, T, dim) -> (B, T, H, D) -> rotate -> (B, H, T, D); k, v with Hkv heads.
     at::Tensor q = Rope(at::linear(hn, l.wq).view({b, t, h, d}), cos, sin).transpose(1, 2);
-    at::Tensor k = Rope(at::linear(hn, l.wk).view({b, t, h, d}), cos, sin).transpose(1, 2);
-    at::Tensor v = at::linear(hn, l.wv).view({b, t, h, d}).transpose(1, 2);
+    at::Tensor k = Rope(at::linear(hn, l.wk).view({b, t, hkv, d}), cos, sin).transpose(1, 2);
+    at::Tensor v = at::linear(hn, l.wv).view({b, t, hkv, d}).transpose(1, 2);
     at::Tensor o = attend(*l.attention, int(i), q, k, v);  // (B, H, T, Dv)
     x = x + at::linear(o.transpose(1, 2).reshape({b, t, h * d}), l.wo);
     at::Tensor mn = RmsNorm(x, l.mlp_norm, eps);

@@ -67,18 +67,30 @@ struct LoadOptions {
   bool weights_bf16 = false;
 };
 
+// Hugging Face's name of internal parameter `name` (NamedParameters): "layers.3.wq" ->
+// "model.layers.3.self_attn.q_proj.weight", "layers.3.attn.temperature" ->
+// "model.layers.3.self_attn.temperature", "head" -> "lm_head.weight", ...
+std::string HfTensorName(const std::string& name);
+
 class Model {
  public:
   // A model with freshly initialised weights (N(0, 0.02); residual outputs scaled by
   // 1/sqrt(2 * num_layers)), deterministic in `seed`.
   static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config,
                                                        uint64_t seed);
-  // Reads `dir`/config.pbtxt and `dir`/weights.bin. Every parameter must be present
-  // with the config's shape, and nothing else. See LoadOptions for serving the weights
-  // with another attention module (config() then reports the module it runs).
+  // Reads a model directory (model_io.cc): `dir`/config.json (hf_config.h) and
+  // `dir`/model.safetensors or its shards (safetensors.h), tensors by Hugging Face's
+  // names (HfTensorName). Every parameter must be present with the config's shape, except
+  // lm_head.weight when the embeddings are tied; buffers that are not weights
+  // (self_attn.abs_pos_enc.pe, rotary_emb.inv_freq) are skipped and listed in one line on
+  // stderr; any other tensor is refused. The vocabulary is the embedding's rows when
+  // config.json's vocab_size says otherwise. See LoadOptions for serving the weights with
+  // another attention module (config() then reports the module it runs).
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir,
                                                      const LoadOptions& options = {});
-  // Writes config.pbtxt and weights.bin into `dir` (created if missing).
+  // Writes config.json and model.safetensors (F32, Hugging Face's names; no lm_head.weight
+  // when tied) into `dir` (created if missing): what Load reads back to the same
+  // Fingerprint.
   absl::Status Save(const std::string& dir) const;
 
   const ModelConfig& config() const { return config_; }
@@ -166,17 +178,21 @@ class Model {
   void UseBf16Weights();
   bool UsesBf16Weights() const { return bf16_ != nullptr; }
 
-  // Every trained tensor by name ("embed", "layers.3.wq", ..., "head"). The tensors are
-  // the model's own: the trainer updates them in place.
+  // Every trained tensor by its internal name ("embed", "layers.3.wq", ..., "head"; no
+  // "head" when tied, since the head is "embed"), each once. The tensors are the model's
+  // own: the trainer updates them in place. HfTensorName maps the names to a directory's.
   attention::NamedTensors NamedParameters() const;
 
  private:
   struct Layer {
-    at::Tensor attn_norm, wq, wk, wv, wo;     // (dim), (dim, dim) x 4
+    // (dim); wq (H*D, dim); wk, wv (Hkv*D, dim); wo (dim, H*D): H query heads, Hkv KV
+    // heads of head_dim D (attention options), independent of dim.
+    at::Tensor attn_norm, wq, wk, wv, wo;
     at::Tensor mlp_norm, w_gate, w_up, w_down;  // (dim), (hidden, dim) x 2, (dim, hidden)
     std::unique_ptr<attention::Attention> attention;
   };
-  // Attention over rotated q, k: (B, H, T, D) and v: (B, H, T, Dv) -> (B, H, T, Dv).
+  // Attention over rotated q: (B, H, T, D), k: (B, Hkv, T, D) and v: (B, Hkv, T, Dv)
+  // -> (B, H, T, Dv).
   using AttendFn = std::function<at::Tensor(const attention::Attention&, int layer,
                                             const at::Tensor& q, const at::Tensor& k,
                                             const at::Tensor& v)>;
@@ -195,8 +211,8 @@ class Model {
   at::Tensor PrefillFused(DecodeState& state, absl::Span<const int32_t> tokens) const;
   // The fused Batch (model_step.cc) over validated, distinct segments: (S, V).
   at::Tensor BatchFused(absl::Span<const Segment> segments) const;
-  // Attention of layer `layer` on the workspace's rows: q, k (rows, H, D) rotated,
-  // v (rows, H, Dv) -> out (rows, H, Dv); scratch as the caller sized it.
+  // Attention of layer `layer` on the workspace's rows: q (rows, H, D), k (rows, Hkv, D)
+  // rotated, v (rows, Hkv, Dv) -> out (rows, H, Dv); scratch as the caller sized it.
   using RawAttendFn = absl::FunctionRef<void(size_t layer, float* q, float* k, float* v,
                                              float* out, float* scratch)>;
   // The layers on raw buffers for B rows (token tokens[i] at positions[i]), attention by
@@ -215,7 +231,7 @@ class Model {
   at::Tensor embed_;  // (V, dim)
   std::vector<Layer> layers_;
   at::Tensor norm_;  // (dim)
-  at::Tensor head_;  // (V, dim)
+  at::Tensor head_;  // (V, dim); embed_ itself when tied
   at::Tensor inv_freq_;  // (D / 2) fp64 RoPE frequencies
 
   // Buffers of the fused step, grown to the largest batch seen and then reused.

@@ -44,21 +44,23 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
                                int64_t scratch_floats, const RawAttendFn& attend) const {
   const int64_t b = int64_t(tokens.size()), dim = config_.dim, hidden = config_.mlp_hidden;
   const int64_t vocab = config_.vocab_size, heads = config_.attention.num_heads;
+  const int64_t kv_heads = config_.attention.num_kv_heads;
   const int64_t d = config_.attention.head_dim, half = d / 2;
+  const int64_t q_width = heads * d, kv_width = kv_heads * d;  // value_dim == head_dim
   const float eps = config_.norm_eps;
   StepWorkspace& w = workspace_;
   float* x = Grow(w.x, b * dim);  // (B, dim) residual stream
   float* hn = Grow(w.hn, b * std::max(dim, hidden));
-  float* q = Grow(w.q, b * dim);  // (B, H, D)
-  float* k = Grow(w.k, b * dim);  // (B, H, D)
-  float* v = Grow(w.v, b * dim);  // (B, H, Dv)
-  float* o = Grow(w.o, b * dim);  // (B, H, Dv)
+  float* q = Grow(w.q, b * q_width);   // (B, H, D)
+  float* k = Grow(w.k, b * kv_width);  // (B, Hkv, D)
+  float* v = Grow(w.v, b * kv_width);  // (B, Hkv, Dv)
+  float* o = Grow(w.o, b * q_width);   // (B, H, Dv)
   float* gate = Grow(w.gate, b * hidden);
   float* up = Grow(w.up, b * hidden);
   float* cos = Grow(w.cos, b * half);  // (B, D/2)
   float* sin = Grow(w.sin, b * half);
   float* scratch = Grow(w.scratch, scratch_floats);
-  float* lin = Grow(w.linear, b * std::max({dim, hidden, vocab}));  // Linear's (out, B)
+  float* lin = Grow(w.linear, b * std::max({dim, hidden, vocab, q_width}));  // Linear's (out, B)
 
   // Embedding rows and RoPE angles (fp64 angles as in Run, then fp32 cos and sin).
   const float* embed = Data(embed_);
@@ -88,13 +90,13 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
     const Bf16Matrix* w16 = bf16 ? bf16_->layers[li].data() : nullptr;  // wq .. w_down
     auto pick = [&](int i) { return w16 == nullptr ? nullptr : w16 + i; };
     RmsNormRows(x, b, dim, Data(l.attn_norm), eps, hn);
-    linear(hn, dim, l.wq, pick(0), dim, q, 0.0f);
-    linear(hn, dim, l.wk, pick(1), dim, k, 0.0f);
-    linear(hn, dim, l.wv, pick(2), dim, v, 0.0f);
+    linear(hn, dim, l.wq, pick(0), q_width, q, 0.0f);   // (B, H*D)
+    linear(hn, dim, l.wk, pick(1), kv_width, k, 0.0f);  // (B, Hkv*D)
+    linear(hn, dim, l.wv, pick(2), kv_width, v, 0.0f);  // (B, Hkv*Dv)
     RopeRows(q, b, heads, d, cos, sin);
-    RopeRows(k, b, heads, d, cos, sin);
-    attend(li, q, k, v, o, scratch);  // (B, H, Dv) = (B, dim)
-    linear(o, dim, l.wo, pick(3), dim, x, /*beta=*/1.0f);  // x += o W_o^T
+    RopeRows(k, b, kv_heads, d, cos, sin);
+    attend(li, q, k, v, o, scratch);  // (B, H, Dv)
+    linear(o, q_width, l.wo, pick(3), dim, x, /*beta=*/1.0f);  // x += o W_o^T
     RmsNormRows(x, b, dim, Data(l.mlp_norm), eps, hn);
     linear(hn, dim, l.w_gate, pick(4), hidden, gate, 0.0f);
     linear(hn, dim, l.w_up, pick(5), hidden, up, 0.0f);
@@ -190,7 +192,10 @@ at::Tensor Model::BatchFused(absl::Span<const Segment> segments) const {
     scratch_floats = std::max({scratch_floats, l.attention->StepScratchFloats(decode),
                                l.attention->PrefillScratchFloats(longest)});
   }
-  const int64_t dim = config_.dim;  // = H * D = H * Dv: a row's width in q, k, v, out
+  // A row's width in q and out (H * D, H * Dv) and in k and v (Hkv * D, Hkv * Dv).
+  const int64_t d = config_.attention.head_dim;
+  const int64_t q_width = config_.attention.num_heads * d;
+  const int64_t kv_width = config_.attention.num_kv_heads * d;
   std::vector<attention::AttentionState*> layer_states(decode);
   // Before any layer changes (Model::Batch, on failure).
   for (const Segment& seg : segments) seg.state->position_ += int64_t(seg.tokens.size());
@@ -205,10 +210,10 @@ at::Tensor Model::BatchFused(absl::Span<const Segment> segments) const {
         }
         for (size_t g = size_t(decode); g < order.size(); ++g) {
           const size_t i = order[g];
-          const int64_t at = first_row[i] * dim;
+          const int64_t qa = first_row[i] * q_width, ka = first_row[i] * kv_width;
           layers_[li].attention->PrefillRaw(*segments[i].state->layers_[li],
-                                            int64_t(segments[i].tokens.size()), q + at,
-                                            k + at, v + at, o + at, scratch);
+                                            int64_t(segments[i].tokens.size()), q + qa,
+                                            k + ka, v + ka, o + qa, scratch);
         }
       });
   at::Tensor out = at::empty({int64_t(segments.size()), config_.vocab_size}, at::kFloat);

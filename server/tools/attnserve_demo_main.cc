@@ -76,6 +76,7 @@ int Demo(const std::string& module, const Flags& flags) {
   config.attention.module = module;
   config.attention.order = flags.order;
   config.attention.num_heads = 4;
+  config.attention.num_kv_heads = 4;
   config.attention.head_dim = 16;
   config.attention.value_dim = 16;
   auto model = Model::Create(config, flags.seed);

@@ -1,4 +1,4 @@
-// attnserve_init_model: writes a model directory (config.pbtxt + weights.bin) with
+// attnserve_init_model: writes a model directory (config.json + model.safetensors) with
 // freshly initialised, untrained weights. The build uses it to give the server a model
 // to load before trained checkpoints exist; tests use it for small models.
 #include <iostream>
@@ -20,6 +20,8 @@ struct Flags {
   int order = 2;
   int dim = 64;
   int heads = 4;
+  int kv_heads = 0;
+  int head_dim = 0;
   int layers = 2;
   int mlp_hidden = 192;
   uint64_t seed = 1;
@@ -32,8 +34,11 @@ void DeclareFlags(Flags* f, attnserve::config::FlagSet* flags) {
   flags->Add("attention", &f->attention,
              "Attention module: softmax, softmax_norm, taylor, taylor_norm, linear.");
   flags->Add("order", &f->order, "Taylor order (taylor, taylor_norm).");
-  flags->Add("dim", &f->dim, "Residual width (num_heads * head_dim).");
-  flags->Add("heads", &f->heads, "Attention heads.");
+  flags->Add("dim", &f->dim, "Residual width.");
+  flags->Add("heads", &f->heads, "Attention (query) heads.");
+  flags->Add("kv_heads", &f->kv_heads,
+             "Key/value heads (grouped-query attention; divides --heads); 0: --heads.");
+  flags->Add("head_dim", &f->head_dim, "Per-head dimension; 0: --dim / --heads.");
   flags->Add("layers", &f->layers, "Decoder blocks.");
   flags->Add("mlp_hidden", &f->mlp_hidden, "SwiGLU hidden width.");
   flags->Add("seed", &f->seed, "Initialisation seed.");
@@ -62,8 +67,13 @@ int main(int argc, char** argv) {
   c.attention.module = flags.attention;
   c.attention.order = flags.order;
   c.attention.num_heads = flags.heads;
-  c.attention.head_dim = c.attention.num_heads > 0 ? c.dim / c.attention.num_heads : 0;
+  c.attention.num_kv_heads = flags.kv_heads > 0 ? flags.kv_heads : flags.heads;
+  c.attention.head_dim = flags.head_dim > 0           ? flags.head_dim
+                         : c.attention.num_heads > 0 ? c.dim / c.attention.num_heads
+                                                     : 0;
   c.attention.value_dim = c.attention.head_dim;
+  c.attention.num_kv_heads = c.attention.num_heads;
+  c.tokenizer_class = attnserve::model::kByteTokenizerClass;
   auto model = attnserve::model::Model::Create(c, flags.seed);
   if (!model.ok()) {
     std::cerr << "attnserve_init_model: " << model.status().message() << "\n";

@@ -1,11 +1,11 @@
 // attnserve_export: turns a training run's checkpoint into a model directory the server
-// loads (config.pbtxt + weights.bin), e.g. to sample from or serve a run that has not
+// loads (config.json + model.safetensors), e.g. to sample from or serve a run that has not
 // finished. The run's own directory is left as it is.
-#include <fstream>
+#include <filesystem>
 #include <iostream>
-#include <sstream>
 
 #include "server/config/flag_set.h"
+#include "server/model/hf_config.h"
 #include "server/trainer/trainer.h"
 
 namespace {
@@ -22,7 +22,8 @@ struct Flags {
 // Binds every field of `f` to its flag on `flags`.
 void DeclareFlags(Flags* f, attnserve::config::FlagSet* flags) {
   flags->Add("run_dir", &f->run_dir,
-             "Training output directory holding config.pbtxt and checkpoint.bin. Required.");
+             "Training output directory holding config.json and checkpoint.safetensors. "
+             "Required.");
   flags->Add("out", &f->out, "Model directory to write. Required.");
 }
 
@@ -41,16 +42,14 @@ int main(int argc, char** argv) {
     std::cerr << "attnserve_export: --run_dir and --out are required (see --help)\n";
     return 2;
   }
-  std::ifstream f(run + "/config.pbtxt");
-  std::stringstream text;
-  text << f.rdbuf();
-  auto config = attnserve::model::ParseModelConfig(text.str());
-  if (!f || !config.ok()) {
-    std::cerr << "attnserve_export: " << run << "/config.pbtxt: "
-              << (f ? config.status().message() : "cannot read") << "\n";
+  auto config = attnserve::model::ReadHfConfigFile(
+      run + "/" + attnserve::model::kHfConfigFile, std::filesystem::path(run).filename());
+  if (!config.ok()) {
+    std::cerr << "attnserve_export: " << config.status().message() << "\n";
     return 1;
   }
-  auto model = attnserve::trainer::LoadCheckpoint(*config, run + "/checkpoint.bin");
+  auto model =
+      attnserve::trainer::LoadCheckpoint(*config, run + "/" + attnserve::trainer::kCheckpointFile);
   absl::Status s = model.ok() ? (*model)->Save(out) : model.status();
   if (!s.ok()) {
     std::cerr << "attnserve_export: " << s.message() << "\n";

@@ -3,16 +3,18 @@
 // continuously through the model's serving path (chunked prefill into one session per
 // stretch) and prints the mean loss per position bucket as one line of key=value pairs;
 // optionally a finer CSV curve for plots. Loads a model directory, or a running
-// trainer's checkpoint.bin with --checkpoint.
+// trainer's checkpoint.safetensors with --checkpoint.
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "server/config/flag_set.h"
+#include "server/model/hf_config.h"
 #include "server/trainer/corpus.h"
 #include "server/trainer/position_eval.h"
 #include "server/trainer/trainer.h"
@@ -39,8 +41,9 @@ struct Flags {
 void DeclareFlags(Flags* f, attnserve::config::FlagSet* flags) {
   flags->Add("model_dir", &f->model_dir, "Model directory. Required.");
   flags->Add("checkpoint", &f->checkpoint,
-             "Load --model_dir/config.pbtxt with the weights of --model_dir/checkpoint.bin "
-             "(a training run that has not finished) instead of weights.bin.");
+             "Load --model_dir/config.json with the weights of "
+             "--model_dir/checkpoint.safetensors (a training run that has not finished) "
+             "instead of model.safetensors.");
   flags->Add("corpus", &f->corpus,
              "Corpus file (its validation split is used). Required.");
   flags->Add("length", &f->length, "Bytes of context per stretch.");
@@ -62,13 +65,11 @@ using attnserve::trainer::PositionBuckets;
 absl::StatusOr<std::unique_ptr<attnserve::model::Model>> LoadModel(const std::string& dir,
                                                                    bool checkpoint) {
   if (!checkpoint) return attnserve::model::Model::Load(dir);
-  std::ifstream f(dir + "/config.pbtxt");
-  if (!f) return absl::NotFoundError("cannot open " + dir + "/config.pbtxt");
-  std::stringstream text;
-  text << f.rdbuf();
-  auto config = attnserve::model::ParseModelConfig(text.str());
+  auto config = attnserve::model::ReadHfConfigFile(dir + "/" + attnserve::model::kHfConfigFile,
+                                                   std::filesystem::path(dir).filename());
   if (!config.ok()) return config.status();
-  return attnserve::trainer::LoadCheckpoint(*config, dir + "/checkpoint.bin");
+  return attnserve::trainer::LoadCheckpoint(*config,
+                                            dir + "/" + attnserve::trainer::kCheckpointFile);
 }
 
 int Fail(const absl::Status& s) {

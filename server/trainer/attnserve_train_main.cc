@@ -1,13 +1,13 @@
 // attnserve_train: trains a model config on a byte corpus and writes a model
 // directory attnserve_server loads as is. Shows step, loss, tokens/s and ETA
 // while it runs; the CSV log, the report and the exact command land in --out.
-#include <fstream>
+#include <filesystem>
 #include <iostream>
-#include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "server/config/flag_set.h"
+#include "server/model/hf_config.h"
 #include "server/trainer/trainer.h"
 
 namespace {
@@ -42,7 +42,8 @@ struct Flags {
 
 // Binds every field of `f` to its flag on `flags`.
 void DeclareFlags(Flags* f, attnserve::config::FlagSet* flags) {
-  flags->Add("config", &f->config, "Model config (ModelConfig text format). Required.");
+  flags->Add("config", &f->config, "Model config: a config.json (server/model/hf_config.h), e.g. "
+             "deploy/models/configs/kjv-taylor2.json. Required.");
   flags->Add("corpus", &f->corpus, "Training text file (bytes). Required.");
   flags->Add("out", &f->out, "Output model directory. Required.");
   flags->Add("steps", &f->steps, "Optimiser steps.");
@@ -63,7 +64,7 @@ void DeclareFlags(Flags* f, attnserve::config::FlagSet* flags) {
   flags->Add("checkpoint_every", &f->checkpoint_every, "Steps between checkpoints.");
   flags->Add("print_every", &f->print_every, "Steps between progress lines.");
   flags->Add("threads", &f->threads, "LibTorch intra-op threads.");
-  flags->Add("resume", &f->resume, "Continue from --out/checkpoint.bin if it exists.");
+  flags->Add("resume", &f->resume, "Continue from --out/checkpoint.safetensors if it exists.");
   flags->Add("init_from", &f->init_from,
              "Start from the weights of this model directory (fine-tuning; its tensors "
              "must fit --config) instead of a random initialisation. Ignored when "
@@ -83,7 +84,7 @@ int main(int argc, char** argv) {
   attnserve::config::ParseFlagsOrExit(
       flag_set, argc, argv,
       "Trains a model on a byte corpus.\n"
-      "Usage: attnserve_train --config=model.pbtxt --corpus=kjv.txt --out=DIR "
+      "Usage: attnserve_train --config=config.json --corpus=kjv.txt --out=DIR "
       "[--steps=N]");
   for (const auto& [name, value] : {std::pair<const char*, std::string>{
                                         "config", flags.config},
@@ -95,18 +96,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::ifstream f(flags.config);
-  if (!f) {
-    std::cerr << "attnserve_train: cannot open config "
-              << flags.config << "\n";
-    return 2;
-  }
-  std::stringstream text;
-  text << f.rdbuf();
-  auto config = attnserve::model::ParseModelConfig(text.str());
+  auto config = attnserve::model::ReadHfConfigFile(
+      flags.config, std::filesystem::path(flags.config).stem().string());
   if (!config.ok()) {
-    std::cerr << "attnserve_train: " << flags.config << ": "
-              << config.status().message() << "\n";
+    std::cerr << "attnserve_train: " << config.status().message() << "\n";
     return 2;
   }
   attnserve::trainer::TrainOptions o;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -13,7 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/common/torch_status.h"
-#include "server/model/weights_io.h"
+#include "server/model/hf_config.h"
+#include "server/model/safetensors.h"
 #include "server/trainer/corpus.h"
 
 namespace attnserve::trainer {
@@ -74,15 +76,49 @@ absl::Status CopyFromCheckpoint(const std::unordered_map<std::string, at::Tensor
   return absl::OkStatus();
 }
 
-// Copies the tensors of the file at `path` (a checkpoint or a weights.bin) into `params`,
-// by name; errors as CopyFromCheckpoint.
-absl::Status LoadWeights(const std::string& path, const attention::NamedTensors& params) {
-  auto saved = model::ReadTensors(path);
-  if (!saved.ok()) return saved.status();
-  const std::unordered_map<std::string, at::Tensor> byname(saved->begin(), saved->end());
+// The tensors of a trainer checkpoint (safetensors with internal names: the parameters,
+// "adam_m." and "adam_v." + each, "step") by name.
+absl::StatusOr<std::unordered_map<std::string, at::Tensor>> ReadCheckpoint(
+    const std::string& path) {
+  auto reader = model::SafetensorsReader::OpenFile(path);
+  if (!reader.ok()) return reader.status();
+  std::unordered_map<std::string, at::Tensor> out;
+  for (const model::SafetensorsEntry& e : (*reader)->tensors()) {
+    auto values = model::ToFloat32(e);
+    if (!values.ok()) return values.status();
+    at::Tensor t = at::empty(e.shape, at::kFloat);
+    if (!values->empty()) std::memcpy(t.data_ptr(), values->data(), values->size() * 4);
+    out.emplace(e.name, t);
+  }
+  return out;
+}
+
+// Writes `tensors` (fp32) as a checkpoint ReadCheckpoint reads.
+absl::Status WriteCheckpoint(const std::string& path, const attention::NamedTensors& tensors) {
+  std::vector<at::Tensor> kept;  // contiguous fp32, alive until written
+  std::vector<model::SafetensorsTensor> views;
+  for (const auto& [name, t] : tensors) {
+    kept.push_back(t.detach().to(at::kFloat).contiguous());
+    views.push_back({name, kept.back().sizes().vec(), kept.back().data_ptr<float>()});
+  }
+  return model::WriteSafetensors(path, views, model::SafetensorsDtype::kF32);
+}
+
+// Copies `saved` (by name) into `params`; errors as CopyFromCheckpoint.
+absl::Status CopyByName(const std::unordered_map<std::string, at::Tensor>& saved,
+                        const attention::NamedTensors& params, const std::string& source) {
   std::vector<at::Tensor> dst;
   for (auto& [name, p] : params) dst.push_back(p);
-  return CopyFromCheckpoint(byname, params, "", dst, path);
+  return CopyFromCheckpoint(saved, params, "", dst, source);
+}
+
+// The parameters of the model directory `dir` (Model::Load) by internal name.
+absl::StatusOr<std::unordered_map<std::string, at::Tensor>> ReadModelDir(const std::string& dir) {
+  auto model = model::Model::Load(dir);
+  if (!model.ok()) return model.status();
+  std::unordered_map<std::string, at::Tensor> out;
+  for (auto& [name, t] : (*model)->NamedParameters()) out.emplace(name, t);
+  return out;
 }
 
 // (seq_len, batch) of training step `step` under the curriculum.
@@ -100,8 +136,11 @@ absl::StatusOr<std::unique_ptr<model::Model>> LoadCheckpoint(const model::ModelC
   auto created = model::Model::Create(config, /*seed=*/1);
   if (!created.ok()) return created.status();
   std::unique_ptr<model::Model> model = std::move(created).value();
-  absl::Status s = CatchTorch("loading a checkpoint",
-                              [&] { return LoadWeights(path, model->NamedParameters()); });
+  absl::Status s = CatchTorch("loading a checkpoint", [&]() -> absl::Status {
+    auto saved = ReadCheckpoint(path);
+    if (!saved.ok()) return saved.status();
+    return CopyByName(*saved, model->NamedParameters(), path);
+  });
   if (!s.ok()) return s;
   return model;
 }
@@ -134,13 +173,17 @@ absl::Status Train(const model::ModelConfig& config, const TrainOptions& o,
   }
   auto corpus = LoadCorpus(o.corpus_path, int64_t(o.seq_len) + 1);
   if (!corpus.ok()) return corpus.status();
-  auto created = model::Model::Create(config, o.seed);
+  // The trainer reads bytes: its models carry the byte tokenizer's class.
+  model::ModelConfig byte_config = config;
+  if (byte_config.tokenizer_class.empty()) byte_config.tokenizer_class = model::kByteTokenizerClass;
+  auto created = model::Model::Create(byte_config, o.seed);
   if (!created.ok()) return created.status();
   std::unique_ptr<model::Model> model = std::move(created).value();
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", o.out_dir, ": ", ec.message()));
-  if (absl::Status s = WriteText(o.out_dir + "/config.pbtxt", model::ModelConfigToText(config));
+  if (absl::Status s = WriteText(o.out_dir + "/" + model::kHfConfigFile,
+                                 model::HfConfigToJson(model->config()));
       !s.ok()) {
     return s;
   }
@@ -154,13 +197,13 @@ absl::Status Train(const model::ModelConfig& config, const TrainOptions& o,
       m.push_back(at::zeros_like(p));
       v.push_back(at::zeros_like(p));
     }
-    const std::string checkpoint = o.out_dir + "/checkpoint.bin";
+    const std::string checkpoint = o.out_dir + "/" + kCheckpointFile;
     const std::string log_path = o.out_dir + "/train_log.csv";
     int start = 0;
     if (o.resume && std::filesystem::exists(checkpoint)) {
-      auto saved = model::ReadTensors(checkpoint);
+      auto saved = ReadCheckpoint(checkpoint);
       if (!saved.ok()) return saved.status();
-      const std::unordered_map<std::string, at::Tensor> byname(saved->begin(), saved->end());
+      const std::unordered_map<std::string, at::Tensor>& byname = *saved;
       std::vector<at::Tensor> weights;
       for (auto& [name, p] : params) weights.push_back(p);
       for (auto [prefix, dst] : {std::pair<std::string, std::vector<at::Tensor>*>{"", &weights},
@@ -173,9 +216,9 @@ absl::Status Train(const model::ModelConfig& config, const TrainOptions& o,
       start = int(byname.at("step").item<double>());
     } else {
       if (!o.init_from.empty()) {
-        if (absl::Status s = LoadWeights(o.init_from + "/weights.bin", params); !s.ok()) {
-          return s;
-        }
+        auto init = ReadModelDir(o.init_from);
+        if (!init.ok()) return init.status();
+        if (absl::Status s = CopyByName(*init, params, o.init_from); !s.ok()) return s;
       }
       std::ofstream(log_path, std::ios::trunc) << "step,train_loss,val_loss,val_bpb\n";
     }
@@ -245,7 +288,7 @@ absl::Status Train(const model::ModelConfig& config, const TrainOptions& o,
           state.emplace_back("adam_v." + params[i].first, v[i]);
         }
         state.emplace_back("step", at::full({1}, double(step + 1), at::kFloat));
-        if (absl::Status s = model::WriteTensors(checkpoint, state); !s.ok()) return s;
+        if (absl::Status s = WriteCheckpoint(checkpoint, state); !s.ok()) return s;
       }
       if (on_progress) on_progress(pr);
     }

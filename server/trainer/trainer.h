@@ -12,9 +12,13 @@
 
 namespace attnserve::trainer {
 
+// A run's checkpoint in out_dir: safetensors (model/safetensors.h) holding the parameters
+// by internal name (Model::NamedParameters), "adam_m." and "adam_v." + each, and "step".
+inline constexpr char kCheckpointFile[] = "checkpoint.safetensors";
+
 struct TrainOptions {
-  // Where to write config.pbtxt, weights.bin, train_log.csv, report.txt,
-  // train_command.txt and checkpoint.bin.
+  // Where to write the model directory (config.json, model.safetensors), train_log.csv,
+  // report.txt, train_command.txt and checkpoint.safetensors.
   std::string out_dir;
   std::string corpus_path;
   // Optimiser steps, sequences per step, tokens per sequence.
@@ -39,9 +43,9 @@ struct TrainOptions {
   int eval_batches = 8;
   int checkpoint_every = 200;
   int threads = 2;
-  // Continue from out_dir/checkpoint.bin when it exists.
+  // Continue from out_dir/checkpoint.safetensors when it exists.
   bool resume = false;
-  // Start from the weights of this model directory (its weights.bin; the shapes must fit
+  // Start from the weights of this model directory (Model::Load; the shapes must fit
   // the config, which may differ in options without weights, such as a decay) instead of
   // a random initialisation: fine-tuning. Ignored when resuming from a checkpoint.
   std::string init_from;
@@ -71,13 +75,14 @@ struct Progress {
 double Evaluate(const model::Model& model, const std::string& text, int seq_len,
                 int batches, int batch);
 
-// A model of `config` with the weights of a trainer checkpoint (out_dir/checkpoint.bin),
+// A model of `config` with the weights of a trainer checkpoint (kCheckpointFile),
 // for evaluating a run that has not finished. Errors: unreadable checkpoint, or one
 // that does not fit the config.
 absl::StatusOr<std::unique_ptr<model::Model>> LoadCheckpoint(const model::ModelConfig& config,
                                                              const std::string& path);
 
-// Trains `config` as `options` say. Writes out_dir/config.pbtxt at the start (so a
+// Trains `config` (a byte model: an empty tokenizer_class becomes kByteTokenizerClass)
+// as `options` say. Writes out_dir/config.json at the start (so a
 // running job's checkpoint can be loaded with LoadCheckpoint). Errors: a missing, empty
 // or too short corpus; an invalid config or curriculum; a checkpoint that does not fit
 // the config; unwritable output.

@@ -4,6 +4,8 @@
 
 #include <limits>
 
+#include "absl/strings/str_cat.h"
+
 namespace attnserve::attention {
 namespace {
 
@@ -71,6 +73,44 @@ TEST(ValidateAttentionOptions, RejectsBadShapesAndOptionsNamingTheField) {
   EXPECT_NE(ValidateAttentionOptions(o).message().find("qk_norm"), std::string::npos);
 }
 
+TEST(ValidateAttentionOptions, KvHeadsMustDivideTheQueryHeads) {
+  AttentionOptions o = Taylor(2);  // 4 query heads
+  for (int kv : {4, 2, 1}) {
+    o.num_kv_heads = kv;
+    EXPECT_TRUE(ValidateAttentionOptions(o).ok()) << kv;
+  }
+  for (int kv : {0, -1, 3, 8}) {
+    o.num_kv_heads = kv;
+    absl::Status s = ValidateAttentionOptions(o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << kv;
+    EXPECT_NE(s.message().find("num_kv_heads must be >= 1 and divide num_heads 4"),
+              std::string::npos)
+        << s;
+  }
+}
+
+TEST(ValidateAttentionOptions, UnscaledQueryIsForLinearWithoutQkNorm) {
+  AttentionOptions o;
+  o.module = "linear";
+  o.unscaled_query = true;
+  EXPECT_TRUE(ValidateAttentionOptions(o).ok());
+  for (const char* other : {"softmax", "softmax_norm", "taylor", "taylor_norm"}) {
+    o.module = other;
+    absl::Status s = ValidateAttentionOptions(o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << other;
+    EXPECT_NE(s.message().find("attention.unscaled_query applies to module 'linear' only"),
+              std::string::npos)
+        << s;
+    EXPECT_NE(s.message().find(absl::StrCat("module '", other, "'")), std::string::npos) << s;
+  }
+  o.module = "linear";
+  o.qk_norm = true;
+  absl::Status s = ValidateAttentionOptions(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("attention.unscaled_query"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("attention.qk_norm"), std::string::npos) << s;
+}
+
 TEST(ValidateAttentionOptions, DecayOnFixedStateModulesWithHorizonsOfTwoOrMore) {
   AttentionOptions o = Taylor(2);  // 4 heads: horizons decay_horizon / 8 .. decay_horizon
   o.decay_horizon = 16;
@@ -110,6 +150,22 @@ TEST(HeadDecays, HalveTheHorizonFromTheLastHeadDown) {
   EXPECT_FLOAT_EQ(g[3], 1 - 1.0f / 64);
 }
 
+TEST(HeadDecays, ArePerKvHead) {
+  AttentionOptions o = Taylor(2);  // 4 query heads on 2 KV heads: horizons 32, 64
+  o.num_kv_heads = 2;
+  o.decay_horizon = 64;
+  const std::vector<float> g = HeadDecays(o);
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_FLOAT_EQ(g[0], 1 - 1.0f / 32);
+  EXPECT_FLOAT_EQ(g[1], 1 - 1.0f / 64);
+  // The shortest horizon is the first KV head's: 4 / 2 = 2 tokens passes, 3.9 fails.
+  o.decay_horizon = 4;
+  EXPECT_TRUE(ValidateAttentionOptions(o).ok());
+  o.decay_horizon = 3.9f;
+  absl::Status s = ValidateAttentionOptions(o);
+  EXPECT_NE(s.message().find("first of 2 KV heads"), std::string::npos) << s;
+}
+
 TEST(FeatureCount, IsBinomialForTaylorAndHeadDimForLinear) {
   EXPECT_EQ(FeatureCount(Taylor(2, 16)), 153);
   EXPECT_EQ(FeatureCount(Taylor(4, 16)), 4845);
@@ -129,6 +185,31 @@ TEST(StateBytesPerLayer, FixedForTaylorAndLinearInContextForKvCaches) {
   EXPECT_EQ(StateBytesPerLayer(t, 0), 153 * 16 * 4 * 4);
   AttentionOptions s;
   EXPECT_EQ(StateBytesPerLayer(s, 1000), 1000 * 32 * 4 * 4);
+}
+
+TEST(StateBytesPerLayer, CountKvHeadsNotQueryHeads) {
+  // 8 query heads of 16; 8, 4, 2 KV heads: the state shrinks by num_heads / num_kv_heads.
+  for (const char* module : {"taylor", "taylor_norm", "linear", "softmax"}) {
+    AttentionOptions o = Taylor(2);
+    o.module = module;
+    o.num_heads = 8;
+    o.num_kv_heads = 8;
+    const int64_t mha = StateBytesPerLayer(o, 4096);
+    for (int kv : {4, 2}) {
+      o.num_kv_heads = kv;
+      EXPECT_EQ(StateBytesPerLayer(o, 4096) * (8 / kv), mha) << module << " " << kv;
+    }
+  }
+  AttentionOptions t = Taylor(2);
+  t.num_heads = 8;
+  t.num_kv_heads = 2;
+  EXPECT_EQ(StateBytesPerLayer(t, 0), 153 * 17 * 4 * 2);
+  AttentionOptions s;
+  s.num_heads = 8;
+  s.num_kv_heads = 2;
+  EXPECT_EQ(KvBytesPerToken(s), 32 * 4 * 2);
+  // Both sides of the break-even shrink alike.
+  EXPECT_EQ(BreakEvenContext(t), 82);
 }
 
 TEST(CheckServableAs, QkNormSoftmaxMaySwitchToTaylorOthersMayNot) {

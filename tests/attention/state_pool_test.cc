@@ -129,6 +129,7 @@ class FeatureAttentionPool : public testing::Test {
     o.module = "taylor";
     o.order = 2;
     o.num_heads = 2;
+    o.num_kv_heads = 2;
     o.head_dim = 4;
     o.value_dim = 4;
     auto a = CreateAttention(o);

@@ -91,6 +91,7 @@ TEST(TaylorAttention, OutputEqualsAttentionWithKernelTN) {
     o.module = "taylor";
     o.order = order;
     o.num_heads = 2;
+    o.num_kv_heads = 2;
     o.head_dim = 8;
     o.value_dim = 8;
     o.chunk_size = 24;
@@ -114,6 +115,7 @@ TEST(TaylorAttention, ErrorAgainstSoftmaxFallsWithOrderUnderQkNorm) {
   o.qk_norm = true;
   o.qk_temperature = 2.0f;  // logits bounded by |s| <= 2
   o.num_heads = 2;
+  o.num_kv_heads = 2;
   o.head_dim = 8;
   o.value_dim = 8;
   at::Tensor q = at::randn({1, 2, 128, 8}), k = at::randn({1, 2, 128, 8}),

@@ -43,6 +43,7 @@ const Model& GetModel(int variant) {
     c.attention.module = kVariants[variant].module;
     c.attention.order = kVariants[variant].order;
     c.attention.num_heads = 4;
+    c.attention.num_kv_heads = 4;
     c.attention.head_dim = 16;
     c.attention.value_dim = 16;
     c.attention.chunk_size = 64;

@@ -19,28 +19,35 @@
 //   tiny   dim 64,  2 layers, 4 heads of 16, SwiGLU 192   (deploy/models/kjv-taylor2)
 //   mid    dim 256, 6 layers, 8 heads of 32, SwiGLU 768
 //   large  dim 512, 8 layers, 8 heads of 64, SwiGLU 1536
-// Modules: taylor order 2, softmax, linear. Workloads: decode of B = 1, 8, 32 sessions at
-// context 128; chunked prefill of a 4096-token prompt (Model::Prefill, chunk 64 unless
+// Modules: taylor order 2, softmax, linear; each with the shape's heads as KV heads, or
+// with each count --kv_heads lists (grouped-query attention: the module label gains
+// " kvN"). Workloads: decode of B = 1, 8, 32 sessions (--batches) at context 128
+// (--context); chunked prefill of a 4096-token prompt (Model::Prefill, chunk 64 unless
 // --chunk_size says otherwise) onto a fresh session and onto one at context 4096 (the
 // 4k-8k stretch of a long prompt); decode of one session at context 4096 and 16384.
 //
-// Per step, with L layers, H heads of D (= Dv), W = L (4 dim^2 + 3 dim hidden) + V dim
-// matrix weights, m features per head (taylor C(D+2, 2), linear D), 4-byte floats:
+// Per step, with L layers, H query heads and Hkv KV heads of D (= Dv),
+// W = L (2 dim H D + 2 dim Hkv D + 3 dim hidden) + V dim matrix weights (wq, wo; wk, wv;
+// MLP; head: 4 dim^2 per layer for multi-head with dim = H D), m features per head
+// (taylor C(D+2, 2), linear D), 4-byte floats; the state is per KV head:
 //   decode (B sessions, context c):
 //     bytes = 4 W                                 weights, read once per step
-//           + B L H * 2 * 4 m (Dv + 1)            fixed state S and z, read and written
-//             or B L H * 4 (c + 1) (D + Dv)       KV cache, read (and one row written)
+//           + B L Hkv * 2 * 4 m (Dv + 1)          fixed state S and z, read and written
+//             or B L Hkv * 4 (c + 1) (D + Dv)     KV cache, read (and one row written)
 //     FLOPs = 2 B W                               projections, MLP, head
-//           + B L H * 4 m (Dv + 1)                fixed: S += phi_k v^T, phi_q^T S (+z)
-//             or B L H * 2 (c + 1) (D + Dv)       softmax: q k^T and p v
+//           + B L (Hkv + H) * 2 m (Dv + 1)        fixed: S += phi_k v^T per KV head,
+//                                                 phi_q^T S (+z) per query head
+//             or B L H * 2 (c + 1) (D + Dv)       softmax: q k^T and p v per query head
 //   prefill (T tokens, chunks of C, onto a session at context c):
-//     bytes = 4 W + L H * 4 m (Dv + 1)            weights once, state once
+//     bytes = 4 W + L Hkv * 4 m (Dv + 1)          weights once, state once
 //           + 4 T (2 V + L (12 dim + 4 hidden))   activations written and read once
 //     FLOPs = 2 T W
-//           + T L H * (2 C (D + Dv) + 4 m (Dv + 1))          fixed: masked C x C block
+//           + T L (H 2 C (D + Dv) + (H + Hkv) 2 m (Dv + 1))  fixed: masked C x C block
 //                                                            + state read and update
 //             or L H * sum_p 2 (p + 1) (D + Dv), p = c .. c + T - 1          softmax
-//     softmax bytes also count the cache read once per chunk: L H 4 (D + Dv) T/C (c + T/2)
+//     softmax bytes also count the cache read once per chunk: L Hkv 4 (D + Dv) T/C (c + T/2)
+// Columns also give each row's state bytes per session (Model::StateBytes at the row's
+// context) and tokens/s per session (1 / step time: what each of the B sessions sees).
 // The limit of a step is max(bytes / bandwidth, FLOPs / sgemm peak); "% of limit" is
 // limit / measured time. Two bandwidths: DRAM (768 MiB), and the one measured at the
 // step's own footprint (the distinct bytes a step touches, weights and states counted
@@ -164,7 +171,8 @@ constexpr Module kModules[] = {{"taylor2", "taylor", 2}, {"softmax", "softmax", 
 
 int g_chunk_size = 64;  // --chunk_size
 
-std::unique_ptr<Model> MakeModel(const Shape& s, const Module& mod) {
+// kv_heads: the model's num_kv_heads; 0: the shape's heads (multi-head).
+std::unique_ptr<Model> MakeModel(const Shape& s, const Module& mod, int kv_heads = 0) {
   ModelConfig c;
   c.dim = s.dim;
   c.num_layers = s.layers;
@@ -172,6 +180,7 @@ std::unique_ptr<Model> MakeModel(const Shape& s, const Module& mod) {
   c.attention.module = mod.name;
   c.attention.order = mod.order == 0 ? 2 : mod.order;
   c.attention.num_heads = s.heads;
+  c.attention.num_kv_heads = kv_heads > 0 ? kv_heads : s.heads;
   c.attention.head_dim = s.head_dim;
   c.attention.value_dim = s.head_dim;
   c.attention.chunk_size = g_chunk_size;
@@ -200,7 +209,7 @@ std::unique_ptr<DecodeState> SessionAt(const Model& m, int64_t context) {
     for (auto& [name, tensor] : t) {
       if (HasFixedState(m.config().attention)) {
         tensor = tensor.clone();
-      } else {  // (H, real, D) -> (H, context, D)
+      } else {  // (Hkv, real, D) -> (Hkv, context, D)
         at::Tensor extra = at::randn({tensor.size(0), context - real, tensor.size(2)}) * 0.5;
         tensor = at::cat({tensor, extra}, 1);
       }
@@ -215,48 +224,59 @@ struct Row {
   int64_t batch = 1, tokens = 1;  // sessions; tokens per step
   double seconds = 0, bytes = 0, flops = 0;
   double footprint = 0;  // distinct bytes a step touches (weights, states once)
+  int64_t state_bytes = 0;  // one session's state at the row's context (Model::StateBytes)
 };
+
+// Matrix weights W (see the header comment).
+double MatrixWeights(const ModelConfig& c) {
+  const auto& a = c.attention;
+  const double q_width = double(a.num_heads) * a.head_dim;
+  const double kv_width = double(a.num_kv_heads) * a.head_dim;
+  return double(c.num_layers) *
+             (2.0 * c.dim * q_width + 2.0 * c.dim * kv_width + 3.0 * c.dim * c.mlp_hidden) +
+         double(c.vocab_size) * c.dim;
+}
 
 // Per-step traffic and work for decode (see the header comment).
 // weight_bytes: 4 (fp32), or 2 where the step reads bf16 copies (--weights_bf16).
 void DecodeCost(const ModelConfig& c, int64_t batch, int64_t context, Row& r,
                 double weight_bytes = 4) {
-  const double w = double(c.num_layers) * (4.0 * c.dim * c.dim + 3.0 * c.dim * c.mlp_hidden) +
-                   double(c.vocab_size) * c.dim;
+  const double w = MatrixWeights(c);
   const auto& a = c.attention;
-  const double lh = double(batch) * c.num_layers * a.num_heads;
+  const double lh = double(batch) * c.num_layers * a.num_heads;      // query heads
+  const double lkv = double(batch) * c.num_layers * a.num_kv_heads;  // KV heads: the state
   const double m = double(attention::FeatureCount(a));
   r.bytes = weight_bytes * w;
   r.flops = 2 * batch * w;
   if (HasFixedState(a)) {
-    r.bytes += lh * 2 * 4 * m * (a.value_dim + 1);
-    r.flops += lh * 4 * m * (a.value_dim + 1);
-    r.footprint = weight_bytes * w + lh * 4 * m * (a.value_dim + 1);
+    r.bytes += lkv * 2 * 4 * m * (a.value_dim + 1);
+    r.flops += (lkv + lh) * 2 * m * (a.value_dim + 1);
+    r.footprint = weight_bytes * w + lkv * 4 * m * (a.value_dim + 1);
   } else {
-    r.bytes += lh * 4 * double(context + 1) * (a.head_dim + a.value_dim);
+    r.bytes += lkv * 4 * double(context + 1) * (a.head_dim + a.value_dim);
     r.flops += lh * 2 * double(context + 1) * (a.head_dim + a.value_dim);
     r.footprint = r.bytes;
   }
 }
 
 void PrefillCost(const ModelConfig& c, int64_t t, int64_t context, Row& r) {
-  const double w = double(c.num_layers) * (4.0 * c.dim * c.dim + 3.0 * c.dim * c.mlp_hidden) +
-                   double(c.vocab_size) * c.dim;
+  const double w = MatrixWeights(c);
   const auto& a = c.attention;
   const double lh = double(c.num_layers) * a.num_heads;
+  const double lkv = double(c.num_layers) * a.num_kv_heads;
   const double m = double(attention::FeatureCount(a));
   r.bytes = 4 * w + 4.0 * t * (2.0 * c.vocab_size + c.num_layers * (12.0 * c.dim + 4.0 * c.mlp_hidden));
   r.flops = 2.0 * t * w;
   if (HasFixedState(a)) {
-    r.bytes += lh * 4 * m * (a.value_dim + 1);
-    r.flops += t * lh * (2.0 * a.chunk_size * (a.head_dim + a.value_dim) +
-                         4 * m * (a.value_dim + 1));
+    r.bytes += lkv * 4 * m * (a.value_dim + 1);
+    r.flops += t * (lh * 2.0 * a.chunk_size * (a.head_dim + a.value_dim) +
+                    (lh + lkv) * 2 * m * (a.value_dim + 1));
   } else {
     // sum over positions p = context .. context + t - 1 of 2 (p + 1) (D + Dv), plus the
     // cache read once per chunk of queries.
     const double end = double(context + t), begin = double(context);
     r.flops += lh * (end * (end + 1) - begin * (begin + 1)) * (a.head_dim + a.value_dim);
-    r.bytes += lh * 4.0 * (a.head_dim + a.value_dim) *
+    r.bytes += lkv * 4.0 * (a.head_dim + a.value_dim) *
                (double(t) / a.chunk_size) * (begin + double(t) / 2);
   }
   r.footprint = r.bytes;
@@ -304,12 +324,26 @@ bool Wanted(const std::string& list, const std::string& name) {
   return ("," + list + ",").find("," + name + ",") != std::string::npos;
 }
 
+// "8,4,2" -> {8, 4, 2}; empty -> `fallback`.
+std::vector<int64_t> Numbers(const std::string& list, std::vector<int64_t> fallback) {
+  if (list.empty()) return fallback;
+  std::vector<int64_t> out;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    out.push_back(std::atoll(list.substr(at, comma - at).c_str()));
+    at = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace attnserve::model
 
 int main(int argc, char** argv) {
   using namespace attnserve::model;
-  std::string json_path, shapes, modules, workloads, label = "engine";
+  std::string json_path, shapes, modules, workloads, label = "engine", kv_list, batch_list;
+  int64_t decode_context = 128;
+  int reps_override = 0;
   bool with_reference = false, weights_bf16 = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -325,11 +359,18 @@ int main(int argc, char** argv) {
     else if (a == "--with_reference") with_reference = true;
     else if (a == "--weights_bf16") weights_bf16 = true;
     else if (const char* v = value("--chunk_size=")) g_chunk_size = std::atoi(v);
+    else if (const char* v = value("--kv_heads=")) kv_list = v;
+    else if (const char* v = value("--batches=")) batch_list = v;
+    else if (const char* v = value("--context=")) decode_context = std::atoll(v);
+    else if (const char* v = value("--reps=")) reps_override = std::atoi(v);
     else {
       std::fprintf(stderr,
                    "usage: roofline_bench [--json=FILE] [--shapes=tiny,mid,large] "
                    "[--modules=taylor2,softmax,linear] [--workloads=decode,prefill,context] "
-                   "[--label=TEXT] [--with_reference] [--weights_bf16] [--chunk_size=64]\n");
+                   "[--label=TEXT] [--with_reference] [--weights_bf16] [--chunk_size=64]\n"
+                   "  [--kv_heads=8,4,2 (KV heads per model; default: the shape's heads)]\n"
+                   "  [--batches=1,8,32 (decode sessions)] [--context=128 (decode context)]\n"
+                   "  [--reps=N (timed decode steps; default per shape)]\n");
       return 2;
     }
   }
@@ -350,84 +391,103 @@ int main(int argc, char** argv) {
                 }
                 return buf;
               }());
-  std::printf("| shape | module | workload | ms/step (median) | tokens/s | MB/step | "
-              "MFLOP/step | limit ms (DRAM) | %% of limit (DRAM) | limit ms (footprint BW) | "
-              "%% of limit (footprint BW) |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| shape | module | workload | state KiB/session | ms/step (median) | tokens/s | "
+              "tokens/s/session | MB/step | MFLOP/step | limit ms (DRAM) | %% of limit (DRAM) | "
+              "limit ms (footprint BW) | %% of limit (footprint BW) |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<Row> rows;
   auto print = [&](const Row& r) {
     const double limit = std::max(r.bytes / bandwidth, r.flops / peak);
     const double near = std::max(r.bytes / curve.At(r.footprint), r.flops / peak);
-    std::printf("| %s | %s | %s | %.3f | %.0f | %.2f | %.1f | %.3f | %.0f%% | %.3f | %.0f%% |\n",
-                r.shape.c_str(), r.module.c_str(), r.workload.c_str(), r.seconds * 1e3,
-                double(r.tokens) / r.seconds, r.bytes / 1e6, r.flops / 1e6, limit * 1e3,
-                100 * limit / r.seconds, near * 1e3, 100 * near / r.seconds);
+    std::printf("| %s | %s | %s | %.0f | %.3f | %.0f | %.1f | %.2f | %.1f | %.3f | %.0f%% | %.3f "
+                "| %.0f%% |\n",
+                r.shape.c_str(), r.module.c_str(), r.workload.c_str(), r.state_bytes / 1024.0,
+                r.seconds * 1e3, double(r.tokens) / r.seconds,
+                double(r.tokens) / r.batch / r.seconds, r.bytes / 1e6, r.flops / 1e6,
+                limit * 1e3, 100 * limit / r.seconds, near * 1e3, 100 * near / r.seconds);
     std::fflush(stdout);
     rows.push_back(r);
   };
-  for (const Shape& s : kShapes) {
+  const std::vector<int64_t> batches = Numbers(batch_list, {1, 8, 32});
+  for (Shape s : kShapes) {
     if (!Wanted(shapes, s.name)) continue;
-    for (const Module& mod : kModules) {
-      if (!Wanted(modules, mod.label)) continue;
-      auto model = MakeModel(s, mod);
-      const ModelConfig& c = model->config();
-      // --with_reference: the same weights with Model::Step's LibTorch path (Run), the
-      // reference of the fused step, measured right after it on each decode row.
-      std::unique_ptr<Model> reference;
-      if (with_reference && model->UsesFusedStep()) {
-        setenv("ATTNSERVE_REFERENCE_STEP", "1", 1);
-        reference = MakeModel(s, mod);
-        unsetenv("ATTNSERVE_REFERENCE_STEP");
-      }
-      // --weights_bf16: the same weights with Model::UseBf16Weights, measured right after
-      // each decode row of at most kBf16MaxRows sessions (larger steps stay fp32).
-      std::unique_ptr<Model> bf16;
-      if (weights_bf16 && model->UsesFusedStep()) {
-        bf16 = MakeModel(s, mod);
-        bf16->UseBf16Weights();
-      }
-      const std::string ref_label = std::string(mod.label) + " (LibTorch step)";
-      const std::string bf16_label = std::string(mod.label) + " (bf16 weights)";
-      for (int64_t batch : {1, 8, 32}) {
-        if (!Wanted(workloads, "decode")) break;
-        Row r{s.name, mod.label, "decode B=" + std::to_string(batch), batch, batch};
-        DecodeCost(c, batch, 128, r);
-        r.seconds = TimeDecode(*model, batch, 128, s.reps);
-        print(r);
-        if (reference) {
-          r.module = ref_label;
-          r.seconds = TimeDecode(*reference, batch, 128, s.reps);
-          print(r);
+    if (reps_override > 0) s.reps = reps_override;
+    for (const Module& module : kModules) {
+      if (!Wanted(modules, module.label)) continue;
+      for (const int64_t kv : Numbers(kv_list, {0})) {
+        // Grouped-query rows are labelled "taylor2 kv4"; without --kv_heads as before.
+        const std::string kv_label =
+            std::string(module.label) + (kv > 0 ? " kv" + std::to_string(kv) : "");
+        const Module mod{kv_label.c_str(), module.name, module.order};
+        auto model = MakeModel(s, mod, int(kv));
+        const ModelConfig& c = model->config();
+        // --with_reference: the same weights with Model::Step's LibTorch path (Run), the
+        // reference of the fused step, measured right after it on each decode row.
+        std::unique_ptr<Model> reference;
+        if (with_reference && model->UsesFusedStep()) {
+          setenv("ATTNSERVE_REFERENCE_STEP", "1", 1);
+          reference = MakeModel(s, mod, int(kv));
+          unsetenv("ATTNSERVE_REFERENCE_STEP");
         }
-        if (bf16 && batch <= kBf16MaxRows) {
-          Row rb{s.name, bf16_label, r.workload, batch, batch};
-          DecodeCost(c, batch, 128, rb, /*weight_bytes=*/2);
-          rb.seconds = TimeDecode(*bf16, batch, 128, s.reps);
-          print(rb);
+        // --weights_bf16: the same weights with Model::UseBf16Weights, measured right after
+        // each decode row of at most kBf16MaxRows sessions (larger steps stay fp32).
+        std::unique_ptr<Model> bf16;
+        if (weights_bf16 && model->UsesFusedStep()) {
+          bf16 = MakeModel(s, mod, int(kv));
+          bf16->UseBf16Weights();
         }
-      }
-      for (int64_t context : {0, 4096}) {
-        if (!Wanted(workloads, "prefill")) break;
-        const int64_t t = 4096;
-        Row r{s.name, mod.label, context == 0 ? "prefill 4k" : "prefill 4k at ctx 4k", 1, t};
-        PrefillCost(c, t, context, r);
-        r.seconds = TimePrefill(*model, t, context, std::max(1, s.reps / 10));
-        print(r);
-        if (reference) {
-          r.module = ref_label;
-          r.seconds = TimePrefill(*reference, t, context, std::max(1, s.reps / 10));
+        const std::string ref_label = std::string(mod.label) + " (LibTorch step)";
+        const std::string bf16_label = std::string(mod.label) + " (bf16 weights)";
+        for (int64_t batch : batches) {
+          if (!Wanted(workloads, "decode")) break;
+          const int64_t ctx = decode_context;
+          Row r{s.name, mod.label,
+                "decode B=" + std::to_string(batch) +
+                    (ctx != 128 ? " ctx " + std::to_string(ctx) : ""),
+                batch, batch};
+          r.state_bytes = model->StateBytes(ctx);
+          DecodeCost(c, batch, ctx, r);
+          r.seconds = TimeDecode(*model, batch, ctx, s.reps);
           print(r);
+          if (reference) {
+            r.module = ref_label;
+            r.seconds = TimeDecode(*reference, batch, ctx, s.reps);
+            print(r);
+          }
+          if (bf16 && batch <= kBf16MaxRows) {
+            Row rb{s.name, bf16_label, r.workload, batch, batch};
+            rb.state_bytes = r.state_bytes;
+            DecodeCost(c, batch, ctx, rb, /*weight_bytes=*/2);
+            rb.seconds = TimeDecode(*bf16, batch, ctx, s.reps);
+            print(rb);
+          }
         }
-      }
-      for (int64_t context : {4096, 16384}) {
-        if (!Wanted(workloads, "context")) break;
-        Row r{s.name, mod.label, "decode ctx " + std::to_string(context / 1024) + "k", 1, 1};
-        DecodeCost(c, 1, context, r);
-        r.seconds = TimeDecode(*model, 1, context, s.reps);
-        print(r);
-        if (reference) {
-          r.module = ref_label;
-          r.seconds = TimeDecode(*reference, 1, context, s.reps);
+        for (int64_t context : {0, 4096}) {
+          if (!Wanted(workloads, "prefill")) break;
+          const int64_t t = 4096;
+          Row r{s.name, mod.label, context == 0 ? "prefill 4k" : "prefill 4k at ctx 4k", 1, t};
+          r.state_bytes = model->StateBytes(context + t);
+          PrefillCost(c, t, context, r);
+          r.seconds = TimePrefill(*model, t, context, std::max(1, s.reps / 10));
           print(r);
+          if (reference) {
+            r.module = ref_label;
+            r.seconds = TimePrefill(*reference, t, context, std::max(1, s.reps / 10));
+            print(r);
+          }
+        }
+        for (int64_t context : {4096, 16384}) {
+          if (!Wanted(workloads, "context")) break;
+          Row r{s.name, mod.label, "decode ctx " + std::to_string(context / 1024) + "k", 1, 1};
+          r.state_bytes = model->StateBytes(context);
+          DecodeCost(c, 1, context, r);
+          r.seconds = TimeDecode(*model, 1, context, s.reps);
+          print(r);
+          if (reference) {
+            r.module = ref_label;
+            r.seconds = TimeDecode(*reference, 1, context, s.reps);
+            print(r);
+          }
         }
       }
     }
@@ -441,6 +501,7 @@ int main(int argc, char** argv) {
       f << (i ? "," : "") << "{\"shape\":\"" << r.shape << "\",\"module\":\"" << r.module
         << "\",\"workload\":\"" << r.workload << "\",\"batch\":" << r.batch
         << ",\"seconds\":" << r.seconds << ",\"tokens_per_s\":" << double(r.tokens) / r.seconds
+        << ",\"state_bytes\":" << r.state_bytes
         << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops
         << ",\"limit_dram\":" << std::max(r.bytes / bandwidth, r.flops / peak)
         << ",\"limit_footprint\":" << std::max(r.bytes / curve.At(r.footprint), r.flops / peak)

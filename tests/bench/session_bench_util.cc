@@ -134,6 +134,7 @@ std::shared_ptr<const catalogue::ServedModel> MakeServedModel(const Shape& shape
   c.attention.module = module;
   if (order > 0) c.attention.order = order;
   c.attention.num_heads = shape.num_heads;
+  c.attention.num_kv_heads = shape.num_heads;
   c.attention.head_dim = shape.head_dim;
   c.attention.value_dim = shape.head_dim;
   c.attention.chunk_size = 64;

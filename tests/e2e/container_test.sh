@@ -149,14 +149,16 @@ wait_serving() {
   fail "container $name is not SERVING on $addr after 30 s"
 }
 # stop_container NAME TIMEOUT: `podman stop -t TIMEOUT`; leaves the seconds it took in
-# stop_seconds, and fails unless the container exited by itself with code 0.
+# stop_seconds (for the log), and fails unless the container exited by itself with code 0
+# on SIGTERM. The exit code is the proof, not the time: a container that podman had to
+# SIGKILL after TIMEOUT reports 137, while the seconds also count podman's own work, which
+# on a loaded machine took 10 s for a redis that had exited 4 ms after its SIGTERM.
 stop_container() {
   local name=$1 timeout=$2 before=$SECONDS state
   pm stop -t "$timeout" "$prefix-$name" >/dev/null 2>&1 || fail "podman stop $name"
   stop_seconds=$((SECONDS - before))
   state=$(state_of "$name")
-  [ "$state" = "exited 0" ] || fail "container $name: '$state' after podman stop, expected exit code 0"
-  [ "$stop_seconds" -lt "$timeout" ] || fail "container $name took ${stop_seconds}s to stop (SIGKILL at ${timeout}s)"
+  [ "$state" = "exited 0" ] || fail "container $name: '$state' after podman stop -t $timeout, expected exit code 0 (137: killed after the timeout)"
 }
 cli() {
   local addr=$1

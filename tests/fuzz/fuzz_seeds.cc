@@ -1,8 +1,8 @@
-// Writes the seed corpus of the fuzz targets: `fuzz_seeds DIR` fills DIR/admission_fuzz/
-// and DIR/snapshot_fuzz/ (created if absent). tests/fuzz/corpus/ holds its output,
-// committed; CI (tests/sanitizers/run.sh) also runs it before fuzzing, so the snapshot
-// seeds always carry the current fingerprint of the tiny models even if the model code
-// changes.
+// Writes the seed corpus of the fuzz targets: `fuzz_seeds DIR` fills DIR/admission_fuzz/,
+// DIR/snapshot_fuzz/ and DIR/safetensors_fuzz/ (created if absent). tests/fuzz/corpus/
+// holds its output, committed; CI (tests/sanitizers/run.sh) also runs it before fuzzing,
+// so the snapshot seeds always carry the current fingerprint of the tiny models even if
+// the model code changes.
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +12,7 @@
 
 #include "attnserve/v1/attnserve.pb.h"
 #include "server/common/crc32c.h"
+#include "server/model/safetensors.h"
 #include "server/snapshot/snapshot.h"
 #include "tests/fuzz/fuzz_models.h"
 
@@ -76,6 +77,19 @@ int Main(const fs::path& dir) {
   const catalogue::ServedModel& softmax = *catalogue.Find("tiny-softmax").value();
   fs::create_directories(dir / "admission_fuzz");
   fs::create_directories(dir / "snapshot_fuzz");
+  fs::create_directories(dir / "safetensors_fuzz");
+  {  // Small files of each dtype the reader converts, with metadata.
+    const std::vector<float> a = {1, -2, 0.5f, 3, 0, 65504, -0.25f, 8}, b = {7, 9};
+    const model::SafetensorsTensor tensors[] = {{"model.embed_tokens.weight", {2, 4}, a.data()},
+                                                {"model.norm.weight", {2}, b.data()},
+                                                {"model.layers.0.self_attn.temperature", {}, b.data()}};
+    for (auto [dtype, name] : {std::pair{model::SafetensorsDtype::kF32, "f32"},
+                               {model::SafetensorsDtype::kF16, "f16"},
+                               {model::SafetensorsDtype::kBF16, "bf16"}}) {
+      Write(dir / "safetensors_fuzz" / name,
+            model::SerializeSafetensors(tensors, dtype, {{"format", "pt"}}));
+    }
+  }
 
   const std::string snapshot = Snapshot(taylor, 5, 65, "tenant-a");
   Write(dir / "snapshot_fuzz" / "taylor-empty", Snapshot(taylor, 0, std::nullopt, ""));
@@ -147,8 +161,8 @@ int Main(const fs::path& dir) {
     Write(dir / "admission_fuzz" / "import-first-chunk", Admission(3, r));
   }
   Write(dir / "admission_fuzz" / "authorization", "\x04" "Bearer fuzz-key-0123456789abcdef");
-  std::printf("fuzz_seeds: wrote %s/admission_fuzz and %s/snapshot_fuzz\n", dir.c_str(),
-              dir.c_str());
+  std::printf("fuzz_seeds: wrote %s/admission_fuzz, %s/snapshot_fuzz and %s/safetensors_fuzz\n",
+              dir.c_str(), dir.c_str(), dir.c_str());
   return 0;
 }
 

@@ -21,16 +21,23 @@ struct Variant {
   int order;
   bool qk_norm;
   // attention.decay_horizon: 16 gives the three heads horizons of 4, 8 and 16 tokens,
-  // short next to the prompts, so a wrong power of gamma shows.
+  // short next to the prompts, so a wrong power of gamma shows. (Per KV head.)
   float decay_horizon = 0;
+  // Query and KV heads of 16: 6 on 2 is grouped-query attention with a query width (96)
+  // other than the model's (48).
+  int heads = 3;
+  int kv_heads = 3;
+  bool unscaled_query = false;
 };
 
 std::string VariantName(const testing::TestParamInfo<Variant>& info) {
-  return info.param.module + std::to_string(info.param.order) +
-         (info.param.qk_norm ? "_qknorm" : "") +
-         (info.param.decay_horizon > 0
-              ? "_decay" + std::to_string(int(info.param.decay_horizon))
-              : "");
+  const Variant& v = info.param;
+  return v.module + std::to_string(v.order) + (v.qk_norm ? "_qknorm" : "") +
+         (v.decay_horizon > 0 ? "_decay" + std::to_string(int(v.decay_horizon)) : "") +
+         (v.heads != 3 || v.kv_heads != 3
+              ? "_h" + std::to_string(v.heads) + "kv" + std::to_string(v.kv_heads)
+              : "") +
+         (v.unscaled_query ? "_unscaled" : "");
 }
 
 ModelConfig StepConfig(const Variant& v, bool reference) {
@@ -42,7 +49,9 @@ ModelConfig StepConfig(const Variant& v, bool reference) {
   c.attention.order = v.order;
   c.attention.qk_norm = v.qk_norm;
   c.attention.decay_horizon = v.decay_horizon;
-  c.attention.num_heads = 3;
+  c.attention.num_heads = v.heads;
+  c.attention.num_kv_heads = v.kv_heads;
+  c.attention.unscaled_query = v.unscaled_query;
   c.attention.head_dim = 16;
   c.attention.value_dim = 16;
   c.attention.chunk_size = 16;
@@ -133,7 +142,12 @@ INSTANTIATE_TEST_SUITE_P(
                     Variant{"taylor_norm", 4, true}, Variant{"linear", 2, false},
                     Variant{"softmax", 2, false}, Variant{"softmax", 2, true},
                     Variant{"softmax_norm", 2, false}, Variant{"taylor", 2, false, 16},
-                    Variant{"taylor_norm", 2, true, 16}, Variant{"linear", 2, false, 16}),
+                    Variant{"taylor_norm", 2, true, 16}, Variant{"linear", 2, false, 16},
+                    Variant{"taylor", 2, false, 0, 6, 2}, Variant{"taylor", 2, true, 0, 4, 1},
+                    Variant{"taylor_norm", 2, false, 0, 6, 3}, Variant{"linear", 2, false, 0, 6, 2},
+                    Variant{"linear", 2, false, 0, 6, 2, true}, Variant{"softmax", 2, false, 0, 6, 2},
+                    Variant{"softmax", 2, true, 0, 4, 1}, Variant{"softmax_norm", 2, false, 0, 6, 3},
+                    Variant{"taylor", 2, false, 16, 6, 2}),
     VariantName);
 
 // The fused prefill (PrefillRaw of each module, prompts in blocks of 512) against the
@@ -178,7 +192,10 @@ INSTANTIATE_TEST_SUITE_P(
                     Variant{"linear", 2, false}, Variant{"softmax", 2, false},
                     Variant{"softmax", 2, true}, Variant{"softmax_norm", 2, false},
                     Variant{"taylor", 2, false, 16}, Variant{"taylor_norm", 2, false, 16},
-                    Variant{"linear", 2, false, 16}),
+                    Variant{"linear", 2, false, 16}, Variant{"taylor", 2, false, 0, 6, 2},
+                    Variant{"taylor_norm", 2, true, 0, 4, 1},
+                    Variant{"linear", 2, false, 0, 6, 2, true}, Variant{"softmax", 2, false, 0, 6, 2},
+                    Variant{"softmax_norm", 2, false, 0, 4, 1}, Variant{"linear", 2, false, 16, 6, 2}),
     VariantName);
 
 // One engine step over mixed segments (Model::Batch): decoding sessions (one token) and
@@ -272,7 +289,10 @@ INSTANTIATE_TEST_SUITE_P(
     Modules, FusedBatch,
     testing::Values(Variant{"taylor", 2, false}, Variant{"taylor_norm", 2, false},
                     Variant{"linear", 2, false}, Variant{"softmax", 2, false},
-                    Variant{"softmax_norm", 2, true}, Variant{"taylor", 2, false, 16}),
+                    Variant{"softmax_norm", 2, true}, Variant{"taylor", 2, false, 16},
+                    Variant{"taylor", 2, false, 0, 6, 2}, Variant{"linear", 2, false, 0, 4, 1, true},
+                    Variant{"softmax", 2, false, 0, 6, 2}, Variant{"softmax_norm", 2, true, 0, 6, 3},
+                    Variant{"taylor_norm", 2, false, 16, 6, 2}),
     VariantName);
 
 TEST(FusedStepPath, TheEnvironmentForcesTheReference) {
@@ -291,7 +311,10 @@ TEST(FusedStepPath, TheEnvironmentForcesTheReference) {
 // the fingerprint says bf16, and ServeAs variants share the copies.
 TEST(Bf16Weights, StepLogitsStayWithinOnePercentOfFp32) {
   at::set_num_threads(1);
-  const ModelConfig c = StepConfig(Variant{"taylor", 2, false}, /*reference=*/false);
+  // Multi-head, and grouped-query with a query width other than the model's.
+  for (const Variant& v : {Variant{"taylor", 2, false}, Variant{"taylor", 2, false, 0, 6, 2}}) {
+  SCOPED_TRACE(v.kv_heads);
+  const ModelConfig c = StepConfig(v, /*reference=*/false);
   auto fp32 = MakeScaled(c);
   auto bf16 = MakeScaled(c);
   const Sha256Digest before = bf16->Fingerprint();
@@ -327,6 +350,7 @@ TEST(Bf16Weights, StepLogitsStayWithinOnePercentOfFp32) {
     }
     EXPECT_GT(worst, 0) << batch << " sessions: the bf16 copies were not used";
     EXPECT_LE(worst, 0.01 * range) << batch << " sessions, logit range " << range;
+  }
   }
 }
 

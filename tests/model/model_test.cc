@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+
+#include "server/model/hf_config.h"
 
 namespace attnserve::model {
 namespace {
@@ -20,6 +23,7 @@ ModelConfig TinyConfig(const std::string& module, int order = 2) {
   c.attention.module = module;
   c.attention.order = order;
   c.attention.num_heads = 2;
+  c.attention.num_kv_heads = 2;
   c.attention.head_dim = 16;
   c.attention.value_dim = 16;
   c.attention.chunk_size = 16;
@@ -125,6 +129,101 @@ INSTANTIATE_TEST_SUITE_P(Modules, ModelPaths,
                          testing::Values("softmax", "softmax_norm", "taylor", "taylor_norm",
                                          "linear"));
 
+// Grouped-query attention against an independent reference: the multi-head model whose
+// wk, wv rows are those of the grouped model repeated for every query head of their
+// group (Hugging Face's repeat_kv) computes the same function, so its Forward logits are
+// what every path of the grouped model (fused and LibTorch prefill, step, batch) must
+// give. 4 query heads of 16 on a width of 32 (head_dim independent of dim), on 2 KV
+// heads or 1. Its state is H / Hkv times smaller.
+struct GqaCase {
+  std::string module;
+  int kv_heads;
+  bool unscaled_query = false;
+};
+
+class GroupedQueryModel : public testing::TestWithParam<GqaCase> {
+ protected:
+  void SetUp() override { at::set_num_threads(1); }
+};
+
+ModelConfig GqaConfig(const GqaCase& g, int kv_heads, bool reference) {
+  ModelConfig c = TinyConfig(g.module);
+  c.attention.num_heads = 4;
+  c.attention.num_kv_heads = kv_heads;
+  c.attention.unscaled_query = g.unscaled_query;
+  c.attention.reference_kernels = reference;
+  return c;
+}
+
+TEST_P(GroupedQueryModel, EqualsTheMultiHeadModelWithRepeatedKeyValueRows) {
+  const GqaCase g = GetParam();
+  const int64_t heads = 4, group = heads / g.kv_heads, d = 16;
+  auto mha = MakeModel(GqaConfig(g, 4, false));
+  std::unique_ptr<Model> gqa[2] = {MakeModel(GqaConfig(g, g.kv_heads, false), 5),
+                                   MakeModel(GqaConfig(g, g.kv_heads, true), 5)};
+  ASSERT_TRUE(gqa[0]->UsesFusedStep());
+  ASSERT_FALSE(gqa[1]->UsesFusedStep());
+  // The MHA model takes the GQA weights; wk, wv (Hkv*D, dim) -> (H*D, dim) by repeating
+  // each KV head's D rows G times.
+  std::map<std::string, at::Tensor> source;
+  for (auto& [name, t] : gqa[0]->NamedParameters()) source[name] = t;
+  for (auto& [name, t] : mha->NamedParameters()) {
+    at::Tensor from = source.at(name);
+    const bool kv = name.find(".wk") != std::string::npos || name.find(".wv") != std::string::npos;
+    if (kv) from = from.view({g.kv_heads, d, -1}).repeat_interleave(group, 0).reshape({heads * d, -1});
+    ASSERT_EQ(t.sizes(), from.sizes()) << name;
+    t.copy_(from);
+  }
+  EXPECT_EQ(mha->StateBytes(512), group * gqa[0]->StateBytes(512));
+  const std::vector<int32_t> ids = Text(60);
+  const at::Tensor want = mha->Forward(AsTensor(ids))[0];  // (T, V)
+  ASSERT_GT(want.std().item<double>(), 0.1);
+  const double tol = 1e-4 * (1 + want.abs().max().item<double>());
+  for (int path = 0; path < 2; ++path) {
+    SCOPED_TRACE(path == 0 ? "fused" : "LibTorch");
+    const Model& m = *gqa[path];
+    EXPECT_LE(MaxAbsDiff(m.Forward(AsTensor(ids))[0], want), tol) << "forward";
+    // Session a: prefill 21 (not a multiple of the chunk), step to 30; session b: 9.
+    auto a = m.NewState(), b = m.NewState();
+    auto pre = m.Prefill(*a, absl::MakeSpan(ids).subspan(0, 21));
+    ASSERT_TRUE(pre.ok()) << pre.status();
+    EXPECT_LE(MaxAbsDiff(*pre, want.narrow(0, 0, 21)), tol) << "prefill";
+    ASSERT_TRUE(m.Prefill(*b, absl::MakeSpan(ids).subspan(0, 9)).ok());
+    for (int i = 21; i < 30; ++i) {
+      std::vector<DecodeState*> both = {a.get(), b.get()};
+      auto logits = m.Step(both, {ids[i], ids[i - 12]});
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      EXPECT_LE(MaxAbsDiff((*logits)[0], want[i]), tol) << "step " << i;
+      EXPECT_LE(MaxAbsDiff((*logits)[1], want[i - 12]), tol) << "step " << i - 12;
+    }
+    // One batch: a prefills 30..59 while b decodes token 18.
+    std::vector<Model::Segment> segs = {{a.get(), absl::MakeSpan(ids).subspan(30, 30)},
+                                        {b.get(), absl::MakeSpan(ids).subspan(18, 1)}};
+    auto batch = m.Batch(segs);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    EXPECT_LE(MaxAbsDiff((*batch)[0], want[59]), tol) << "batch prefill";
+    EXPECT_LE(MaxAbsDiff((*batch)[1], want[18]), tol) << "batch step";
+    // The state holds KV heads only, H / Hkv times fewer bytes than the MHA one.
+    for (const auto& [name, dims] : m.StateShapes(60)) EXPECT_EQ(dims[0], g.kv_heads) << name;
+    if (m.BreakEvenContext() > 0) {
+      EXPECT_EQ(a->Bytes() * group, mha->NewState()->Bytes());
+      EXPECT_EQ(a->Bytes(), m.StateBytes(60));
+    } else {
+      EXPECT_EQ(a->Clone()->Bytes() * group, mha->StateBytes(60));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modules, GroupedQueryModel,
+    testing::Values(GqaCase{"softmax", 2}, GqaCase{"softmax", 1}, GqaCase{"softmax_norm", 2},
+                    GqaCase{"taylor", 2}, GqaCase{"taylor", 1}, GqaCase{"taylor_norm", 2},
+                    GqaCase{"linear", 2}, GqaCase{"linear", 1, true}),
+    [](const testing::TestParamInfo<GqaCase>& info) {
+      return info.param.module + "_kv" + std::to_string(info.param.kv_heads) +
+             (info.param.unscaled_query ? "_unscaled" : "");
+    });
+
 class ModelFiles : public testing::Test {
  protected:
   void SetUp() override {
@@ -156,34 +255,37 @@ TEST_F(ModelFiles, SaveThenLoadGivesIdenticalLogits) {
 TEST_F(ModelFiles, LoadRejectsMissingCorruptAndMismatchedFiles) {
   auto missing = Model::Load(dir_.string());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find("config.pbtxt"), std::string::npos);
+  EXPECT_NE(missing.status().message().find("config.json"), std::string::npos);
 
   auto model = MakeModel(TinyConfig("linear"));
   ASSERT_TRUE(model->Save(dir_.string()).ok());
-  const std::string weights = (dir_ / "weights.bin").string();
-  {  // Flip one byte in the middle of the weights.
+  const std::string weights = (dir_ / "model.safetensors").string();
+  {  // Break the header's JSON (safetensors has no checksum over the data).
     std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(std::filesystem::file_size(weights) / 2);
-    f.put('\x5a');
+    f.seekp(8);
+    f.put('[');
   }
   auto corrupt = Model::Load(dir_.string());
   EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kDataLoss) << corrupt.status();
-  std::filesystem::resize_file(weights, 100);
+  EXPECT_NE(corrupt.status().message().find("model.safetensors"), std::string::npos);
+  ASSERT_TRUE(model->Save(dir_.string()).ok());
+  std::filesystem::resize_file(weights, std::filesystem::file_size(weights) - 4);
   EXPECT_EQ(Model::Load(dir_.string()).status().code(), absl::StatusCode::kDataLoss);
 
   // Weights of one shape under a config of another.
   ASSERT_TRUE(model->Save(dir_.string()).ok());
   ModelConfig wider = TinyConfig("linear");
   wider.mlp_hidden = 80;
-  std::ofstream(dir_ / "config.pbtxt") << ModelConfigToText(wider);
+  std::ofstream(dir_ / "config.json") << HfConfigToJson(wider);
   auto mismatch = Model::Load(dir_.string());
   EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(mismatch.status().message().find("w_gate"), std::string::npos) << mismatch.status();
+  EXPECT_NE(mismatch.status().message().find("gate_proj"), std::string::npos) << mismatch.status();
 
-  std::ofstream(dir_ / "config.pbtxt") << "dim: 32 num_layers: [";
+  std::ofstream(dir_ / "config.json") << "{\"hidden_size\": [";
   auto malformed = Model::Load(dir_.string());
   EXPECT_EQ(malformed.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(malformed.status().message().find("config.pbtxt"), std::string::npos);
+  EXPECT_NE(malformed.status().message().find("config.json: not valid JSON"), std::string::npos)
+      << malformed.status();
 }
 
 TEST_F(ModelFiles, LoadsAQkNormSoftmaxCheckpointAsTaylor) {

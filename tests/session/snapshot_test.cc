@@ -18,11 +18,27 @@ using namespace snapshot;  // the codec under test and its types
 constexpr uint64_t kMaxBytes = uint64_t{1} << 30;
 const char* const kModules[] = {"softmax", "softmax_norm", "taylor", "taylor_norm", "linear"};
 
+// TinyServedModel with grouped-query attention: 4 query heads of 16 on 2 KV heads
+// (named tiny-gqa-MODULE).
+std::shared_ptr<const ServedModel> TinyGqaModel(const std::string& module) {
+  model::ModelConfig c = test_util::TinyServedModel(module, 4096)->model->config();
+  c.name = "tiny-gqa-" + module;
+  c.attention.num_heads = 4;
+  c.attention.num_kv_heads = 2;
+  auto m = model::Model::Create(c, 3);
+  EXPECT_TRUE(m.ok()) << m.status();
+  for (auto& [name, t] : (*m)->NamedParameters()) {
+    if (name.find("norm") == std::string::npos) t.mul_(20);
+  }
+  return std::make_shared<ServedModel>(ServedModel{c.name, "", std::move(m).value(), {}});
+}
+
 class SnapshotTest : public testing::Test {
  protected:
   SnapshotTest() {
     std::vector<std::shared_ptr<const ServedModel>> models;
     for (const char* m : kModules) models.push_back(test_util::TinyServedModel(m, 4096));
+    for (const char* m : kModules) models.push_back(TinyGqaModel(m));
     catalogue_ = std::make_unique<ModelCatalogue>(models);
   }
   std::shared_ptr<const ServedModel> Model(const std::string& module) const {
@@ -58,7 +74,9 @@ class SnapshotTest : public testing::Test {
 };
 
 TEST_F(SnapshotTest, RestoredStateContinuesBitIdenticallyForEveryModule) {
-  for (const char* module : kModules) {
+  std::vector<std::string> names(std::begin(kModules), std::end(kModules));
+  for (const char* module : kModules) names.push_back(std::string("gqa-") + module);
+  for (const std::string& module : names) {
     SCOPED_TRACE(module);
     auto m = Model(module);
     auto original = StateAfter(*m, 37);
@@ -255,6 +273,35 @@ TEST_F(SnapshotTest, RefusesAbsurdDeclaredSizesBeforeReadingThem) {
   auto v = Verify(bytes);
   EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(v.status().message().find("has shape"), std::string::npos) << v.status();
+}
+
+// A grouped-query session's snapshot carries its KV heads only: half the bytes of the
+// multi-head model's here (2 KV heads for 4 query heads, against 2 for 2 in tiny-), and a
+// state claiming another KV-head count (the 4 of a multi-head model) is refused.
+TEST_F(SnapshotTest, GroupedQueryStatesCarryKvHeadsAndRefuseAnotherCount) {
+  for (const char* module : {"taylor", "linear", "softmax"}) {
+    SCOPED_TRACE(module);
+    auto m = Model(std::string("gqa-") + module);
+    std::string bytes = *Encode(*m, *StateAfter(*m, 9));
+    auto verified = Verify(bytes);
+    ASSERT_TRUE(verified.ok()) << verified.status();
+    EXPECT_EQ(verified->state_bytes, m->model->StateBytes(9));
+    model::ModelConfig mha = m->model->config();
+    mha.attention.num_kv_heads = 4;
+    EXPECT_EQ(2 * verified->state_bytes, model::Model::Create(mha, 1).value()->StateBytes(9));
+    // The first dimension of layer 0's first tensor ("s" (Hkv, m, Dv) or "k" (Hkv, T, D)).
+    const size_t rank = 3, dims = verified->payload_offsets[0][0] - rank * 8;
+    int64_t kv_heads;
+    std::memcpy(&kv_heads, bytes.data() + dims, 8);
+    ASSERT_EQ(kv_heads, 2);
+    kv_heads = 4;
+    std::memcpy(bytes.data() + dims, &kv_heads, 8);
+    Reseal(bytes);
+    auto v = Verify(bytes);
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(v.status().message().find("has shape (4, "), std::string::npos) << v.status();
+    EXPECT_NE(v.status().message().find("needs (2, "), std::string::npos) << v.status();
+  }
 }
 
 TEST_F(SnapshotTest, RefusesAPositionPastTheContextAndTheWrongLayerCount) {

@@ -22,6 +22,7 @@ inline std::shared_ptr<const catalogue::ServedModel> TinyServedModel(
   c.max_context = max_context;
   c.attention.module = module;
   c.attention.num_heads = 2;
+  c.attention.num_kv_heads = 2;
   c.attention.head_dim = 16;
   c.attention.value_dim = 16;
   c.attention.chunk_size = 8;

@@ -17,6 +17,7 @@ model::ModelConfig Tiny(const std::string& module) {
   c.attention.module = module;
   c.attention.order = module.rfind("taylor", 0) == 0 ? 2 : 0;
   c.attention.num_heads = 2;
+  c.attention.num_kv_heads = 2;
   c.attention.head_dim = 16;
   c.attention.value_dim = 16;
   c.attention.chunk_size = 8;

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "server/model/hf_config.h"
 #include "server/trainer/corpus.h"
 
 namespace attnserve::trainer {
@@ -24,6 +25,7 @@ model::ModelConfig Tiny() {
   c.attention.module = "taylor";
   c.attention.order = 2;
   c.attention.num_heads = 2;
+  c.attention.num_kv_heads = 2;
   c.attention.head_dim = 16;
   c.attention.value_dim = 16;
   return c;
@@ -67,8 +69,8 @@ TEST_F(TrainerTest, ShortRunLearnsTheRealCorpusWellBelowUniform) {
   const double val = Evaluate(**model, corpus.validation, 64, 4, 8);
   // Uniform bytes cost ln 256 = 5.545 nats; a few hundred steps must do far better.
   EXPECT_LT(val, 3.0) << "validation loss " << val;
-  for (const char* f : {"config.pbtxt", "weights.bin", "train_log.csv", "report.txt",
-                        "train_command.txt", "checkpoint.bin"}) {
+  for (const char* f : {"config.json", "model.safetensors", "train_log.csv", "report.txt",
+                        "train_command.txt", "checkpoint.safetensors"}) {
     EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / f)) << f;
   }
 }
@@ -85,7 +87,7 @@ TEST_F(TrainerTest, ResumingContinuesTheSameRun) {
   int resumed_from = -1;
   first.stop_after = 30;
   ASSERT_TRUE(Train(Tiny(), first, nullptr).ok());
-  EXPECT_FALSE(fs::exists(fs::path(first.out_dir) / "weights.bin"));
+  EXPECT_FALSE(fs::exists(fs::path(first.out_dir) / "model.safetensors"));
   first.stop_after = 0;
   first.resume = true;
   ASSERT_TRUE(Train(Tiny(), first, [&](const Progress& p) {
@@ -122,19 +124,17 @@ TEST_F(TrainerTest, CheckpointOfAnUnfinishedRunLoadsWithTheConfigWrittenAtTheSta
   o.stop_after = 20;
   ASSERT_TRUE(Train(Tiny(), o, nullptr).ok());
   const fs::path out(o.out_dir);
-  EXPECT_FALSE(fs::exists(out / "weights.bin"));
-  std::ifstream f(out / "config.pbtxt");
-  std::stringstream text;
-  text << f.rdbuf();
-  auto config = model::ParseModelConfig(text.str());
+  EXPECT_FALSE(fs::exists(out / "model.safetensors"));
+  auto config = model::ReadHfConfigFile((out / "config.json").string(), "unused");
   ASSERT_TRUE(config.ok()) << config.status();
-  auto partial = LoadCheckpoint(*config, (out / "checkpoint.bin").string());
+  EXPECT_EQ(config->tokenizer_class, model::kByteTokenizerClass);
+  auto partial = LoadCheckpoint(*config, (out / kCheckpointFile).string());
   ASSERT_TRUE(partial.ok()) << partial.status();
   // Run to the end: the final checkpoint holds exactly the shipped weights.
   o.stop_after = 0;
   o.resume = true;
   ASSERT_TRUE(Train(Tiny(), o, nullptr).ok());
-  auto final_weights = LoadCheckpoint(*config, (out / "checkpoint.bin").string()).value();
+  auto final_weights = LoadCheckpoint(*config, (out / kCheckpointFile).string()).value();
   auto shipped = model::Model::Load(o.out_dir).value();
   auto corpus = LoadCorpus(o.corpus_path, 65).value();
   const double shipped_loss = Evaluate(*shipped, corpus.validation, 64, 2, 8);
@@ -143,9 +143,34 @@ TEST_F(TrainerTest, CheckpointOfAnUnfinishedRunLoadsWithTheConfigWrittenAtTheSta
 
   model::ModelConfig wider = *config;
   wider.mlp_hidden = 96;
-  auto misfit = LoadCheckpoint(wider, (out / "checkpoint.bin").string());
+  auto misfit = LoadCheckpoint(wider, (out / kCheckpointFile).string());
   EXPECT_EQ(misfit.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(misfit.status().message().find("w_gate"), std::string::npos) << misfit.status();
+}
+
+// --init_from reads a model directory (config.json + model.safetensors): a run at a
+// negligible learning rate ends where it started, and weights of another shape are
+// refused naming the tensor.
+TEST_F(TrainerTest, InitFromStartsFromTheWeightsOfAModelDirectory) {
+  TrainOptions o = Options(20);
+  ASSERT_TRUE(Train(Tiny(), o, nullptr).ok());
+  TrainOptions tune = Options(1);
+  tune.out_dir = (dir_ / "tuned").string();
+  tune.init_from = o.out_dir;
+  tune.lr = 1e-12;
+  ASSERT_TRUE(Train(Tiny(), tune, nullptr).ok());
+  auto base = model::Model::Load(o.out_dir).value();
+  auto tuned = model::Model::Load(tune.out_dir).value();
+  auto corpus = LoadCorpus(o.corpus_path, 65).value();
+  EXPECT_NEAR(Evaluate(*tuned, corpus.validation, 64, 2, 8),
+              Evaluate(*base, corpus.validation, 64, 2, 8), 1e-6);
+
+  model::ModelConfig wider = Tiny();
+  wider.mlp_hidden = 96;
+  tune.out_dir = (dir_ / "wider").string();
+  const absl::Status s = Train(wider, tune, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("w_gate"), std::string::npos) << s;
 }
 
 TEST_F(TrainerTest, RejectsMissingAndEmptyCorpusAndBadConfig) {

@@ -23,7 +23,7 @@ one() {
   out=$build/comparison/$name
   rm -rf "$out"
   start=$(date +%s.%N)
-  "$build/server/trainer/attnserve_train" --config="$here/configs/$name.pbtxt" \
+  "$build/server/trainer/attnserve_train" --config="$here/configs/$name.json" \
     --corpus="$corpus" --out="$out" --steps=$steps --batch=$batch --seq_len=$seq_len \
     --lr=3e-3 --warmup=20 --seed=1 --threads=1 --eval_every=20 --eval_batches=4 \
     --checkpoint_every=1000 --print_every=10 2>&1 |

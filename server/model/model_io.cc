@@ -1,0 +1,182 @@
+// Model::Load and Model::Save: the model directory (server/DESIGN.md §8) with Hugging
+// Face's tensor names.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/common/torch_status.h"
+#include "server/model/hf_config.h"
+#include "server/model/model.h"
+#include "server/model/safetensors.h"
+
+namespace attnserve::model {
+namespace {
+
+// Internal per-layer names (Model::NamedParameters) -> Hugging Face's, after
+// "model.layers.N.". Attention-module parameters ("attn.NAME") go under "self_attn.NAME".
+const std::map<std::string, std::string>& LayerNames() {
+  static const auto* kNames = new std::map<std::string, std::string>{
+      {"attn_norm", "input_layernorm.weight"},
+      // q and k load as they are: Hugging Face's rotate-half RoPE layout (pairs i and
+      // i + D/2) is ours. A source with interleaved RoPE pairs (Meta's originals,
+      // llama2.c, GGUF) needs the rows of q_proj and k_proj permuted within each head to
+      // [0, 2, 4, ..., D-2, 1, 3, 5, ..., D-1] first.
+      {"wq", "self_attn.q_proj.weight"},
+      {"wk", "self_attn.k_proj.weight"},
+      {"wv", "self_attn.v_proj.weight"},
+      {"wo", "self_attn.o_proj.weight"},
+      {"mlp_norm", "post_attention_layernorm.weight"},
+      {"w_gate", "mlp.gate_proj.weight"},
+      {"w_up", "mlp.up_proj.weight"},
+      {"w_down", "mlp.down_proj.weight"},
+  };
+  return *kNames;
+}
+
+constexpr char kHeadName[] = "lm_head.weight";
+
+// Buffers some checkpoints carry that are not weights: skipped, and listed in the load
+// log. The paper's checkpoints hold an unused positional table per layer
+// (self_attn.abs_pos_enc.pe); older transformers saved RoPE's inv_freq.
+bool IsIgnoredBuffer(const std::string& name) {
+  return absl::EndsWith(name, ".self_attn.abs_pos_enc.pe") ||
+         absl::EndsWith(name, "rotary_emb.inv_freq");
+}
+
+std::string ShapeText(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// The directory's name for a model without "name" in config.json.
+std::string DirName(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+}  // namespace
+
+std::string HfTensorName(const std::string& name) {
+  if (name == "embed") return "model.embed_tokens.weight";
+  if (name == "norm") return "model.norm.weight";
+  if (name == "head") return kHeadName;
+  // "layers.N.rest"
+  const size_t dot = name.find('.', 7);
+  const std::string prefix = absl::StrCat("model.", name.substr(0, dot), ".");
+  const std::string rest = name.substr(dot + 1);
+  if (absl::StartsWith(rest, "attn.")) return prefix + "self_attn." + rest.substr(5);
+  return prefix + LayerNames().at(rest);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
+                                                   const LoadOptions& options) {
+  auto config = ReadHfConfigFile(dir + "/" + kHfConfigFile, DirName(dir));
+  if (!config.ok()) return config.status();
+  auto weights = SafetensorsReader::OpenDir(dir);
+  if (!weights.ok()) return weights.status();
+  // The vocabulary is the embedding's rows: configs pad it or add tokens.
+  const SafetensorsEntry* embed = (*weights)->Find(HfTensorName("embed"));
+  if (embed != nullptr && embed->shape.size() == 2 && embed->shape[0] != config->vocab_size) {
+    std::fprintf(stderr, "attnserve: %s: config.json says vocab_size %d, the embedding has %lld "
+                 "rows: serving %lld\n", dir.c_str(), config->vocab_size,
+                 static_cast<long long>(embed->shape[0]), static_cast<long long>(embed->shape[0]));
+    config->vocab_size = int(embed->shape[0]);
+  }
+  config->attention.max_state_bytes_per_layer = options.max_state_bytes_per_layer;
+  if (!options.attention_module.empty()) {
+    if (absl::Status s = attention::CheckServableAs(
+            config->attention, options.attention_module, options.attention_order);
+        !s.ok()) {
+      return s;
+    }
+    config->attention.module = options.attention_module;
+    if (options.attention_order != 0) config->attention.order = options.attention_order;
+  }
+  if (absl::Status s = ValidateModelConfig(*config); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(dir, ": ", s.message()));
+  }
+  auto model = Create(*config, /*seed=*/0);
+  if (!model.ok()) return model.status();
+  std::set<std::string> used;
+  absl::Status copied = CatchTorch("loading weights", [&]() -> absl::Status {
+    c10::NoGradGuard no_grad;
+    for (auto& [name, param] : (*model)->NamedParameters()) {
+      const std::string hf = HfTensorName(name);
+      const SafetensorsEntry* e = (*weights)->Find(hf);
+      if (e == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(dir, ": tensor '", hf,
+                                                       "' is missing (the config needs shape ",
+                                                       ShapeText(param.sizes()), ")"));
+      }
+      if (absl::Span<const int64_t>(e->shape) != absl::Span<const int64_t>(param.sizes())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            dir, ": tensor '", hf, "' has shape ", ShapeText(e->shape), ", the config needs ",
+            ShapeText(param.sizes())));
+      }
+      auto values = ToFloat32(*e);
+      if (!values.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(dir, ": ", values.status().message()));
+      }
+      param.copy_(at::from_blob(values->data(), param.sizes(), at::kFloat));
+      used.insert(hf);
+    }
+    return absl::OkStatus();
+  });
+  if (!copied.ok()) return copied;
+  std::vector<std::string> ignored;
+  for (const SafetensorsEntry& e : (*weights)->tensors()) {
+    if (used.count(e.name) > 0) continue;
+    // Tied: the head is the embedding, as transformers ties it; a stored copy is unused.
+    if (IsIgnoredBuffer(e.name) || (config->tie_embeddings && e.name == kHeadName)) {
+      ignored.push_back(e.name);
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": tensor '", e.name, "' is not a parameter of this model (",
+        config->tie_embeddings ? "tied" : "untied", " Llama with attention module ",
+        config->attention.module, "); attnserve reads model.embed_tokens.weight, "
+        "model.layers.N.{input_layernorm,post_attention_layernorm}.weight, "
+        "model.layers.N.self_attn.{q,k,v,o}_proj.weight, "
+        "model.layers.N.mlp.{gate,up,down}_proj.weight, model.norm.weight, lm_head.weight"));
+  }
+  if (!ignored.empty()) {
+    std::fprintf(stderr, "attnserve: %s: ignored %zu tensors that are not weights: %s\n",
+                 dir.c_str(), ignored.size(), absl::StrJoin(ignored, ", ").c_str());
+  }
+  if (options.weights_bf16) (*model)->UseBf16Weights();
+  return model;
+}
+
+absl::Status Model::Save(const std::string& dir) const {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  const std::string config_path = dir + "/" + kHfConfigFile;
+  {
+    std::ofstream f(config_path, std::ios::trunc);
+    f << HfConfigToJson(config_);
+    f.close();
+    if (!f) return absl::InternalError(absl::StrCat("cannot write ", config_path));
+  }
+  return CatchTorch("writing weights", [&]() -> absl::Status {
+    std::vector<at::Tensor> kept;  // contiguous fp32, alive until written
+    std::vector<SafetensorsTensor> tensors;
+    for (const auto& [name, t] : NamedParameters()) {
+      kept.push_back(t.detach().to(at::kFloat).contiguous());
+      tensors.push_back({HfTensorName(name), kept.back().sizes().vec(),
+                         kept.back().data_ptr<float>()});
+    }
+    // transformers reads a checkpoint only when its metadata says format "pt".
+    return WriteSafetensors(dir + "/" + kSafetensorsFile, tensors, SafetensorsDtype::kF32,
+                            {{"format", "pt"}});
+  });
+}
+
+}  // namespace attnserve::model
