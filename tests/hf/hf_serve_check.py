@@ -248,6 +248,9 @@ def main(argv):
     except Mismatch as e:
         print(f"FAIL: {e}", file=sys.stderr)
         return 1
+    except AttributeError as e:  # a message or field this server's proto does not have
+        print(f"FAIL: the server's proto lacks what the check uses: {e}", file=sys.stderr)
+        return 1
     except grpc.RpcError as e:
         print(f"FAIL: {e.code().name}: {e.details()}", file=sys.stderr)
         return 1
