@@ -271,7 +271,7 @@ absl::StatusOr<VerifiedSnapshot> VerifySnapshot(std::shared_ptr<const std::strin
   const attention::TensorShapes shapes = m.StateShapes(position);
   for (uint32_t l = 0; l < num_layers; ++l) {
     const std::string where = absl::StrCat("layer ", l);
-    uint32_t count;
+    uint32_t count = 0;
     if (!r.Read(&count) || count != shapes.size()) {
       return Invalid(absl::StrCat(where, ": ", count, " tensors; the model's state has ",
                                   shapes.size()));

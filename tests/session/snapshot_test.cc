@@ -30,7 +30,8 @@ std::shared_ptr<const ServedModel> TinyGqaModel(const std::string& module) {
   for (auto& [name, t] : (*m)->NamedParameters()) {
     if (name.find("norm") == std::string::npos) t.mul_(20);
   }
-  return std::make_shared<ServedModel>(ServedModel{c.name, "", std::move(m).value(), {}});
+  return std::make_shared<ServedModel>(ServedModel{c.name, "", std::move(m).value(), {},
+                                                   std::make_shared<tokenizer::ByteTokenizer>()});
 }
 
 class SnapshotTest : public testing::Test {
