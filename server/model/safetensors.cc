@@ -321,6 +321,15 @@ absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::OpenDir(
   if (access(single.c_str(), F_OK) == 0) return OpenFile(single);
   std::ifstream f(index_path);
   if (!f) {
+    // save_pretrained(safe_serialization=False) and older transformers write pickles,
+    // which run code when loaded: refused by name, with the way to convert them.
+    for (const char* pickle : {"pytorch_model.bin", "pytorch_model.bin.index.json"}) {
+      if (access((dir + "/" + pickle).c_str(), F_OK) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            dir, " holds ", pickle, " (PyTorch's pickle format, which attnserve does not read): "
+            "save it as safetensors, e.g. model.save_pretrained(DIR, safe_serialization=True)"));
+      }
+    }
     return absl::NotFoundError(absl::StrCat(dir, " has neither ", kSafetensorsFile, " nor ",
                                             kSafetensorsIndexFile));
   }

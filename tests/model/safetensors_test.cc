@@ -210,6 +210,14 @@ TEST_F(SafetensorsDir, ReadsShardsThroughTheIndexWeightMap) {
   fs::remove(dir_ / kSafetensorsIndexFile);
   EXPECT_EQ(SafetensorsReader::OpenDir(dir_.string()).status().code(),
             absl::StatusCode::kNotFound);
+  // A pickled checkpoint is named, with how to convert it.
+  Write("pytorch_model.bin", "PK");
+  const absl::Status pickle = SafetensorsReader::OpenDir(dir_.string()).status();
+  EXPECT_EQ(pickle.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(pickle.message().find("holds pytorch_model.bin (PyTorch's pickle format"),
+            std::string::npos)
+      << pickle;
+  EXPECT_NE(pickle.message().find("safe_serialization=True"), std::string::npos) << pickle;
 }
 
 TEST_F(SafetensorsDir, NamesThePathOfAnInvalidFile) {
