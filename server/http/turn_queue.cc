@@ -48,8 +48,13 @@ TurnQueue::Batch TurnQueue::Take(absl::Duration timeout) {
   bool was_full;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                 [this] { return !tokens_.empty() || result_.has_value(); });
+    auto ready = [this] { return !tokens_.empty() || result_.has_value(); };
+    // An infinite timeout as a chrono duration would overflow the clock's deadline.
+    if (timeout == absl::InfiniteDuration()) {
+      cv_.wait(lock, ready);
+    } else {
+      cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), ready);
+    }
     was_full = int(tokens_.size()) >= kMaxQueuedTokens;
     batch.tokens.swap(tokens_);
     batch.result = std::move(result_);
