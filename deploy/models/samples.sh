@@ -10,7 +10,7 @@ if [ $# -ge 2 ]; then build=$1; shift; else build=build; fi
 dir=${1:?usage: deploy/models/samples.sh [BUILD_DIR] MODEL_DIR}
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 listen=127.0.0.1:$(port)
-"$build/server/attnserve_server" --listen="$listen" --metrics_listen="127.0.0.1:$(port)" \
+"$build/server/attnserve_server" --listen="$listen" --http_listen=127.0.0.1:0 --metrics_listen="127.0.0.1:$(port)" \
   --model_dirs="$dir" --max_generated_tokens=4096 >/dev/null 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT

@@ -29,5 +29,10 @@ inline constexpr int kThreads = 1;
 inline constexpr int kPrefillChunkTokens = 256;
 inline constexpr int kPrefillTokensPerStep = 256;
 inline constexpr absl::Duration kStreamIdleTimeout = absl::Seconds(60);
+// The HTTP front (server/http).
+inline constexpr char kHttpListen[] = "127.0.0.1:8000";
+inline constexpr int kHttpMaxStreams = 64;
+// Threads beyond the stream slots: /health, /v1/models and refusals while every slot streams.
+inline constexpr int kHttpSpareThreads = 8;
 
 }  // namespace attnserve::config::defaults

@@ -50,6 +50,16 @@ bool AuthConfigured(const ServerOptions& options) {
 }
 
 absl::Status CheckListenSecurity(const ServerOptions& options) {
+  // The HTTP front has no TLS of its own (yet): in the clear off loopback it needs API
+  // keys or --insecure, whatever gRPC's TLS.
+  if (!options.http_listen.empty() && !options.insecure && !AuthConfigured(options) &&
+      !IsLoopbackAddress(options.http_listen)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to serve HTTP on ", options.http_listen,
+        " without API keys: it is not a loopback address and the HTTP API has no TLS. Pass "
+        "--api_keys_file=FILE, or --insecure if the network is private by design; or "
+        "--http_listen=127.0.0.1:PORT, or --http_listen= to turn HTTP off."));
+  }
   if (options.insecure || TlsConfigured(options) || AuthConfigured(options) ||
       IsLoopbackAddress(options.listen_address)) {
     return absl::OkStatus();

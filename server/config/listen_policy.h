@@ -23,7 +23,8 @@ bool TlsConfigured(const ServerOptions& options);
 bool AuthConfigured(const ServerOptions& options);
 
 // OK when options.listen_address is loopback, or TLS or API keys are configured, or
-// options.insecure is set. Otherwise FailedPrecondition whose message says why the
+// options.insecure is set; and options.http_listen is empty, loopback, or API keys or
+// insecure are set (HTTP has no TLS). Otherwise FailedPrecondition whose message says why the
 // server will not start and which flags to pass; main() prints it and exits non-zero.
 absl::Status CheckListenSecurity(const ServerOptions& options);
 

@@ -16,6 +16,26 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
   FlagSet& f = *flags;
   f.AddHostPort("listen", &o->listen_address,
                 "Address the gRPC service listens on.");
+  f.AddCustom<std::string>(
+      "http_listen", &o->http_listen, "HOST:PORT",
+      "Address of the OpenAI-compatible HTTP API (/v1/models, /v1/completions, "
+      "/v1/chat/completions, /health); --http_listen= (empty, on the command "
+      "line) disables it.",
+      [](absl::string_view v, std::string* out) {
+        if (!v.empty()) return ParseHostPort(v, out);
+        out->clear();
+        return absl::OkStatus();
+      },
+      [](const std::string& v) { return v.empty() ? std::string("none") : v; });
+  f.AddIntAtLeast("http_max_streams", &o->http_max_streams, 1,
+                  "Completions and chat requests the HTTP API runs at once "
+                  "(streaming or not, waiting for a session included); one more "
+                  "is answered 429 with retry-after: 1.");
+  f.AddIntAtLeast("http_threads", &o->http_threads, 0,
+                  "HTTP worker threads, one per open connection (0: "
+                  "--http_max_streams + 8; the spare threads answer /health, "
+                  "/v1/models and refusals while every stream slot is busy). An "
+                  "idle keep-alive connection holds its thread for at most 5 s.");
   f.AddHostPort("metrics_listen", &o->metrics_address,
                 "Address serving Prometheus /metrics.");
   f.Add("tls_cert", &o->tls_cert,
@@ -160,6 +180,13 @@ absl::Status CheckCrossFlagLimits(const ServerOptions& options,
   }
   if (options.default_ttl > options.max_ttl)
     return exceeds("default_ttl", "max_ttl");
+  if (options.http_threads != 0 &&
+      options.http_threads <= options.http_max_streams) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flags.Describe("http_threads"), " must exceed ",
+        flags.Describe("http_max_streams"),
+        ": /health and refusals need threads while every stream slot is busy"));
+  }
   if (options.tls_cert.empty() != options.tls_key.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(flags.Describe("tls_cert"), " and ",

@@ -21,6 +21,15 @@ namespace attnserve::config {
 struct ServerOptions {
   // host:port the gRPC service listens on (--listen).
   std::string listen_address = "127.0.0.1:50051";
+  // host:port of the OpenAI-compatible HTTP API (--http_listen); empty: no HTTP server.
+  // Port 0 binds an ephemeral port (tests).
+  std::string http_listen = defaults::kHttpListen;
+  // Generating HTTP requests (completions, chat) in flight at once, waiting for their
+  // session included (--http_max_streams); one more is answered 429 at once.
+  int http_max_streams = defaults::kHttpMaxStreams;
+  // cpp-httplib's worker threads, one per open connection (--http_threads); 0 means
+  // http_max_streams + kHttpSpareThreads. Must exceed http_max_streams.
+  int http_threads = 0;
   // host:port serving Prometheus /metrics (--metrics_listen).
   std::string metrics_address = "127.0.0.1:9464";
   // PEM certificate chain and private key: set both to serve gRPC over TLS

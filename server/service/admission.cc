@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/excerpt.h"
@@ -98,8 +99,11 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
                           ? size_t(r.tokens().ids_size())
                           : 0;
   if (size > size_t(limits.max_prompt_tokens)) {
-    return Invalid(absl::StrCat("prompt: ", size, " tokens is over the server's limit of ",
-                                limits.max_prompt_tokens));
+    absl::Status over = Invalid(absl::StrCat("prompt: ", size,
+                                             " tokens is over the server's limit of ",
+                                             limits.max_prompt_tokens));
+    over.SetPayload(kPromptOverLimitPayload, absl::Cord("max_prompt_tokens"));
+    return over;
   }
   switch (r.prompt_case()) {
     case v1::GenerateRequest::kText:
@@ -143,6 +147,10 @@ absl::Status EncodePrompt(const std::string& text, const catalogue::ServedModel&
   if (!ids.ok()) return ids.status();
   turn.prompt = *std::move(ids);
   return absl::OkStatus();
+}
+
+bool IsPromptOverLimit(const absl::Status& status) {
+  return status.GetPayload(kPromptOverLimitPayload).has_value();
 }
 
 absl::Status CheckTurnFits(ParsedGenerate& request, const session::Session& session) {

@@ -53,6 +53,13 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& request,
                                              const catalogue::ModelCatalogue& models,
                                              const RequestLimits& limits);
 
+// The type URL of the payload ParseGenerate attaches to the INVALID_ARGUMENT of a prompt
+// over max_prompt_tokens, so that an edge can tell it apart (HTTP answers 413) without
+// parsing messages; gRPC ignores it.
+inline constexpr char kPromptOverLimitPayload[] = "attnserve/prompt-over-limit";
+// True for ParseGenerate's status of a prompt over the server's limit.
+bool IsPromptOverLimit(const absl::Status& status);
+
 // The checks that need the session (after it is claimed), after encoding a pending text
 // prompt with the session's tokenizer (EncodePrompt): the requested model is the
 // session's (INVALID_ARGUMENT), token ids fit its vocabulary (INVALID_ARGUMENT), the

@@ -148,10 +148,16 @@ absl::StatusOr<ApiKeys> ApiKeys::Load(const std::string& path) {
 
 absl::StatusOr<std::string> ApiKeys::Authenticate(
     const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
-  if (!enabled()) return std::string(attnserve::kDefaultTenant);
   auto it = metadata.find("authorization");
-  if (it == metadata.end()) return Unauthenticated("missing");
-  absl::string_view value(it->second.data(), it->second.size());
+  if (it == metadata.end()) return AuthenticateHeader(std::nullopt);
+  return AuthenticateHeader(absl::string_view(it->second.data(), it->second.size()));
+}
+
+absl::StatusOr<std::string> ApiKeys::AuthenticateHeader(
+    std::optional<absl::string_view> authorization) const {
+  if (!enabled()) return std::string(attnserve::kDefaultTenant);
+  if (!authorization.has_value()) return Unauthenticated("missing");
+  absl::string_view value = *authorization;
   constexpr absl::string_view kScheme = "bearer ";
   if (value.size() <= kScheme.size() ||
       !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {

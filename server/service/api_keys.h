@@ -16,6 +16,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include "absl/strings/string_view.h"
 #include <vector>
@@ -51,6 +52,10 @@ class ApiKeys {
   // thread.
   absl::StatusOr<std::string> Authenticate(
       const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const;
+  // The same from the value of an `authorization` header (nullopt: no header), for
+  // edges other than gRPC (the HTTP front).
+  absl::StatusOr<std::string> AuthenticateHeader(
+      std::optional<absl::string_view> authorization) const;
 
   // Each tenant's limits, for SessionStore::Options::tenant_limits.
   const std::map<std::string, session::TenantLimits, std::less<>>& limits() const {

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/service/start_turn.h"
 #include "server/service/status_map.h"
 
 namespace attnserve::service {
@@ -401,31 +402,21 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   absl::Status Start(const Caller& caller, const catalogue::ModelCatalogue* models, session::SessionStore* store,
                      scheduler::Scheduler* scheduler, const RequestLimits& limits,
                      grpc::CallbackServerContext* context, const v1::GenerateRequest& r) {
-    auto parsed = ParseGenerate(r, *models, limits);
-    if (!parsed.ok()) return parsed.status();
-    // A one-turn session (no session id) is closed when its claim is released.
-    auto begun = parsed->session_id.empty()
-                     ? store->BeginOneTurn(caller.tenant, parsed->model)
-                     : store->BeginTurn(caller.tenant, parsed->session_id);
-    if (!begun.ok()) return begun.status();
-    session::TurnClaim claim = *std::move(begun);
-    // The claim is released on return if the turn does not fit.
-    if (absl::Status fits = CheckTurnFits(*parsed, claim.session()); !fits.ok()) return fits;
-    std::shared_ptr<session::Session> session = claim.shared();
-    model_ = std::shared_ptr<const catalogue::ServedModel>(
-        session, &session->served());  // aliasing: keeps the session alive
-    parsed->turn.arrival = arrival_;  // time to first token includes loading the session
-    parsed->turn.deadline = absl::FromChrono(context->deadline());
-    auto sink = std::make_shared<StreamSink>(this, service_, scheduler, model_);
-    sink->set_session_id(session->id());
-    sink->SetCallCanceller([context] { context->TryCancel(); });
-    bool cancelled;
-    {
+    std::shared_ptr<StreamSink> sink;
+    bool cancelled = false;
+    auto make_sink = [&](const std::shared_ptr<session::Session>& session) {
+      model_ = std::shared_ptr<const catalogue::ServedModel>(
+          session, &session->served());  // aliasing: keeps the session alive
+      sink = std::make_shared<StreamSink>(this, service_, scheduler, model_);
+      sink->set_session_id(session->id());
+      sink->SetCallCanceller([context] { context->TryCancel(); });
       std::lock_guard<std::mutex> lock(mu_);
       sink_ = sink;
       cancelled = cancelled_;
-    }
-    auto control = scheduler->Submit(std::move(claim), std::move(parsed->turn), sink);
+      return sink;
+    };
+    auto control = StartTurn(caller, *models, *store, *scheduler, limits, r, arrival_,
+                             absl::FromChrono(context->deadline()), make_sink);
     if (!control.ok()) return control.status();  // nothing ran: the client may retry
     sink->SetControl(*std::move(control));
     if (cancelled) sink->Cancel();  // OnCancel ran before the sink existed

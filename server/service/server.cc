@@ -112,6 +112,25 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
         absl::StrCat("cannot listen on ", options.listen_address,
                      " (address in use or not valid for this machine?)"));
   }
+  if (!options.http_listen.empty()) {
+    http::HttpFrontOptions http_options;
+    http_options.listen = options.http_listen;
+    http_options.max_streams = options.http_max_streams;
+    http_options.threads = options.http_threads > 0
+                               ? options.http_threads
+                               : options.http_max_streams + config::defaults::kHttpSpareThreads;
+    http_options.write_timeout = options.stream_idle_timeout;
+    http::HttpFrontDeps deps;
+    deps.models = s->models_.get();
+    deps.store = s->store_.get();
+    deps.scheduler = s->scheduler_.get();
+    deps.metrics = s->metrics_.get();
+    deps.keys = &s->api_keys_;
+    deps.limits = limits;
+    auto front = http::HttpFront::Start(std::move(http_options), deps);
+    if (!front.ok()) return front.status();
+    s->http_ = *std::move(front);
+  }
   s->server_->GetHealthCheckService()->SetServingStatus(true);
   s->housekeeping_ = std::thread([raw = s.get()] { raw->Housekeeping(); });
   return s;
@@ -127,6 +146,7 @@ void AttnServer::Shutdown(absl::Duration grace) {
   }
   cv_.notify_all();
   if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
+  if (http_) http_->StartDraining();
   if (store_) store_->StopAccepting();
   if (scheduler_) {
     scheduler_->StopAccepting();
@@ -153,6 +173,9 @@ void AttnServer::Shutdown(absl::Duration grace) {
   // Final messages are written by now or in flight; calls still open after this are
   // cancelled.
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Every turn has ended, so every stream's last event is written or its client gone.
+  if (http_) http_->Stop();
+  http_.reset();
   pool_.reset();  // runs what is still queued while the service exists
   scheduler_.reset();
 }

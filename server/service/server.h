@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/config/server_options.h"
+#include "server/http/http_front.h"
 #include "server/metrics/metrics.h"
 #include "server/scheduler/scheduler.h"
 #include "server/service/attnserve_service.h"
@@ -42,12 +43,16 @@ class AttnServer {
   ~AttnServer();
 
   int port() const { return port_; }
+  // The bound port of the HTTP front; 0 when --http_listen is empty.
+  int http_port() const { return http_ ? http_->port() : 0; }
+  // The HTTP front (null when --http_listen is empty).
+  http::HttpFront* http() const { return http_.get(); }
   int metrics_port() const { return metrics_->port(); }
   // The API keys from --api_keys_file (none: one tenant).
   const ApiKeys& api_keys() const { return api_keys_; }
 
-  // Drain: health goes NOT_SERVING; new sessions and turns are refused with
-  // UNAVAILABLE; running turns get `grace` to finish; turns still running then stop at
+  // Drain: health goes NOT_SERVING (HTTP /health 503); new sessions and turns are
+  // refused with UNAVAILABLE (HTTP 503 with retry-after); running turns get `grace` to finish; turns still running then stop at
   // a consistent position with a final message (FINISH_REASON_SHUTDOWN); every session
   // is written to the durable store (if any); then the server stops.
   void Shutdown(absl::Duration grace);
@@ -68,6 +73,7 @@ class AttnServer {
   std::unique_ptr<AttnServeService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  std::unique_ptr<http::HttpFront> http_;  // stopped before the scheduler goes
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -41,7 +41,7 @@ prompt=$("$py" -c "import sys; t='And God said, Let there be light: and there wa
 round() {
   local b=$1 addr
   addr=127.0.0.1:$(free_port)
-  "$server_bin" --listen="$addr" --metrics_listen=127.0.0.1:$(free_port) --model_dirs="$model_dir" \
+  "$server_bin" --listen="$addr" --http_listen=127.0.0.1:0 --metrics_listen=127.0.0.1:$(free_port) --model_dirs="$model_dir" \
     --prefill_tokens_per_step="$b" --max_sessions=$((prompts + 16)) \
     --max_generated_tokens="$decode_tokens" >"$work/server.log" 2>&1 &
   server_pid=$!

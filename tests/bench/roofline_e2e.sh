@@ -39,7 +39,7 @@ serve() {
   local mode=$1 addr serving=""
   addr=127.0.0.1:$(free_port)
   ATTNSERVE_REFERENCE_STEP=$([ "$mode" = reference ] && echo 1 || echo 0) \
-    "$build/server/attnserve_server" --listen="$addr" --metrics_listen=127.0.0.1:$(free_port) \
+    "$build/server/attnserve_server" --listen="$addr" --http_listen=127.0.0.1:0 --metrics_listen=127.0.0.1:$(free_port) \
     --model_dirs="$work/mid" --max_generated_tokens=$(( max_tokens > 2048 ? max_tokens : 2048 )) \
     >"$work/server.log" 2>&1 &
   server_pid=$!

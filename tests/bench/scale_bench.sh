@@ -112,7 +112,7 @@ grpc=() metrics=()
 # pid in pids[I]; returns once health says SERVING (ms timestamp in serving_ms).
 start_replica() {
   local i=$1
-  "$server_bin" --listen="${grpc[i]}" --metrics_listen="${metrics[i]}" "${server_flags[@]}" \
+  "$server_bin" --listen="${grpc[i]}" --http_listen=127.0.0.1:0 --metrics_listen="${metrics[i]}" "${server_flags[@]}" \
     >>"$work/r$i.log" 2>&1 &
   pids[i]=$!
   for _ in $(seq 1 300); do

@@ -364,6 +364,7 @@ std::string CaptureStderr(const std::function<void()>& fn) {
 config::ServerOptions BenchServerOptions(const std::string& store, int64_t budget) {
   config::ServerOptions o;
   o.listen_address = "127.0.0.1:0";
+  o.http_listen = "";  // no HTTP front: tests must not collide on port 8000
   o.metrics_address = "";  // recorded, not served
   o.max_prompt_tokens = 16384;
   o.max_generated_tokens = 16;

@@ -67,6 +67,26 @@ TEST(CheckListenSecurityTest, RefusesNonLoopbackInTheClearSayingWhatToPass) {
                     HasSubstr("--listen=127.0.0.1:PORT")));
 }
 
+TEST(CheckListenSecurityTest, HttpOffLoopbackNeedsApiKeysOrInsecureEvenWithTls) {
+  ServerOptions tls;
+  tls.http_listen = "0.0.0.0:8000";
+  tls.tls_cert = "cert.pem";
+  tls.tls_key = "key.pem";
+  absl::Status status = CheckListenSecurity(tls);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("refusing to serve HTTP on 0.0.0.0:8000"),
+                                      HasSubstr("--api_keys_file"), HasSubstr("--http_listen=")));
+  ServerOptions keys = tls;
+  keys.api_keys_file = "keys.txt";
+  EXPECT_TRUE(CheckListenSecurity(keys).ok());
+  ServerOptions insecure = tls;
+  insecure.insecure = true;
+  EXPECT_TRUE(CheckListenSecurity(insecure).ok());
+  ServerOptions off = tls;
+  off.http_listen = "";
+  EXPECT_TRUE(CheckListenSecurity(off).ok());
+}
+
 TEST(CheckListenSecurityTest, AllowsLoopbackTlsApiKeysOrInsecure) {
   EXPECT_TRUE(CheckListenSecurity(ServerOptions{}).ok()) << "the default is loopback";
   EXPECT_TRUE(CheckListenSecurity(Listening("[::1]:1")).ok());

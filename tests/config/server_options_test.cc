@@ -64,6 +64,9 @@ const std::vector<std::pair<std::string, std::string>> kEveryFlag = {
     {"threads", "4"},
     {"shutdown_grace", "3s"},
     {"api_keys_file", "/etc/attnserve/keys.txt"},
+    {"http_listen", "0.0.0.0:8080"},
+    {"http_max_streams", "10"},
+    {"http_threads", "20"},
 };
 
 void ExpectEveryFlagApplied(const ServerOptions& options) {
@@ -80,6 +83,9 @@ void ExpectEveryFlagApplied(const ServerOptions& options) {
   EXPECT_EQ(options.threads, 4);
   EXPECT_EQ(options.shutdown_grace, absl::Seconds(3));
   EXPECT_EQ(options.api_keys_file, "/etc/attnserve/keys.txt");
+  EXPECT_EQ(options.http_listen, "0.0.0.0:8080");
+  EXPECT_EQ(options.http_max_streams, 10);
+  EXPECT_EQ(options.http_threads, 20);
 }
 
 std::string EnvName(const std::string& flag) {
@@ -104,6 +110,22 @@ TEST(ParseServerOptionsTest, DefaultsWithNoFlagsAndEmptyEnv) {
   EXPECT_EQ(options->threads, 1);
   EXPECT_EQ(options->shutdown_grace, absl::Seconds(10));
   EXPECT_EQ(options->api_keys_file, "");
+  EXPECT_EQ(options->http_listen, "127.0.0.1:8000");
+  EXPECT_EQ(options->http_max_streams, 64);
+  EXPECT_EQ(options->http_threads, 0);
+}
+
+TEST(ParseServerOptionsTest, EmptyHttpListenOnTheCommandLineDisablesHttp) {
+  absl::StatusOr<ServerOptions> options = Parse({"--http_listen="});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->http_listen, "");
+  EXPECT_THAT(ErrorOf({"--http_listen=8000"}), HasSubstr("--http_listen"));
+}
+
+TEST(ParseServerOptionsErrorTest, HttpThreadsMustExceedMaxStreams) {
+  EXPECT_THAT(ErrorOf({"--http_max_streams=8", "--http_threads=8"}),
+              AllOf(HasSubstr("--http_threads=8"), HasSubstr("--http_max_streams=8")));
+  EXPECT_TRUE(Parse({"--http_max_streams=8", "--http_threads=9"}).ok());
 }
 
 TEST(ParseServerOptionsTest, ParsesEveryFlagInBothSyntaxes) {

@@ -233,6 +233,7 @@ PY
 step "single: $image on the host's network: gRPC $grpc, metrics $metrics (compose: 127.0.0.1:50051, :9464)"
 run_container single --health-cmd "$health_cmd" --health-interval=disable "${blas_env[@]}" \
   -e ATTNSERVE_LISTEN="$grpc" -e ATTNSERVE_METRICS_LISTEN="$metrics" \
+  -e ATTNSERVE_HTTP_LISTEN=127.0.0.1:0 \
   -e ATTNSERVE_SHUTDOWN_GRACE=2s -e ATTNSERVE_MAX_GENERATED_TOKENS=200000 \
   -e ATTNSERVE_MODEL_DIRS=/opt/attnserve/models/kjv-taylor2-decay,/opt/attnserve/models/kjv-softmax \
   "$image"
@@ -351,6 +352,7 @@ for i in 1 2 3; do
   run_container "attnserve-$i" --hostname "${!hostname_var}" "${blas_env[@]}" \
     -e ATTNSERVE_SESSION_STORE="$store" -e ATTNSERVE_PERSIST="$compose_persist" \
     -e ATTNSERVE_LISTEN="${replica_grpc[i]}" -e ATTNSERVE_METRICS_LISTEN="${replica_metrics[i]}" \
+    -e ATTNSERVE_HTTP_LISTEN=127.0.0.1:0 \
     -e ATTNSERVE_SHUTDOWN_GRACE=1s -e ATTNSERVE_MAX_GENERATED_TOKENS=200000 \
     --health-interval=disable "$image"
 done

@@ -53,7 +53,7 @@ run_suite "plaintext"
 
 addr=127.0.0.1:$(free_port)
 step "starting $server_bin on $addr with TLS"
-"$server_bin" --listen="$addr" --metrics_listen=127.0.0.1:$(free_port) "${flags[@]}" \
+"$server_bin" --listen="$addr" --http_listen=127.0.0.1:0 --metrics_listen=127.0.0.1:$(free_port) "${flags[@]}" \
   --tls_cert="$certs/server.pem" --tls_key="$certs/server.key" >"$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 100); do

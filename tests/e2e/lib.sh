@@ -35,7 +35,7 @@ start_server() {
   local addr=$1 metrics=$2
   shift 2
   step "starting $server_bin on $addr (metrics on $metrics)"
-  "$server_bin" --listen="$addr" --metrics_listen="$metrics" "$@" >"$work/server.log" 2>&1 &
+  "$server_bin" --listen="$addr" --http_listen=127.0.0.1:0 --metrics_listen="$metrics" "$@" >"$work/server.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 1 100); do
     "$client_bin" --server="$addr" --connect_timeout=0.1 health >/dev/null 2>&1 && break
@@ -51,7 +51,7 @@ start_named() {
   local name=$1 addr=$2 metrics=$3
   shift 3
   step "starting server $name on $addr (metrics on $metrics) $*"
-  "$server_bin" --listen="$addr" --metrics_listen="$metrics" "$@" >>"$work/$name.log" 2>&1 &
+  "$server_bin" --listen="$addr" --http_listen=127.0.0.1:0 --metrics_listen="$metrics" "$@" >>"$work/$name.log" 2>&1 &
   started_pid=$!
   for _ in $(seq 1 150); do
     "$client_bin" --server="$addr" --connect_timeout=0.1 health >/dev/null 2>&1 && return 0

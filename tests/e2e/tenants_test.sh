@@ -146,7 +146,7 @@ PY
 step "a malformed keys file stops the start, naming its line and not its keys"
 stop "$server_pid"
 printf '%s alice\n%s bob max_sessions=lots\n' "$alice" "$bob" >"$work/bad.txt"
-if "$server_bin" --listen=127.0.0.1:$(free_port) --metrics_listen=127.0.0.1:$(free_port) \
+if "$server_bin" --listen=127.0.0.1:$(free_port) --http_listen=127.0.0.1:0 --metrics_listen=127.0.0.1:$(free_port) \
   --api_keys_file="$work/bad.txt" >"$work/bad.log" 2>&1; then
   fail "the server started with a malformed keys file"
 fi

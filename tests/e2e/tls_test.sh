@@ -59,7 +59,7 @@ start_tls() {
   local name=$1 addr=$2 client_flags=$3
   shift 3
   step "starting the server ($name) on $addr $*"
-  "$server_bin" --listen="$addr" --metrics_listen="127.0.0.1:$(free_port)" "$@" \
+  "$server_bin" --listen="$addr" --http_listen=127.0.0.1:0 --metrics_listen="127.0.0.1:$(free_port)" "$@" \
     >"$work/$name.log" 2>&1 &
   server_pid=$!
   logs=$name
@@ -78,7 +78,7 @@ start_tls() {
 expect_start_error() {
   local want=$1 message=$2
   shift 2
-  "$server_bin" --metrics_listen="127.0.0.1:$(free_port)" "$@" >"$work/refused.log" 2>&1 &
+  "$server_bin" --http_listen=127.0.0.1:0 --metrics_listen="127.0.0.1:$(free_port)" "$@" >"$work/refused.log" 2>&1 &
   local pid=$!
   logs=refused wait_exit "$pid" 30
   [ "$exit_status" -eq "$want" ] ||

@@ -46,6 +46,7 @@ class ServiceTest : public testing::Test {
   void StartServer(config::ServerOptions o) {
     server_.reset();
     o.listen_address = "127.0.0.1:0";
+    o.http_listen = "";  // no HTTP front: tests must not collide on port 8000
     o.metrics_address = "";  // recorded, not served: stopping civetweb can take 2 s
     o.max_prompt_tokens = 100;
     o.max_generated_tokens = 5000;
@@ -376,6 +377,7 @@ TEST_F(ServiceTest, BadInputGetsItsStatusCodeNamingTheField) {
 TEST_F(ServiceTest, ThePromptMustFitTheContextFromTheSessionsPosition) {
   config::ServerOptions o;
   o.listen_address = "127.0.0.1:0";
+  o.http_listen = "";  // no HTTP front: tests must not collide on port 8000
   o.metrics_address = "";
   server_ = std::move(AttnServer::Start(o, std::make_unique<catalogue::ModelCatalogue>(
                                                std::vector<std::shared_ptr<const catalogue::ServedModel>>{
@@ -655,6 +657,7 @@ TEST_F(ServiceTest, SentencePieceModelsTokenizeAndStreamTheirText) {
   server_.reset();
   config::ServerOptions o;
   o.listen_address = "127.0.0.1:0";
+  o.http_listen = "";  // no HTTP front: tests must not collide on port 8000
   o.metrics_address = "";
   server_ = std::move(AttnServer::Start(o, std::make_unique<catalogue::ModelCatalogue>(
                                                std::vector<std::shared_ptr<const catalogue::ServedModel>>{
@@ -732,6 +735,7 @@ TEST_F(ServiceTest, QkNormSoftmaxCheckpointsCanBeServedAsTaylor) {
   }
   config::ServerOptions o;
   o.listen_address = "127.0.0.1:0";
+  o.http_listen = "";  // no HTTP front: tests must not collide on port 8000
   o.metrics_address = "";
   const int64_t taylor4_bytes = (*models)->all()[0]->variants[1]->model->StateBytes(0);
   server_ = std::move(AttnServer::Start(o, *std::move(models))).value();

@@ -44,6 +44,7 @@ class TenantsTest : public testing::Test {
     std::ofstream(path) << keys;
     config::ServerOptions o;
     o.listen_address = "127.0.0.1:0";
+    o.http_listen = "";  // no HTTP front: tests must not collide on port 8000
     o.metrics_address = "";
     o.threads = 1;
     o.api_keys_file = path;
@@ -298,6 +299,7 @@ TEST_F(TenantsTest, AMalformedKeysFileStopsTheStartNamingItsLine) {
   std::ofstream(path) << kAlice << " alice\n" << kBob << " bob max_sessions=lots\n";
   config::ServerOptions o;
   o.listen_address = "127.0.0.1:0";
+  o.http_listen = "";  // no HTTP front: tests must not collide on port 8000
   o.metrics_address = "";
   o.api_keys_file = path;
   auto s = AttnServer::Start(
@@ -315,6 +317,7 @@ TEST_F(TenantsTest, AMalformedKeysFileStopsTheStartNamingItsLine) {
 TEST(TenantsWithoutKeysTest, OneTenantSeesEverythingAndKeysAreIgnored) {
   config::ServerOptions o;
   o.listen_address = "127.0.0.1:0";
+  o.http_listen = "";  // no HTTP front: tests must not collide on port 8000
   o.metrics_address = "";
   auto server = AttnServer::Start(
       o, std::make_unique<catalogue::ModelCatalogue>(

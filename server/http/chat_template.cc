@@ -1,0 +1,175 @@
+#include "server/http/chat_template.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace attnserve::http {
+namespace {
+
+std::optional<std::string> ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The string field `key` of a JSON object text; nullopt when absent, not a string, or
+// the text is not JSON.
+std::optional<std::string> StringField(const std::string& json_text, const char* key) {
+  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) return std::nullopt;
+  return it->get<std::string>();
+}
+
+// "system" for the system-like roles, the role itself for user and assistant.
+absl::StatusOr<std::string> NormalRole(const std::string& role) {
+  if (role == "system" || role == "developer") return std::string("system");
+  if (role == "user" || role == "assistant") return role;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "messages: role \"", role, "\" is not supported (system, developer, user, assistant)"));
+}
+
+std::string RenderPlain(const std::vector<ChatMessage>& messages) {
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    const char* label = m.role == "system" ? "System" : m.role == "user" ? "User" : "Assistant";
+    absl::StrAppend(&out, label, ": ", m.content, "\n");
+  }
+  absl::StrAppend(&out, "Assistant: ");
+  return out;
+}
+
+std::string RenderChatml(const std::vector<ChatMessage>& messages) {
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    absl::StrAppend(&out, "<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n");
+  }
+  absl::StrAppend(&out, "<|im_start|>assistant\n");
+  return out;
+}
+
+// Llama-2's chat format: the system text inside the first [INST]; user and assistant
+// alternate; a finished exchange ends with " </s><s>" (BOS at the session's start is the
+// tokenizer's own).
+absl::StatusOr<std::string> RenderLlama2(const std::vector<ChatMessage>& messages) {
+  std::string out;
+  size_t i = 0;
+  std::string system;
+  if (messages[0].role == "system") {
+    system = absl::StrCat("<<SYS>>\n", messages[0].content, "\n<</SYS>>\n\n");
+    i = 1;
+  }
+  bool expect_user = true;
+  for (; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "system") {
+      return absl::InvalidArgumentError(
+          "messages: the llama2 chat template takes one system message, first");
+    }
+    if ((m.role == "user") != expect_user) {
+      return absl::InvalidArgumentError(
+          "messages: the llama2 chat template needs user and assistant messages to alternate, "
+          "starting with user");
+    }
+    if (expect_user) {
+      absl::StrAppend(&out, "[INST] ", system, m.content, " [/INST]");
+      system.clear();
+    } else {
+      absl::StrAppend(&out, " ", m.content, " </s><s>");
+    }
+    expect_user = !expect_user;
+  }
+  if (expect_user) {
+    return absl::InvalidArgumentError(
+        "messages: the llama2 chat template needs the last message to be the user's");
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* ChatTemplateName(ChatTemplateKind kind) {
+  switch (kind) {
+    case ChatTemplateKind::kPlain:
+      return "plain";
+    case ChatTemplateKind::kChatml:
+      return "chatml";
+    case ChatTemplateKind::kLlama2:
+      return "llama2";
+  }
+  return "plain";
+}
+
+std::optional<ChatTemplateKind> ChatTemplateByName(absl::string_view name) {
+  for (ChatTemplateKind kind :
+       {ChatTemplateKind::kPlain, ChatTemplateKind::kChatml, ChatTemplateKind::kLlama2}) {
+    if (name == ChatTemplateName(kind)) return kind;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<ChatTemplateKind> ChooseChatTemplate(
+    const std::optional<std::string>& config_json,
+    const std::optional<std::string>& tokenizer_config_json, absl::string_view tokenizer_kind) {
+  if (config_json.has_value()) {
+    if (auto name = StringField(*config_json, "chat_template")) {
+      if (auto kind = ChatTemplateByName(*name)) return *kind;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: chat_template \"", *name,
+          "\" is not one of plain, chatml, llama2; chat routes are off for this model "
+          "(completions work)"));
+    }
+  }
+  if (tokenizer_config_json.has_value()) {
+    if (auto jinja = StringField(*tokenizer_config_json, "chat_template")) {
+      if (absl::StrContains(*jinja, "<|im_start|>")) return ChatTemplateKind::kChatml;
+      if (absl::StrContains(*jinja, "[INST]")) return ChatTemplateKind::kLlama2;
+      return absl::InvalidArgumentError(
+          "tokenizer_config.json: chat_template is a Jinja template attnserve does not "
+          "recognise (it knows chatml and llama2); set config.json \"chat_template\" to "
+          "plain, chatml or llama2 to use chat routes (completions work)");
+    }
+  }
+  if (tokenizer_kind == "bytes") return ChatTemplateKind::kPlain;
+  return absl::InvalidArgumentError(
+      "the model has no chat template: set config.json \"chat_template\" to plain, chatml or "
+      "llama2 to use chat routes (completions work)");
+}
+
+absl::StatusOr<ChatTemplateKind> ChatTemplateForDirectory(const std::string& directory,
+                                                          absl::string_view tokenizer_kind) {
+  if (directory.empty()) return ChooseChatTemplate(std::nullopt, std::nullopt, tokenizer_kind);
+  const std::filesystem::path dir(directory);
+  return ChooseChatTemplate(ReadFile(dir / "config.json"), ReadFile(dir / "tokenizer_config.json"),
+                            tokenizer_kind);
+}
+
+absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind,
+                                       const std::vector<ChatMessage>& messages) {
+  if (messages.empty()) return absl::InvalidArgumentError("messages: must not be empty");
+  std::vector<ChatMessage> normal;
+  for (const ChatMessage& m : messages) {
+    auto role = NormalRole(m.role);
+    if (!role.ok()) return role.status();
+    normal.push_back({*std::move(role), m.content});
+  }
+  switch (kind) {
+    case ChatTemplateKind::kPlain:
+      return RenderPlain(normal);
+    case ChatTemplateKind::kChatml:
+      return RenderChatml(normal);
+    case ChatTemplateKind::kLlama2:
+      return RenderLlama2(normal);
+  }
+  return absl::InternalError("unknown chat template");
+}
+
+}  // namespace attnserve::http

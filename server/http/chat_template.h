@@ -1,0 +1,59 @@
+// Chat templates: a conversation (role, content) rendered as the prompt text a model was
+// trained on. Hugging Face models carry theirs as Jinja in tokenizer_config.json; no Jinja
+// engine is packaged for Debian 12, so a fixed set is implemented and recognised:
+//
+//   plain   (byte-level models)  "System: S\nUser: U\nAssistant: A\n" ... "Assistant: "
+//   chatml                       "<|im_start|>user\nU<|im_end|>\n" ... "<|im_start|>assistant\n"
+//   llama2                       "[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] U2 [/INST]"
+//
+// The prompt ends where the assistant's text starts, and an assistant message renders as
+// exactly the text the model generated after that point, so a history resent by a client
+// re-encodes to the ids the model produced where the tokenizer allows it. Whether
+// "<|im_start|>" or "</s>" become one special id is the tokenizer's matter: the text is
+// encoded as a session's text always is.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace attnserve::http {
+
+struct ChatMessage {
+  std::string role;  // "system" ("developer" is read as system), "user" or "assistant"
+  std::string content;
+};
+
+enum class ChatTemplateKind { kPlain, kChatml, kLlama2 };
+
+// "plain", "chatml", "llama2".
+const char* ChatTemplateName(ChatTemplateKind kind);
+// The kind named `name`; nullopt for any other name.
+std::optional<ChatTemplateKind> ChatTemplateByName(absl::string_view name);
+
+// The template of a model, chosen at load: config.json's "chat_template" when it is one
+// of the names above; else recognised from tokenizer_config.json's "chat_template" Jinja
+// text ("<|im_start|>": chatml, "[INST]": llama2); else plain for a byte-level tokenizer
+// (`tokenizer_kind` "bytes"). Arguments are the files' texts (nullopt: no such file).
+// INVALID_ARGUMENT naming the setting otherwise (an unknown name in config.json, an
+// unrecognised Jinja template, or none at all for a non-byte model): chat routes answer
+// 400 with that message, completions still work.
+absl::StatusOr<ChatTemplateKind> ChooseChatTemplate(
+    const std::optional<std::string>& config_json,
+    const std::optional<std::string>& tokenizer_config_json, absl::string_view tokenizer_kind);
+
+// The same, reading config.json and tokenizer_config.json from `directory` (empty: a
+// model built in memory, which has neither).
+absl::StatusOr<ChatTemplateKind> ChatTemplateForDirectory(const std::string& directory,
+                                                          absl::string_view tokenizer_kind);
+
+// `messages` rendered with `kind`, ending with the assistant's cue. INVALID_ARGUMENT for
+// an empty list, an unknown role, or (llama2) a system message after the first or two
+// messages of the same side in a row.
+absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind,
+                                       const std::vector<ChatMessage>& messages);
+
+}  // namespace attnserve::http

@@ -1,0 +1,368 @@
+#include "server/http/http_front.h"
+
+#include <sys/socket.h>
+
+#include <csignal>
+#include <cstdio>
+#include <random>
+
+#include <httplib.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "server/common/random_id.h"
+#include "server/http/http_errors.h"
+#include "server/http/openai_request.h"
+#include "server/http/openai_response.h"
+#include "server/http/turn_queue.h"
+#include "server/service/start_turn.h"
+
+namespace attnserve::http {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kJson[] = "application/json";
+
+void Answer(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(Dump(body), kJson);
+}
+
+// The OpenAI model object of `m`, with attnserve's fields beside OpenAI's.
+json ModelObject(const catalogue::ServedModel& m, int64_t created) {
+  const model::ModelConfig& c = m.model->config();
+  return {{"id", m.name},
+          {"object", "model"},
+          {"created", created},
+          {"owned_by", "attnserve"},
+          {"attention", m.attention()},
+          {"order", m.attention_order()},
+          {"max_context", c.max_context},
+          // At max_context: the most one session can hold (the same at every length for
+          // a fixed-size state; a KV cache's bound).
+          {"state_bytes_per_session", m.model->StateBytes(c.max_context)},
+          {"state_bytes_per_session_at_1k", m.model->StateBytes(1024)},
+          {"state_bytes_per_session_at_16k", m.model->StateBytes(16384)}};
+}
+
+std::optional<absl::string_view> Header(const httplib::Request& req, const char* name) {
+  auto it = req.headers.find(name);
+  if (it == req.headers.end()) return std::nullopt;
+  return absl::string_view(it->second);
+}
+
+uint64_t RandomSeed() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+}  // namespace
+
+// One generating request's stream slot, held until its turn's session is released.
+class HttpFront::Slot {
+ public:
+  explicit Slot(HttpFront* front) : front_(front) {}
+  ~Slot() { front_->Release(); }
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+
+ private:
+  HttpFront* const front_;
+};
+
+HttpFront::HttpFront(HttpFrontOptions options, HttpFrontDeps deps)
+    : options_(std::move(options)),
+      deps_(std::move(deps)),
+      created_(absl::ToUnixSeconds(absl::Now())) {}
+
+absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(HttpFrontOptions options,
+                                                            HttpFrontDeps deps) {
+  std::signal(SIGPIPE, SIG_IGN);
+  const size_t colon = options.listen.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || !absl::SimpleAtoi(options.listen.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http_listen: expected HOST:PORT, got \"", options.listen, "\""));
+  }
+  std::string host = options.listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  std::unique_ptr<HttpFront> f(new HttpFront(std::move(options), std::move(deps)));
+  for (const auto& m : f->deps_.models->all()) {
+    auto kind = ChatTemplateForDirectory(m->directory, m->tokenizer->kind());
+    f->templates_.emplace_back(m->name, kind);
+    for (const auto& v : m->variants) f->templates_.emplace_back(v->name, kind);
+  }
+  f->server_ = std::make_unique<httplib::Server>();
+  httplib::Server& s = *f->server_;
+  const int threads = f->options_.threads;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  s.set_keep_alive_max_count(100);
+  s.set_keep_alive_timeout(5);
+  s.set_read_timeout(30);
+  const int64_t write_seconds =
+      std::max<int64_t>(1, absl::ToInt64Seconds(f->options_.write_timeout));
+  s.set_write_timeout(time_t(write_seconds));
+  s.set_tcp_nodelay(true);  // each SSE event is its own small write
+  s.set_payload_max_length(size_t(f->deps_.limits.max_prompt_tokens) * 64 + (1 << 20));
+  // Debian's library listens with a backlog of 5; a burst of clients would wait for SYN
+  // retries. Listening again on the bound socket raises it (Linux updates the backlog).
+  int listen_socket = -1;
+  s.set_socket_options([&listen_socket](int sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_socket = sock;
+  });
+  f->AddRoutes();
+  int bound = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "--http_listen: cannot listen on ", f->options_.listen,
+        " (address in use or not valid for this machine?)"));
+  }
+  if (listen_socket >= 0) ::listen(listen_socket, 1024);
+  f->port_ = bound;
+  f->listener_ = std::thread([raw = f.get()] { raw->server_->listen_after_bind(); });
+  std::fprintf(stderr, "attnserve: HTTP on %s:%d\n", host.c_str(), bound);
+  return f;
+}
+
+HttpFront::~HttpFront() { Stop(); }
+
+void HttpFront::Stop() {
+  if (server_) server_->stop();
+  if (listener_.joinable()) listener_.join();
+}
+
+int HttpFront::streams_in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return streams_;
+}
+
+bool HttpFront::WaitForNoStreams(absl::Duration timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return streams_ == 0; });
+}
+
+bool HttpFront::Acquire() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (streams_ >= options_.max_streams) return false;
+  ++streams_;
+  return true;
+}
+
+void HttpFront::Release() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --streams_;
+  }
+  idle_.notify_all();
+}
+
+void HttpFront::Record(const std::string& route_name, int status, const std::string& model) const {
+  if (deps_.metrics == nullptr) return;
+  std::string attention;
+  if (!model.empty()) {
+    if (auto m = deps_.models->Find(model); m.ok()) attention = (*m)->attention();
+  }
+  deps_.metrics->RecordRequest(route_name, std::to_string(status), model, attention);
+}
+
+void HttpFront::Fail(const std::string& route_name, const absl::Status& status,
+                     httplib::Response& res, const std::string& model) const {
+  const HttpError e = ToHttpError(status);
+  if (e.retry_after_seconds > 0) {
+    res.set_header("retry-after", std::to_string(e.retry_after_seconds));
+  }
+  Answer(res, e.status, e.body);
+  Record(route_name, e.status, model);
+}
+
+void HttpFront::AddRoutes() {
+  httplib::Server& s = *server_;
+  s.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
+    Health(req, res);
+  });
+  s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    Models(req, res);
+  });
+  s.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    Models(req, res);
+  });
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    Generate("POST /v1/completions", int(Route::kCompletions), req, res);
+  });
+  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    Generate("POST /v1/chat/completions", int(Route::kChat), req, res);
+  });
+  // Unknown routes (and cpp-httplib's own refusals: a body over the limit is 413) get an
+  // OpenAI error body too.
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string message =
+        res.status == 404 ? absl::StrCat("no route ", req.method, " ", req.path)
+        : res.status == 413 ? std::string("the request body is too large")
+                            : absl::StrCat("HTTP ", res.status);
+    json body = {{"error",
+                  {{"message", message},
+                   {"type", "invalid_request_error"},
+                   {"param", nullptr},
+                   {"code", nullptr}}}};
+    res.set_content(Dump(body), kJson);
+  });
+}
+
+void HttpFront::Health(const httplib::Request&, httplib::Response& res) {
+  if (draining_.load()) {
+    res.set_header("retry-after", "1");
+    Answer(res, 503, {{"status", "draining"}});
+  } else {
+    Answer(res, 200, {{"status", "ok"}});
+  }
+  Record("GET /health", res.status, "");
+}
+
+void HttpFront::Models(const httplib::Request& req, httplib::Response& res) {
+  const bool one = req.matches.size() > 1;
+  const std::string route_name = one ? "GET /v1/models/{id}" : "GET /v1/models";
+  auto tenant = deps_.keys->AuthenticateHeader(Header(req, "authorization"));
+  if (!tenant.ok()) return Fail(route_name, tenant.status(), res);
+  if (one) {
+    const std::string id = req.matches[1];
+    auto m = deps_.models->Find(id);
+    if (!m.ok() || id.empty()) {
+      return Fail(route_name, absl::NotFoundError(absl::StrCat("model '", id, "' is not served here")),
+                  res);
+    }
+    Answer(res, 200, ModelObject(**m, created_));
+    return Record(route_name, 200, (*m)->name);
+  }
+  json data = json::array();
+  for (const auto& m : deps_.models->all()) {
+    data.push_back(ModelObject(*m, created_));
+    for (const auto& v : m->variants) data.push_back(ModelObject(*v, created_));
+  }
+  Answer(res, 200, {{"object", "list"}, {"data", data}});
+  Record(route_name, 200, "");
+}
+
+void HttpFront::Generate(const std::string& route_name, int route_number,
+                         const httplib::Request& req, httplib::Response& res) {
+  const absl::Time arrival = absl::Now();
+  const Route route = Route(route_number);
+  auto tenant = deps_.keys->AuthenticateHeader(Header(req, "authorization"));
+  if (!tenant.ok()) return Fail(route_name, tenant.status(), res);
+  if (draining_.load()) {
+    return Fail(route_name, absl::UnavailableError("the server is draining; retry on another replica"),
+                res);
+  }
+  if (!Acquire()) {
+    return Fail(route_name,
+                absl::ResourceExhaustedError(absl::StrCat(
+                    "server busy: ", options_.max_streams,
+                    " completions are in flight (--http_max_streams); retry")),
+                res);
+  }
+  auto slot = std::make_shared<Slot>(this);
+  auto request = ParseOpenAiRequest(route, req.body, RandomSeed());
+  if (!request.ok()) return Fail(route_name, request.status(), res);
+  v1::GenerateRequest& generate = request->generate;
+  if (auto session = Header(req, "x-session-id")) generate.set_session_id(std::string(*session));
+  if (route == Route::kChat) {
+    // The template of the requested model (of the default model when none is named).
+    auto model = deps_.models->Find(generate.model());
+    if (!model.ok()) return Fail(route_name, model.status(), res);
+    const absl::StatusOr<ChatTemplateKind>* kind = nullptr;
+    for (const auto& [name, k] : templates_) {
+      if (name == (*model)->name) kind = &k;
+    }
+    if (kind == nullptr || !kind->ok()) {
+      return Fail(route_name,
+                  kind == nullptr ? absl::InvalidArgumentError("no chat template")
+                                  : InvalidParam("model", std::string(kind->status().message())),
+                  res, (*model)->name);
+    }
+    auto text = RenderChat(**kind, request->messages);
+    if (!text.ok()) return Fail(route_name, text.status(), res, (*model)->name);
+    generate.set_text(*std::move(text));
+  }
+
+  auto queue = std::make_shared<TurnQueue>(deps_.scheduler);
+  auto make_sink = [&](const std::shared_ptr<session::Session>& session) {
+    queue->set_model_name(session->served().name);
+    return queue;
+  };
+  // StartTurn may wait (the session's previous turn, the durable store): this thread is
+  // the connection's, and its slot counts toward max_streams meanwhile.
+  auto control = service::StartTurn(service::Caller{*tenant}, *deps_.models, *deps_.store,
+                                    *deps_.scheduler, deps_.limits, generate, arrival,
+                                    absl::InfiniteFuture(), make_sink);
+  if (!control.ok()) return Fail(route_name, control.status(), res, generate.model());
+  queue->SetControl(*std::move(control));
+
+  const bool chat = route == Route::kChat;
+  const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", RandomId128());
+  auto answer = std::make_shared<OpenAiAnswer>(*request, id, absl::ToUnixSeconds(arrival),
+                                               queue->model_name());
+  if (!request->stream) {
+    std::optional<scheduler::TurnResult> result;
+    while (!result.has_value()) {
+      TurnQueue::Batch batch = queue->Take(absl::InfiniteDuration());
+      answer->Add(std::move(batch.tokens));
+      result = std::move(batch.result);
+    }
+    absl::Status error;
+    const std::optional<std::string> reason = FinishReasonOf(*result, &error);
+    if (!reason.has_value()) return Fail(route_name, error, res, queue->model_name());
+    Answer(res, 200, answer->Body(*result, *reason));
+    return Record(route_name, 200, queue->model_name());
+  }
+
+  // Streaming: the provider runs on this connection's thread after the handler returns,
+  // once per call until it calls done() or fails. The releaser runs when the response is
+  // destroyed, however it ended: a client gone cancels the turn, and the slot is freed
+  // only once the session is.
+  struct Stream {
+    bool started = false;
+    bool ended = false;  // the turn's result was written
+    bool client_gone = false;
+  };
+  auto stream = std::make_shared<Stream>();
+  const absl::Duration ping = options_.ping_interval;
+  res.set_header("cache-control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [queue, answer, stream, ping](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& text) {
+          if (text.empty() || sink.write(text.data(), text.size())) return true;
+          stream->client_gone = true;
+          queue->Cancel();
+          return false;
+        };
+        if (!stream->started) {
+          stream->started = true;
+          return write(answer->Start());
+        }
+        TurnQueue::Batch batch = queue->Take(ping);
+        if (batch.tokens.empty() && !batch.result.has_value()) return write(": ping\n\n");
+        if (!write(answer->Tokens(std::move(batch.tokens)))) return false;
+        if (batch.result.has_value()) {
+          if (!write(answer->Finish(*batch.result))) return false;
+          stream->ended = true;
+          sink.done();
+        }
+        return true;
+      },
+      [this, queue, stream, slot, route_name](bool) {
+        if (!stream->ended) queue->Cancel();  // the connection ended first
+        queue->WaitFinished();
+        // The status line said 200; a stream its client left is counted as 499.
+        Record(route_name, stream->ended ? 200 : 499, queue->model_name());
+      });
+}
+
+}  // namespace attnserve::http

@@ -1,0 +1,44 @@
+// The OpenAI completions and chat request bodies, parsed into the service's
+// v1::GenerateRequest (which admission then validates like any gRPC request) and the
+// few settings that only shape the HTTP answer (stream, usage, logprobs layout).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "attnserve/v1/attnserve.pb.h"
+#include "server/http/chat_template.h"
+
+namespace attnserve::http {
+
+enum class Route { kCompletions, kChat };
+
+struct OpenAiRequest {
+  Route route = Route::kCompletions;
+  // The turn: model, prompt (completions: the prompt; chat: empty until the template
+  // renders `messages`), sampling, stop strings, logprobs. session_id stays empty (the
+  // caller sets it from x-session-id).
+  v1::GenerateRequest generate;
+  std::vector<ChatMessage> messages;  // chat
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// The type URL of the payload naming the request field an error is about (the OpenAI
+// error's "param").
+inline constexpr char kParamPayload[] = "attnserve/openai-param";
+// INVALID_ARGUMENT "PARAM: message" with the param payload.
+absl::Status InvalidParam(const std::string& param, const std::string& message);
+
+// Parses `body` for `route`. INVALID_ARGUMENT naming the field for: a body that is not a
+// JSON object, a field of the wrong type, n other than 1, a prompt that is neither a
+// string, a list of one string, nor a list of token ids, a chat without messages or with
+// a message content that is not text. Fields attnserve does not use are ignored.
+// `seed` absent draws a random seed (`random_seed`), as OpenAI's sampling is random
+// unless a seed is given.
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(Route route, const std::string& body,
+                                                 uint64_t random_seed);
+
+}  // namespace attnserve::http

@@ -1,0 +1,73 @@
+// OpenAI answers from a turn's tokens: the completion and chat.completion bodies, and
+// the server-sent events of a stream (chunks, the usage chunk, [DONE], an error event).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
+#include "server/http/openai_request.h"
+#include "server/scheduler/turn.h"
+
+namespace attnserve::http {
+
+// "stop" or "length" for a turn that ended normally; nullopt with *error set otherwise
+// (the client cancelled, the server is shutting down, the turn failed).
+std::optional<std::string> FinishReasonOf(const scheduler::TurnResult& result,
+                                          absl::Status* error);
+
+// One turn's answer, built as its tokens arrive. Content carries whole UTF-8 characters
+// only: the bytes of a character split between tokens are held until it completes; bytes
+// that are not valid UTF-8, and an incomplete character at the end, become U+FFFD.
+class OpenAiAnswer {
+ public:
+  // `id` is "chatcmpl-..." or "cmpl-...", `created` Unix seconds, `model` the model's
+  // name; the request says the route, logprobs and include_usage.
+  OpenAiAnswer(const OpenAiRequest& request, std::string id, int64_t created, std::string model);
+
+  // --- streaming: each returns SSE event text ("data: {...}\n\n"...) to write ---
+  // The first event: chat's {"role":"assistant","content":""} delta; empty for completions.
+  std::string Start();
+  // Content chunks for `tokens` (none while only part of a character is known).
+  std::string Tokens(std::vector<scheduler::TokenEvent> tokens);
+  // The end: held bytes, the chunk with finish_reason, the usage chunk when asked, then
+  // "data: [DONE]"; or, for a turn that did not end normally, one error event and no
+  // [DONE].
+  std::string Finish(const scheduler::TurnResult& result);
+
+  // --- non-streaming ---
+  void Add(std::vector<scheduler::TokenEvent> tokens);
+  // The whole body for a turn that ended normally.
+  nlohmann::json Body(const scheduler::TurnResult& result, const std::string& finish_reason);
+
+ private:
+  // Appends the tokens' bytes to the held text and logprob entries; returns the whole
+  // characters now complete.
+  std::string Absorb(std::vector<scheduler::TokenEvent> tokens, bool final);
+  nlohmann::json Envelope(const char* object) const;
+  nlohmann::json Chunk(const std::string& content, const nlohmann::json& finish_reason);
+  nlohmann::json Usage(const scheduler::TurnResult& result) const;
+  nlohmann::json TakeLogprobs();  // the entries gathered since the last chunk
+
+  const Route route_;
+  const bool logprobs_;
+  const bool include_usage_;
+  const std::string id_;
+  const int64_t created_;
+  const std::string model_;
+  std::string held_;     // bytes of an incomplete character
+  std::string content_;  // non-streaming: everything so far
+  // Chat: logprobs.content entries; completions: tokens, token_logprobs, top_logprobs,
+  // text_offset.
+  nlohmann::json chat_logprobs_ = nlohmann::json::array();
+  nlohmann::json completion_logprobs_;
+  size_t text_offset_ = 0;  // completions: bytes of text before the next token
+};
+
+// "data: TEXT\n\n".
+std::string SseEvent(const std::string& data);
+
+}  // namespace attnserve::http

@@ -1,0 +1,89 @@
+#include "server/http/chat_template.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace attnserve::http {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::vector<ChatMessage> kConversation = {
+    {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Why?"}};
+
+TEST(RenderChatTest, PlainLabelsEachMessageAndCuesTheAssistant) {
+  auto text = RenderChat(ChatTemplateKind::kPlain, kConversation);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "System: Be brief.\nUser: Hi\nAssistant: Hello.\nUser: Why?\nAssistant: ");
+}
+
+TEST(RenderChatTest, PlainReadsDeveloperAsSystem) {
+  auto text = RenderChat(ChatTemplateKind::kPlain, {{"developer", "D"}, {"user", "U"}});
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*text, "System: D\nUser: U\nAssistant: ");
+}
+
+TEST(RenderChatTest, AnAssistantTurnRendersAsWhatFollowedTheCue) {
+  // The prompt of the first turn, plus the generated text, is the start of the second.
+  auto first = RenderChat(ChatTemplateKind::kPlain, {{"user", "Hi"}});
+  auto second = RenderChat(ChatTemplateKind::kPlain,
+                           {{"user", "Hi"}, {"assistant", "Hello."}, {"user", "Why?"}});
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(second->substr(0, first->size() + 6), *first + "Hello.");
+  auto chatml_first = RenderChat(ChatTemplateKind::kChatml, {{"user", "Hi"}});
+  auto chatml_second = RenderChat(ChatTemplateKind::kChatml,
+                                  {{"user", "Hi"}, {"assistant", "Hello."}, {"user", "Why?"}});
+  EXPECT_EQ(chatml_second->substr(0, chatml_first->size() + 6), *chatml_first + "Hello.");
+}
+
+TEST(RenderChatTest, Chatml) {
+  auto text = RenderChat(ChatTemplateKind::kChatml, kConversation);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*text,
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nWhy?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
+TEST(RenderChatTest, Llama2PutsTheSystemInsideTheFirstInstruction) {
+  auto text = RenderChat(ChatTemplateKind::kLlama2, kConversation);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text,
+            "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Why? [/INST]");
+  auto no_system = RenderChat(ChatTemplateKind::kLlama2, {{"user", "Hi"}});
+  EXPECT_EQ(*no_system, "[INST] Hi [/INST]");
+}
+
+TEST(RenderChatTest, RefusesWhatATemplateCannotSay) {
+  EXPECT_THAT(RenderChat(ChatTemplateKind::kPlain, {}).status().message(), HasSubstr("messages"));
+  EXPECT_THAT(RenderChat(ChatTemplateKind::kPlain, {{"tool", "x"}}).status().message(),
+              HasSubstr("\"tool\""));
+  EXPECT_FALSE(RenderChat(ChatTemplateKind::kLlama2, {{"user", "a"}, {"user", "b"}}).ok());
+  EXPECT_FALSE(RenderChat(ChatTemplateKind::kLlama2, {{"user", "a"}, {"assistant", "b"}}).ok());
+}
+
+TEST(ChooseChatTemplateTest, ConfigNameWinsThenJinjaThenBytes) {
+  EXPECT_EQ(*ChooseChatTemplate(R"({"chat_template":"llama2"})",
+                                R"({"chat_template":"{{'<|im_start|>'}}"})", "sentencepiece"),
+            ChatTemplateKind::kLlama2);
+  EXPECT_EQ(*ChooseChatTemplate(R"({"name":"m"})",
+                                R"({"chat_template":"{% for m in messages %}<|im_start|>"})",
+                                "sentencepiece"),
+            ChatTemplateKind::kChatml);
+  EXPECT_EQ(*ChooseChatTemplate(std::nullopt, R"({"chat_template":"{{ '[INST] ' }}"})",
+                                "sentencepiece"),
+            ChatTemplateKind::kLlama2);
+  EXPECT_EQ(*ChooseChatTemplate(std::nullopt, std::nullopt, "bytes"), ChatTemplateKind::kPlain);
+}
+
+TEST(ChooseChatTemplateTest, UnknownTemplatesNameTheSetting) {
+  auto bad_name = ChooseChatTemplate(R"({"chat_template":"vicuna"})", std::nullopt, "bytes");
+  EXPECT_THAT(bad_name.status().message(), HasSubstr("config.json: chat_template \"vicuna\""));
+  auto jinja = ChooseChatTemplate(std::nullopt, R"({"chat_template":"<start_of_turn>"})", "bytes");
+  EXPECT_THAT(jinja.status().message(), HasSubstr("tokenizer_config.json: chat_template"));
+  auto none = ChooseChatTemplate(std::nullopt, std::nullopt, "sentencepiece");
+  EXPECT_THAT(none.status().message(), HasSubstr("config.json \"chat_template\""));
+}
+
+}  // namespace
+}  // namespace attnserve::http
