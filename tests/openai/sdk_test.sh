@@ -28,7 +28,7 @@ sdk() { node "$here/sdk_check.mjs" "$@" || fail "sdk_check $1"; }
 a_addr=127.0.0.1:$(free_port) a_http=127.0.0.1:$(free_port) a_metrics=127.0.0.1:$(free_port)
 start_named a "$a_addr" "$a_metrics" --http_listen="$a_http"
 a_pid=$started_pid
-model=$("$client_bin" --server="$a_addr" models | awk 'NR == 1 { print $1 }')
+model=$("$client_bin" --server="$a_addr" models | awk 'NR == 2 { print $1 }')
 [ -n "$model" ] || fail "no model listed"
 
 step "gRPC's greedy text for the prompt (what the HTTP completion must equal)"
