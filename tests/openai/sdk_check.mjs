@@ -323,7 +323,8 @@ async function flood(n) {
   const healthLoop = (async () => {
     while (!done) {
       const t = Date.now();
-      const h = await fetch(`${base}/health`, { signal: AbortSignal.timeout(30_000) });
+      const h = await fetch(`${base}/health`, { signal: AbortSignal.timeout(30_000) })
+        .catch((e) => fail(`/health during the flood (after ${healthChecks} answers): ${e}`));
       expect(h.status === 200, `/health during the flood: ${h.status}`);
       await h.text();
       healthWorst = Math.max(healthWorst, Date.now() - t);
@@ -334,7 +335,7 @@ async function flood(n) {
   const outcomes = await Promise.all(Array.from({ length: n }, async () => {
     const r = await fetch(`${base}/v1/chat/completions`, {
       method: "POST", headers: { "content-type": "application/json" }, body, signal: AbortSignal.timeout(300_000),
-    });
+    }).catch((e) => fail(`a request of the flood got no answer: ${e}`));
     const text = await r.text();
     if (r.status === 200) {
       expect(text.endsWith("data: [DONE]\n\n"), `a stream of the flood ended without [DONE]: ${JSON.stringify(text.slice(-200))}`);
