@@ -42,6 +42,8 @@ PACKAGES=(
   prometheus docker-compose python3-grpcio python3-protobuf
   # tests/e2e/tls_test.sh: throw-away CA, server and client certificates
   openssl
+  # tests/openai: SSE framing checked byte for byte
+  curl
   # session store: the Redis backend (client library) and its tests (a real redis-server)
   libhiredis-dev redis-server
   # tests/e2e: the gRPC proxies in front of several replicas (deploy/haproxy, deploy/nginx)
@@ -89,6 +91,26 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
   echo "install.sh: all ${#PACKAGES[@]} packages already installed"
+fi
+
+# tests/openai: the official openai SDK (npm), pinned by tests/openai/package-lock.json and
+# installed into tests/openai/node_modules (the tests download nothing). Node comes from
+# Debian (nodejs, npm) when the machine has none.
+if [ "${1:-}" != "--runtime" ]; then
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "install.sh: installing Debian's nodejs and npm"
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q --no-install-recommends nodejs npm
+  fi
+  sdk_dir=$(cd "$(dirname "$0")/../tests/openai" && pwd)
+  want=$(node -p "require('$sdk_dir/package-lock.json').packages['node_modules/openai'].version")
+  have=$(node -p "try { require('$sdk_dir/node_modules/openai/package.json').version } catch { '' }")
+  if [ "$want" != "$have" ]; then
+    echo "install.sh: npm ci in tests/openai (openai $want)"
+    npm ci --prefix "$sdk_dir" --no-audit --no-fund --loglevel=error
+  else
+    echo "install.sh: tests/openai has openai $have"
+  fi
 fi
 
 # Select OpenBLAS (serial) for libblas.so.3 / liblapack.so.3. The multiarch directory is

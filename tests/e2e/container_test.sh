@@ -111,6 +111,7 @@ IFS='|' read -r user entrypoint health_test env_json <<<"$config"
 [ "$user" = 10001:10001 ] || fail "image user is '$user', expected 10001:10001"
 [ "$entrypoint" = '["attnserve_server"]' ] || fail "image entrypoint is $entrypoint"
 grep -q '"ATTNSERVE_LISTEN=0.0.0.0:50051"' <<<"$env_json" || fail "image env: $env_json"
+grep -q '"ATTNSERVE_HTTP_LISTEN=0.0.0.0:8000"' <<<"$env_json" || fail "image env: $env_json"
 grep -q 'attnserve_client.*health' <<<"$health_test" ||
   fail "image HEALTHCHECK is '$health_test' (podman build without --format docker drops it)"
 
@@ -220,7 +221,7 @@ prompts=("In the beginning" "And the earth was" "Then he said" "And it came to p
 long_prompt="Let there be light" long_tokens=30000
 
 # --- 1. one server container ----------------------------------------------------------------
-grpc=127.0.0.1:$(free_port) metrics=127.0.0.1:$(free_port)
+grpc=127.0.0.1:$(free_port) metrics=127.0.0.1:$(free_port) http=127.0.0.1:$(free_port)
 # The image's HEALTHCHECK, as podman's --health-cmd (exec form: a JSON array; shell form:
 # a string). If it names 127.0.0.1:50051 (the address the image listens on by default),
 # the same command runs with the port the container listens on here.
@@ -232,8 +233,7 @@ PY
 ) || fail "the image's HEALTHCHECK: $health_test"
 step "single: $image on the host's network: gRPC $grpc, metrics $metrics (compose: 127.0.0.1:50051, :9464)"
 run_container single --health-cmd "$health_cmd" --health-interval=disable "${blas_env[@]}" \
-  -e ATTNSERVE_LISTEN="$grpc" -e ATTNSERVE_METRICS_LISTEN="$metrics" \
-  -e ATTNSERVE_HTTP_LISTEN=127.0.0.1:0 \
+  -e ATTNSERVE_LISTEN="$grpc" -e ATTNSERVE_METRICS_LISTEN="$metrics" -e ATTNSERVE_HTTP_LISTEN="$http" \
   -e ATTNSERVE_SHUTDOWN_GRACE=2s -e ATTNSERVE_MAX_GENERATED_TOKENS=200000 \
   -e ATTNSERVE_MODEL_DIRS=/opt/attnserve/models/kjv-taylor2-decay,/opt/attnserve/models/kjv-softmax \
   "$image"
@@ -250,6 +250,11 @@ cli "$grpc" models >"$work/models.out" || fail "single: models"
 grep -q kjv-taylor2-decay "$work/models.out" || fail "single: models: $(cat "$work/models.out")"
 [ "$(metric_sum "$metrics" '^attnserve_requests_total\{[^}]*method="ListModels"[^}]*\}')" -ge 1 ] ||
   fail "single: /metrics does not count the ListModels call"
+step "single: the HTTP API on $http (compose: 127.0.0.1:8000)"
+curl -sf "http://$http/health" >/dev/null || fail "single: HTTP /health"
+curl -sf "http://$http/v1/models" | grep -q '"kjv-taylor2-decay"' || fail "single: HTTP /v1/models"
+curl -sf -H 'content-type: application/json' -d '{"prompt":"In the beginning","max_tokens":4}' \
+  "http://$http/v1/completions" | grep -q '"completion_tokens":4' || fail "single: HTTP /v1/completions"
 
 step "single: generate, a session, its export and import"
 cli "$grpc" generate --max_tokens=24 "In the beginning" >"$work/one.out" 2>"$work/one.err" ||
@@ -343,28 +348,31 @@ done
 [ "$(pm exec "$prefix-redis" redis-cli -p "$redis_port" config get appendonly | tail -n 1)" = yes ] ||
   fail "redis: appendonly is not on (compose command not applied)"
 
-replica_grpc=() replica_metrics=()
+replica_grpc=() replica_metrics=() replica_http=()
 for i in 1 2 3; do
   replica_grpc[i]=127.0.0.1:$(free_port) replica_metrics[i]=127.0.0.1:$(free_port)
+  replica_http[i]=127.0.0.1:$(free_port)
   hostname_var=compose_hostname$i
   step "scale: attnserve-$i (hostname ${!hostname_var}): gRPC ${replica_grpc[i]}, metrics" \
        "${replica_metrics[i]}, ATTNSERVE_SESSION_STORE=$store ATTNSERVE_PERSIST=$compose_persist"
   run_container "attnserve-$i" --hostname "${!hostname_var}" "${blas_env[@]}" \
     -e ATTNSERVE_SESSION_STORE="$store" -e ATTNSERVE_PERSIST="$compose_persist" \
     -e ATTNSERVE_LISTEN="${replica_grpc[i]}" -e ATTNSERVE_METRICS_LISTEN="${replica_metrics[i]}" \
-    -e ATTNSERVE_HTTP_LISTEN=127.0.0.1:0 \
-    -e ATTNSERVE_SHUTDOWN_GRACE=1s -e ATTNSERVE_MAX_GENERATED_TOKENS=200000 \
+    -e ATTNSERVE_HTTP_LISTEN="${replica_http[i]}" -e ATTNSERVE_SHUTDOWN_GRACE=1s -e ATTNSERVE_MAX_GENERATED_TOKENS=200000 \
     --health-interval=disable "$image"
 done
 for i in 1 2 3; do wait_serving "attnserve-$i" "${replica_grpc[i]}"; done
 
 proxy=127.0.0.1:$(free_port) stats=127.0.0.1:$(free_port) runtime_api=127.0.0.1:$(free_port)
+proxy_http=127.0.0.1:$(free_port)
 step "scale: haproxy, $compose_haproxy_source mounted at $compose_haproxy_target: gRPC $proxy" \
      "(compose :50051), stats $stats (:8404), runtime API $runtime_api (:9999)"
 run_container haproxy -v "$repo/${compose_haproxy_source#./}:$compose_haproxy_target:ro" \
   -e ATTNSERVE_PROXY_BIND="$proxy" -e HAPROXY_STATS_BIND="$stats" \
   -e HAPROXY_RUNTIME_API="ipv4@$runtime_api" -e ATTNSERVE_S1="${replica_grpc[1]}" \
   -e ATTNSERVE_S2="${replica_grpc[2]}" -e ATTNSERVE_S3="${replica_grpc[3]}" \
+  -e ATTNSERVE_PROXY_HTTP_BIND="$proxy_http" -e ATTNSERVE_H1="${replica_http[1]}" \
+  -e ATTNSERVE_H2="${replica_http[2]}" -e ATTNSERVE_H3="${replica_http[3]}" \
   "localhost/$prefix-haproxy"
 # server_states: "s1=UP s2=UP s3=DOWN" from the runtime API (op state 2 is running).
 server_states() {
@@ -393,6 +401,15 @@ wait_states() {
 }
 wait_states "s1=UP s2=UP s3=UP" 20
 [ "$(cli "$proxy" health)" = SERVING ] || fail "scale: health through haproxy is not SERVING"
+step "scale: the HTTP API through haproxy on $proxy_http (compose :8000)"
+deadline=$((SECONDS + 20))
+until curl -sf "http://$proxy_http/v1/models" | grep -q '"kjv-taylor2-decay"'; do
+  [ "$SECONDS" -lt "$deadline" ] || fail "scale: HTTP /v1/models through haproxy after 20 s"
+  sleep 0.2
+done
+curl -sf -H 'content-type: application/json' -d '{"prompt":"In the beginning","max_tokens":4}' \
+  "http://$proxy_http/v1/completions" | grep -q '"completion_tokens":4' ||
+  fail "scale: HTTP /v1/completions through haproxy"
 lap scale-start
 
 step "scale: a conversation through haproxy"

@@ -1,0 +1,372 @@
+// The official `openai` SDK (npm, tests/openai/package.json) against a running
+// attnserve_server's HTTP front: code written for OpenAI, with only baseURL and the key
+// changed. Each command checks one behaviour and exits non-zero with the reason when it
+// does not hold; tests/openai/sdk_test.sh starts the servers and runs them.
+//
+//   node sdk_check.mjs basic BASE MODEL GRPC_TEXT   models, chat and completions streamed
+//                                                   and not; GRPC_TEXT: the file holding what
+//                                                   gRPC Generate answered for the prompt
+//   node sdk_check.mjs errors BASE MODEL            BadRequestError, NotFoundError
+//   node sdk_check.mjs auth BASE KEY                AuthenticationError without or with a wrong key
+//   node sdk_check.mjs conflict BASE SESSION        ConflictError: a turn on a busy session
+//   node sdk_check.mjs ratelimit BASE               RateLimitError with retry-after (slots full)
+//   node sdk_check.mjs disconnect BASE SESSION      an aborted stream frees its session
+//   node sdk_check.mjs flood BASE N                 N concurrent streams: each a stream or a
+//                                                   429/503 with retry-after; /health throughout
+//
+// BASE is http://HOST:PORT (the SDK gets BASE/v1). Every client has maxRetries 0: the SDK
+// would otherwise retry 409, 429 and 5xx, hiding the status under test.
+import OpenAI from "openai";
+
+const PROMPT = "In the beginning";
+const [command, base, ...args] = process.argv.slice(2);
+
+function fail(what) {
+  console.error(`sdk_check ${command}: FAIL: ${what}`);
+  process.exit(1);
+}
+function expect(cond, what) {
+  if (!cond) fail(what);
+}
+function client(apiKey = "unused", extra = {}) {
+  return new OpenAI({ baseURL: `${base}/v1`, apiKey, maxRetries: 0, timeout: 120_000, ...extra });
+}
+// The error `promise` rejects with; fails if it resolves.
+async function errorOf(promise, what) {
+  try {
+    await promise;
+  } catch (e) {
+    return e;
+  }
+  fail(`${what}: succeeded, expected an error`);
+}
+function expectError(e, cls, status, what) {
+  expect(e instanceof cls, `${what}: ${e?.constructor?.name} (${e?.status}: ${e?.message}), expected ${cls.name}`);
+  expect(e.status === status, `${what}: status ${e.status}, expected ${status}`);
+  expect(typeof e.error?.message === "string" && e.error.message.length > 0,
+         `${what}: no error.message in the body (${JSON.stringify(e.error)})`);
+  for (const field of ["type", "param", "code"]) {
+    expect(field in e.error, `${what}: the error body has no "${field}" (${JSON.stringify(e.error)})`);
+  }
+}
+
+// The chunks of a streamed chat or completion, checked for what the SDKs rely on: one id
+// and `created` for the stream, choices of index 0, finish_reason stop|length exactly once
+// and last among the choice chunks, then (include_usage) one usage chunk with no choices.
+async function collect(stream, chat) {
+  const chunks = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  expect(chunks.length >= 2, `only ${chunks.length} chunks`);
+  const { id, created } = chunks[0];
+  expect(typeof id === "string" && id.length > 0, "no stream id");
+  expect(Number.isInteger(created) && created > 1.7e9, `created ${created} is not a unix time`);
+  let text = "", finish = null, usage = null;
+  chunks.forEach((c, i) => {
+    expect(c.id === id && c.created === created, `chunk ${i} has id ${c.id} created ${c.created}, the stream ${id} ${created}`);
+    expect(c.object === (chat ? "chat.completion.chunk" : "text_completion"), `chunk ${i} object ${c.object}`);
+    if (c.usage) {
+      expect(c.choices.length === 0, `the usage chunk has ${c.choices.length} choices`);
+      expect(usage === null && i === chunks.length - 1, "the usage chunk is not the last, or not the only one");
+      usage = c.usage;
+      return;
+    }
+    expect(c.choices.length === 1 && c.choices[0].index === 0, `chunk ${i}: choices ${JSON.stringify(c.choices)}`);
+    expect(finish === null, `chunk ${i} after the finish_reason chunk`);
+    const choice = c.choices[0];
+    if (chat) {
+      if (i === 0) {
+        expect(choice.delta.role === "assistant" && choice.delta.content === "",
+               `first delta ${JSON.stringify(choice.delta)}, expected {"role":"assistant","content":""}`);
+      } else {
+        expect(choice.delta.role === undefined, `chunk ${i} repeats the role`);
+      }
+      text += choice.delta.content ?? "";
+    } else {
+      text += choice.text ?? "";
+    }
+    if (choice.finish_reason != null) {
+      expect(["stop", "length"].includes(choice.finish_reason), `finish_reason ${choice.finish_reason}`);
+      finish = choice.finish_reason;
+    }
+  });
+  expect(finish !== null, "no chunk carries a finish_reason");
+  return { text, finish, usage, id };
+}
+
+function expectUsage(u, what) {
+  expect(u && Number.isInteger(u.prompt_tokens) && u.prompt_tokens > 0, `${what}: prompt_tokens ${u?.prompt_tokens}`);
+  expect(Number.isInteger(u.completion_tokens) && u.completion_tokens > 0, `${what}: completion_tokens ${u?.completion_tokens}`);
+  expect(u.total_tokens === u.prompt_tokens + u.completion_tokens, `${what}: total_tokens ${u.total_tokens}`);
+  expect(Number.isInteger(u.prompt_tokens_details?.cached_tokens),
+         `${what}: no prompt_tokens_details.cached_tokens (${JSON.stringify(u)})`);
+}
+
+async function basic(model, grpcTextFile) {
+  const fs = await import("node:fs");
+  const grpcText = fs.readFileSync(grpcTextFile, "utf8");
+  const openai = client();
+
+  const list = await openai.models.list();
+  const ids = list.data.map((m) => m.id);
+  expect(ids.includes(model), `models.list: ${JSON.stringify(ids)} has no ${model}`);
+  const listed = list.data.find((m) => m.id === model);
+  expect(listed.object === "model" && typeof listed.owned_by === "string", `models.list entry ${JSON.stringify(listed)}`);
+  const one = await openai.models.retrieve(model);
+  expect(one.id === model && one.object === "model", `models.retrieve: ${JSON.stringify(one)}`);
+  expect(typeof one.attention === "string" && Number.isInteger(one.state_bytes_per_session),
+         `models.retrieve: no attention / state_bytes_per_session (${JSON.stringify(one)})`);
+  console.log(`models: ${ids.join(", ")}; ${model}: ${one.attention}, ${one.state_bytes_per_session} state bytes per session`);
+
+  // Completions: greedy text equals what gRPC Generate answered for the same prompt.
+  const request = { model, prompt: PROMPT, max_tokens: 40, temperature: 0 };
+  const completion = await openai.completions.create(request);
+  expect(completion.object === "text_completion" && completion.choices.length === 1, `completion ${JSON.stringify(completion)}`);
+  const ctext = completion.choices[0].text;
+  expect(ctext === grpcText, `completion text ${JSON.stringify(ctext)} differs from gRPC's ${JSON.stringify(grpcText)}`);
+  expect(["stop", "length"].includes(completion.choices[0].finish_reason), `completion finish_reason ${completion.choices[0].finish_reason}`);
+  expectUsage(completion.usage, "completion usage");
+  const cs = await collect(await openai.completions.create({ ...request, stream: true, stream_options: { include_usage: true } }), false);
+  expect(cs.text === ctext, `streamed completion ${JSON.stringify(cs.text)} differs from the unstreamed ${JSON.stringify(ctext)}`);
+  expect(cs.finish === completion.choices[0].finish_reason, `streamed finish ${cs.finish}, unstreamed ${completion.choices[0].finish_reason}`);
+  expectUsage(cs.usage, "streamed completion usage");
+  expect(cs.usage.completion_tokens === completion.usage.completion_tokens &&
+         cs.usage.prompt_tokens === completion.usage.prompt_tokens, "streamed and unstreamed usage differ");
+  console.log(`completions: ${completion.usage.completion_tokens} tokens, the same as gRPC, streamed and not: ${JSON.stringify(ctext)}`);
+
+  // Chat, streamed and not: the same text; without include_usage no usage chunk.
+  const chatRequest = { model, messages: [{ role: "user", content: PROMPT }], max_completion_tokens: 40, temperature: 0 };
+  const chat = await openai.chat.completions.create(chatRequest);
+  expect(chat.object === "chat.completion" && chat.choices.length === 1, `chat ${JSON.stringify(chat)}`);
+  const message = chat.choices[0].message;
+  expect(message.role === "assistant" && typeof message.content === "string" && message.content.length > 0,
+         `chat message ${JSON.stringify(message)}`);
+  expectUsage(chat.usage, "chat usage");
+  const streamed = await collect(await openai.chat.completions.create({ ...chatRequest, stream: true }), true);
+  expect(streamed.usage === null, "a usage chunk without stream_options.include_usage");
+  expect(streamed.text === message.content, `streamed chat ${JSON.stringify(streamed.text)} differs from ${JSON.stringify(message.content)}`);
+  const withUsage = await collect(await openai.chat.completions.create({ ...chatRequest, stream: true, stream_options: { include_usage: true } }), true);
+  expect(withUsage.text === message.content, "streamed chat with usage differs");
+  expectUsage(withUsage.usage, "streamed chat usage");
+  expect(withUsage.usage.prompt_tokens === chat.usage.prompt_tokens, "streamed and unstreamed prompt_tokens differ");
+  console.log(`chat: ${chat.usage.prompt_tokens} prompt tokens, ${chat.usage.completion_tokens} generated, the same streamed and not: ${JSON.stringify(message.content)}`);
+
+  // max_tokens reached is "length"; a stop string is "stop" and cuts the text before it.
+  const short = await openai.chat.completions.create({ ...chatRequest, max_completion_tokens: 3 });
+  expect(short.choices[0].finish_reason === "length" && short.usage.completion_tokens === 3,
+         `3 tokens: finish ${short.choices[0].finish_reason}, ${short.usage.completion_tokens} tokens`);
+  const cut = ctext.slice(5, 7);
+  if (cut.length === 2 && !cut.includes("\uFFFD")) {
+    const stopped = await openai.completions.create({ ...request, stop: [cut] });
+    expect(stopped.choices[0].finish_reason === "stop", `stop ${JSON.stringify(cut)}: finish ${stopped.choices[0].finish_reason}`);
+    expect(!stopped.choices[0].text.includes(cut) && ctext.startsWith(stopped.choices[0].text),
+           `stop ${JSON.stringify(cut)}: text ${JSON.stringify(stopped.choices[0].text)}`);
+  }
+  // Log probabilities: chat's per-token content list.
+  const lp = await openai.chat.completions.create({ ...chatRequest, max_completion_tokens: 5, logprobs: true, top_logprobs: 3 });
+  const content = lp.choices[0].logprobs?.content;
+  expect(Array.isArray(content) && content.length === 5, `chat logprobs ${JSON.stringify(lp.choices[0].logprobs)}`);
+  for (const t of content) {
+    expect(t.logprob <= 0 && t.top_logprobs.length === 3, `logprob entry ${JSON.stringify(t)}`);
+    expect(t.top_logprobs[0].logprob >= t.logprob - 1e-6, `the chosen token is more likely than the top alternative (greedy): ${JSON.stringify(t)}`);
+  }
+  console.log("basic: PASS");
+}
+
+async function errors(model) {
+  const openai = client();
+  const chat = { model, messages: [{ role: "user", content: PROMPT }], max_tokens: 5 };
+  for (const [what, request, param] of [
+    ["n=2", { ...chat, n: 2 }, "n"],
+    ["temperature -1", { ...chat, temperature: -1 }, "temperature"],
+    ["top_p 2", { ...chat, top_p: 2 }, "top_p"],
+    ["max_tokens -1", { ...chat, max_tokens: -1 }, "max_tokens"],
+    ["no messages", { model, max_tokens: 5 }, "messages"],
+    ["a message without content", { model, messages: [{ role: "user" }] }, "messages"],
+    ["an unknown role", { model, messages: [{ role: "wizard", content: "x" }] }, "messages"],
+  ]) {
+    const e = await errorOf(openai.chat.completions.create(request), what);
+    expectError(e, OpenAI.BadRequestError, 400, what);
+    console.log(`${what}: 400 ${e.error.type} param=${e.error.param}: ${e.error.message}`);
+    // param names the field when the HTTP edge knows it; the message always does.
+    expect(e.error.param === param || (e.error.param === null && e.error.message.includes(param)),
+           `${what}: param ${e.error.param} and a message not naming ${param}`);
+  }
+  const malformed = await fetch(`${base}/v1/chat/completions`, {
+    method: "POST", headers: { "content-type": "application/json" }, body: "{not json",
+  });
+  expect(malformed.status === 400, `malformed JSON: ${malformed.status}`);
+  const body = await malformed.json();
+  expect(typeof body.error?.message === "string", `malformed JSON body ${JSON.stringify(body)}`);
+  for (const [what, call] of [
+    ["chat with an unknown model", () => openai.chat.completions.create({ ...chat, model: "no-such-model" })],
+    ["completion with an unknown model", () => openai.completions.create({ model: "no-such-model", prompt: "x" })],
+    ["retrieve an unknown model", () => openai.models.retrieve("no-such-model")],
+  ]) {
+    const e = await errorOf(call(), what);
+    expectError(e, OpenAI.NotFoundError, 404, what);
+    expect(e.error.message.includes("no-such-model"), `${what}: the message does not name the model: ${e.error.message}`);
+    console.log(`${what}: 404 ${e.error.message}`);
+  }
+  console.log("errors: PASS");
+}
+
+async function auth(key) {
+  // No key at all: the SDK will not send a request without one, so plain fetch.
+  for (const [route, init] of [
+    ["/v1/models", {}],
+    ["/v1/chat/completions", { method: "POST", headers: { "content-type": "application/json" },
+                               body: JSON.stringify({ messages: [{ role: "user", content: "x" }], max_tokens: 2 }) }],
+  ]) {
+    const r = await fetch(`${base}${route}`, init);
+    const body = await r.json();
+    expect(r.status === 401 && typeof body.error?.message === "string",
+           `${route} without a key: ${r.status} ${JSON.stringify(body)}`);
+    console.log(`${route} without a key: 401 ${body.error.message}`);
+  }
+  const wrong = client("wrongwrongwrongwrong1234");
+  for (const [route, call] of [
+    ["models.list", () => wrong.models.list()],
+    ["chat", () => wrong.chat.completions.create({ messages: [{ role: "user", content: "x" }], max_tokens: 2 })],
+  ]) {
+    const e = await errorOf(call(), `${route} with a wrong key`);
+    expectError(e, OpenAI.AuthenticationError, 401, `${route} with a wrong key`);
+    console.log(`${route} with a wrong key: 401 ${e.error.message}`);
+  }
+  const openai = client(key);
+  const list = await openai.models.list();
+  expect(list.data.length > 0, "models.list with the key is empty");
+  const chat = await openai.chat.completions.create({ messages: [{ role: "user", content: PROMPT }], max_tokens: 4, temperature: 0 });
+  expect(chat.usage.completion_tokens === 4, `chat with the key: ${JSON.stringify(chat.usage)}`);
+  // /health needs no key.
+  const health = await fetch(`${base}/health`);
+  expect(health.status === 200, `/health without a key: ${health.status}`);
+  console.log("auth: PASS");
+}
+
+async function conflict(session) {
+  const openai = client();
+  const e = await errorOf(
+    openai.chat.completions.create({ messages: [{ role: "user", content: "x" }], max_tokens: 2 },
+                                   { headers: { "x-session-id": session } }),
+    "a turn on a busy session");
+  expectError(e, OpenAI.ConflictError, 409, "a turn on a busy session");
+  console.log(`busy session: 409 ${e.error.message}`);
+  const unknown = await errorOf(
+    openai.chat.completions.create({ messages: [{ role: "user", content: "x" }], max_tokens: 2 },
+                                   { headers: { "x-session-id": "no-such-session" } }),
+    "a turn on an unknown session");
+  expectError(unknown, OpenAI.NotFoundError, 404, "a turn on an unknown session");
+  console.log("conflict: PASS");
+}
+
+async function ratelimit() {
+  const openai = client();
+  const e = await errorOf(
+    openai.chat.completions.create({ messages: [{ role: "user", content: PROMPT }], max_tokens: 4, stream: true }),
+    "a stream while every slot is taken");
+  expectError(e, OpenAI.RateLimitError, 429, "a stream while every slot is taken");
+  const retry = e.headers?.get?.("retry-after");
+  expect(retry !== null && retry !== undefined && Number(retry) >= 1, `429 without a retry-after (${retry})`);
+  const health = await fetch(`${base}/health`);
+  expect(health.status === 200, `/health while every slot is taken: ${health.status}`);
+  const models = await openai.models.list();
+  expect(models.data.length > 0, "models.list while every slot is taken");
+  console.log(`every slot taken: 429 retry-after ${retry}: ${e.error.message}; /health and /v1/models answer`);
+  console.log("ratelimit: PASS");
+}
+
+// A stream aborted after its first content delta: the server cancels the turn and frees
+// the session, so a next turn on it is accepted (409 meanwhile counts as not yet freed).
+async function disconnect(session) {
+  const openai = client();
+  const controller = new AbortController();
+  const stream = await openai.chat.completions.create(
+    { messages: [{ role: "user", content: PROMPT }], max_tokens: 2000, temperature: 0, stream: true },
+    { headers: { "x-session-id": session }, signal: controller.signal });
+  let deltas = 0;
+  try {
+    for await (const chunk of stream) {
+      if (chunk.choices[0]?.delta?.content) ++deltas;
+      if (deltas === 2) {
+        controller.abort();
+        break;
+      }
+    }
+  } catch (e) {
+    expect(e instanceof OpenAI.APIUserAbortError || e.name === "AbortError", `the aborted stream: ${e}`);
+  }
+  expect(deltas === 2, `${deltas} deltas before the abort`);
+  const aborted = Date.now();
+  let refused = 0;
+  for (;;) {
+    try {
+      const next = await openai.chat.completions.create(
+        { messages: [{ role: "user", content: "x" }], max_tokens: 2 }, { headers: { "x-session-id": session } });
+      expect(next.usage.completion_tokens === 2, `the next turn: ${JSON.stringify(next.usage)}`);
+      break;
+    } catch (e) {
+      if (!(e instanceof OpenAI.ConflictError)) throw e;
+      ++refused;
+      expect(Date.now() - aborted < 30_000, "the session is still busy 30 s after its client went away");
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+  console.log(`disconnect: the session took a next turn ${Date.now() - aborted} ms after the abort (${refused} x 409 before)`);
+  console.log("disconnect: PASS");
+}
+
+// N concurrent streams against fewer slots: each one is either a stream that ends with
+// [DONE] or a 429/503 with retry-after, never left waiting; /health answers throughout.
+async function flood(n) {
+  const body = JSON.stringify({ messages: [{ role: "user", content: PROMPT }], max_tokens: 64, stream: true });
+  let done = false, healthChecks = 0, healthWorst = 0;
+  const healthLoop = (async () => {
+    while (!done) {
+      const t = Date.now();
+      const h = await fetch(`${base}/health`, { signal: AbortSignal.timeout(30_000) })
+        .catch((e) => fail(`/health during the flood (after ${healthChecks} answers): ${e}`));
+      expect(h.status === 200, `/health during the flood: ${h.status}`);
+      await h.text();
+      healthWorst = Math.max(healthWorst, Date.now() - t);
+      ++healthChecks;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  })();
+  const outcomes = await Promise.all(Array.from({ length: n }, async () => {
+    const r = await fetch(`${base}/v1/chat/completions`, {
+      method: "POST", headers: { "content-type": "application/json" }, body, signal: AbortSignal.timeout(300_000),
+    }).catch((e) => fail(`a request of the flood got no answer: ${e}`));
+    const text = await r.text();
+    if (r.status === 200) {
+      expect(text.endsWith("data: [DONE]\n\n"), `a stream of the flood ended without [DONE]: ${JSON.stringify(text.slice(-200))}`);
+      return "streamed";
+    }
+    expect(r.status === 429 || r.status === 503, `a request of the flood: ${r.status} ${text}`);
+    expect(Number(r.headers.get("retry-after")) >= 1, `a ${r.status} without retry-after`);
+    expect(typeof JSON.parse(text).error?.message === "string", `a ${r.status} body ${text}`);
+    return String(r.status);
+  }));
+  done = true;
+  await healthLoop;
+  const count = (k) => outcomes.filter((o) => o === k).length;
+  expect(count("streamed") > 0, "no stream of the flood was served");
+  expect(count("429") + count("503") > 0, `all ${n} streams were admitted: the flood did not exceed the slots`);
+  console.log(`flood of ${n}: ${count("streamed")} streamed, ${count("429")} x 429, ${count("503")} x 503; ` +
+              `/health answered ${healthChecks} times, slowest ${healthWorst} ms`);
+  console.log("flood: PASS");
+}
+
+const commands = {
+  basic: () => basic(args[0], args[1]),
+  errors: () => errors(args[0]),
+  auth: () => auth(args[0]),
+  conflict: () => conflict(args[0]),
+  ratelimit: () => ratelimit(),
+  disconnect: () => disconnect(args[0]),
+  flood: () => flood(Number(args[0])),
+};
+if (!(command in commands) || !base) {
+  console.error("usage: node sdk_check.mjs basic|errors|auth|conflict|ratelimit|disconnect|flood BASE [ARGS]");
+  process.exit(2);
+}
+commands[command]().catch((e) => fail(e?.stack ?? String(e)));

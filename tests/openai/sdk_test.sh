@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The HTTP front against the official `openai` SDK (npm, installed by deploy/install.sh
+# into tests/openai/node_modules) and curl, on the real attnserve_server binary with the
+# shipped default model: models, chat and completions streamed and not (the same text as
+# gRPC Generate), every error class the SDK raises for the condition that should raise it,
+# API keys, a busy session (held by a gRPC turn) refused with 409, a client that goes away
+# freeing its session, every stream slot taken (429 + retry-after while /health and
+# /v1/models answer), a flood of 200 streams against 2 slots, SSE framing byte for byte,
+# and the request metrics of HTTP routes.
+# Usage: sdk_test.sh SERVER_BINARY CLIENT_BINARY
+set -euo pipefail
+server_bin=$1 client_bin=$2
+test_name=openai_sdk
+work=$(mktemp -d)
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+source "$repo/tests/e2e/lib.sh"
+a_pid="" b_pid="" c_pid="" held_pid="" held_pids=""
+trap 'stop "$a_pid"; stop "$b_pid"; stop "$c_pid"; for p in $held_pids; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+logs="a b c"
+
+[ -d "$here/node_modules/openai" ] ||
+  fail "$here/node_modules/openai is missing: deploy/install.sh installs it (npm ci)"
+command -v curl >/dev/null || fail "curl is missing: deploy/install.sh installs it"
+sdk() { node "$here/sdk_check.mjs" "$@" || fail "sdk_check $1"; }
+
+# A: the default, no keys. B: API keys. C: two stream slots.
+a_addr=127.0.0.1:$(free_port) a_http=127.0.0.1:$(free_port) a_metrics=127.0.0.1:$(free_port)
+start_named a "$a_addr" "$a_metrics" --http_listen="$a_http"
+a_pid=$started_pid
+model=$("$client_bin" --server="$a_addr" models | awk 'NR == 2 { print $1 }')
+[ -n "$model" ] || fail "no model listed"
+
+step "gRPC's greedy text for the prompt (what the HTTP completion must equal)"
+"$client_bin" --server="$a_addr" generate --temperature=0 --max_tokens=40 "In the beginning" \
+  >"$work/grpc.txt" 2>"$work/grpc.err" || fail "gRPC generate: $(cat "$work/grpc.err")"
+"$py" - "$work/grpc.txt" <<'PY' || fail "gRPC text"
+import sys
+p = sys.argv[1]
+t = open(p, "rb").read()
+# attnserve_client ends its output with a newline when the text does not end with one.
+open(p, "wb").write(t[:-1] if t.endswith(b"\n") else t)
+PY
+
+step "models, completions and chat, streamed and not"
+sdk basic "http://$a_http" "$model" "$work/grpc.txt"
+step "errors the SDK raises"
+sdk errors "http://$a_http" "$model"
+
+step "a session busy with a gRPC turn: 409 on HTTP"
+busy=$("$client_bin" --server="$a_addr" sessions create) || fail "sessions create"
+max_tokens=2000 held_turn "$a_addr" busy "In the beginning" --session="$busy"
+held_pids+=" $held_pid"
+wait_first_token busy
+sdk conflict "http://$a_http" "$busy"
+release busy
+
+step "a client that goes away mid-stream frees its session"
+freed=$("$client_bin" --server="$a_addr" sessions create) || fail "sessions create"
+sdk disconnect "http://$a_http" "$freed"
+
+step "SSE framing, byte for byte (curl)"
+request='{"prompt":"In the beginning","max_tokens":12,"temperature":0'
+curl -sS --no-buffer -D "$work/sse.head" -o "$work/sse.body" -H 'content-type: application/json' \
+  -d "$request"',"stream":true,"stream_options":{"include_usage":true}}' \
+  "http://$a_http/v1/completions" || fail "curl stream"
+curl -sS -o "$work/plain.body" -H 'content-type: application/json' -d "$request}" \
+  "http://$a_http/v1/completions" || fail "curl"
+"$py" - "$work/sse.head" "$work/sse.body" "$work/plain.body" <<'PY' || fail "SSE framing"
+import json, re, sys
+head = open(sys.argv[1], "rb").read().decode("latin-1")
+body = open(sys.argv[2], "rb").read()
+plain = json.load(open(sys.argv[3]))
+def check(cond, what):
+    if not cond:
+        sys.exit(f"SSE framing: {what}\n--- head\n{head}\n--- body\n{body!r}")
+check(head.startswith("HTTP/1.1 200"), "status")
+check(re.search(r"(?im)^content-type: text/event-stream", head), "content-type")
+check(re.search(r"(?im)^cache-control: no-cache", head), "cache-control")
+# Every event is `data: <one line>\n\n`; comments (`: ping`) are allowed between them.
+events = body.split(b"\n\n")
+check(events[-1] == b"", "the body does not end with a blank line")
+events = [e for e in events[:-1] if not e.startswith(b":")]
+check(all(e.startswith(b"data: ") and b"\n" not in e for e in events), "an event that is not one data line")
+check(events[-1] == b"data: [DONE]", "the last event is not [DONE]")
+chunks = [json.loads(e[6:]) for e in events[:-1]]
+usage = chunks[-1]
+check(usage["choices"] == [] and usage["usage"]["completion_tokens"] == 12, "the usage chunk")
+text = "".join(c["choices"][0]["text"] for c in chunks[:-1])
+check(text == plain["choices"][0]["text"], f"streamed {text!r} != {plain['choices'][0]['text']!r}")
+check(chunks[-2]["choices"][0]["finish_reason"] == "length", "finish_reason")
+check(all(c["choices"][0]["finish_reason"] is None for c in chunks[:-2]), "an early finish_reason")
+check(usage["usage"] == plain["usage"], f"usage {usage['usage']} != {plain['usage']}")
+print(f"SSE framing: {len(chunks) - 1} content events, a usage event, [DONE]; text equals the unstreamed: {text!r}")
+PY
+
+step "request metrics of the HTTP routes"
+ok=$(metric_of "$a_metrics" attnserve_requests_total '(?=.*method="POST /v1/chat/completions")(?=.*code="200")')
+bad=$(metric_of "$a_metrics" attnserve_requests_total '(?=.*method="POST /v1/chat/completions")(?=.*code="400")')
+[ "$ok" -gt 0 ] && [ "$bad" -gt 0 ] ||
+  fail "attnserve_requests_total for POST /v1/chat/completions: $ok with 200, $bad with 400"
+step "metrics: POST /v1/chat/completions $ok x 200, $bad x 400"
+
+step "API keys"
+key=$(openssl rand -base64 24)
+printf '%s sdk-tenant\n' "$key" >"$work/keys.txt"
+b_addr=127.0.0.1:$(free_port) b_http=127.0.0.1:$(free_port)
+start_named b "$b_addr" "127.0.0.1:$(free_port)" --http_listen="$b_http" --api_keys_file="$work/keys.txt"
+b_pid=$started_pid
+sdk auth "http://$b_http" "$key"
+stop "$b_pid"; b_pid=""
+
+step "every stream slot taken: 429 with retry-after; /health and /v1/models answer"
+c_addr=127.0.0.1:$(free_port) c_http=127.0.0.1:$(free_port) c_metrics=127.0.0.1:$(free_port)
+start_named c "$c_addr" "$c_metrics" --http_listen="$c_http" --http_max_streams=2
+c_pid=$started_pid
+holders=""
+for i in 1 2; do
+  "$py" "$here/held_http.py" "$work/slots.release" "$c_http" 2000 >"$work/held$i.out" 2>"$work/held$i.err" &
+  holders+=" $!"
+done
+held_pids+="$holders"
+wait_paused "$c_metrics" 2
+sdk ratelimit "http://$c_http"
+touch "$work/slots.release"
+for p in $holders; do wait "$p" || fail "a held stream: $(cat "$work"/held*.err)"; done
+for i in 1 2; do
+  grep -q "status=200 .* done=yes" "$work/held$i.out" || fail "held stream $i: $(cat "$work/held$i.out")"
+done
+
+step "a flood of 200 streams against 2 slots"
+sdk flood "http://$c_http" 200
+limited=$(metric_of "$c_metrics" attnserve_requests_total '(?=.*method="POST /v1/chat/completions")(?=.*code="429")')
+[ "$limited" -gt 0 ] || fail "no 429 counted in attnserve_requests_total"
+
+stop "$a_pid"; a_pid=""
+stop "$c_pid"; c_pid=""
+step "PASS"
