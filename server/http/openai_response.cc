@@ -1,5 +1,7 @@
 #include "server/http/openai_response.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "server/http/http_errors.h"
 #include "server/http/utf8.h"
@@ -57,7 +59,35 @@ OpenAiAnswer::OpenAiAnswer(const OpenAiRequest& request, std::string id, int64_t
       id_(std::move(id)),
       created_(created),
       model_(std::move(model)),
+      stops_(request.generate.sampling().stop().begin(), request.generate.sampling().stop().end()),
       completion_logprobs_(EmptyCompletionLogprobs()) {}
+
+std::string OpenAiAnswer::PassStops(const std::string& bytes) {
+  if (stopped_) return "";
+  if (stops_.empty()) return bytes;
+  unsure_ += bytes;
+  size_t first = std::string::npos;
+  for (const std::string& s : stops_) first = std::min(first, unsure_.find(s));
+  if (first != std::string::npos) {
+    std::string out = unsure_.substr(0, first);
+    unsure_.clear();
+    stopped_ = true;
+    return out;
+  }
+  // Hold the longest tail that is a proper prefix of a stop string.
+  size_t keep = 0;
+  for (const std::string& s : stops_) {
+    for (size_t k = std::min(s.size() - 1, unsure_.size()); k > keep; --k) {
+      if (unsure_.compare(unsure_.size() - k, k, s, 0, k) == 0) {
+        keep = k;
+        break;
+      }
+    }
+  }
+  std::string out = unsure_.substr(0, unsure_.size() - keep);
+  unsure_.erase(0, unsure_.size() - keep);
+  return out;
+}
 
 std::string OpenAiAnswer::Absorb(std::vector<scheduler::TokenEvent> tokens, bool final) {
   std::string text;
@@ -87,9 +117,14 @@ std::string OpenAiAnswer::Absorb(std::vector<scheduler::TokenEvent> tokens, bool
         text_offset_ += t.bytes.size();
       }
     }
-    text += TakeWholeCharacters(&held_, t.bytes, /*final=*/false);
+    text += TakeWholeCharacters(&held_, PassStops(t.bytes), /*final=*/false);
   }
-  if (final) text += TakeWholeCharacters(&held_, "", /*final=*/true);
+  if (final) {
+    // A turn that ended otherwise (length, EOS) gives back what looked like a stop's start.
+    std::string rest;
+    rest.swap(unsure_);
+    text += TakeWholeCharacters(&held_, stopped_ ? "" : rest, /*final=*/true);
+  }
   return text;
 }
 

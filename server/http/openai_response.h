@@ -22,6 +22,9 @@ std::optional<std::string> FinishReasonOf(const scheduler::TurnResult& result,
 // One turn's answer, built as its tokens arrive. Content carries whole UTF-8 characters
 // only: the bytes of a character split between tokens are held until it completes; bytes
 // that are not valid UTF-8, and an incomplete character at the end, become U+FFFD.
+// As in the OpenAI API, a stop string is not part of the content: the turn ends after
+// the token that completes it (the scheduler's rule, the same as gRPC's), and the text
+// here ends before it. Bytes that may begin a stop string are held until they do not.
 class OpenAiAnswer {
  public:
   // `id` is "chatcmpl-..." or "cmpl-...", `created` Unix seconds, `model` the model's
@@ -47,6 +50,9 @@ class OpenAiAnswer {
   // Appends the tokens' bytes to the held text and logprob entries; returns the whole
   // characters now complete.
   std::string Absorb(std::vector<scheduler::TokenEvent> tokens, bool final);
+  // `bytes` less what may be, or is, the start of a stop string (held in unsure_), and
+  // nothing once one matched.
+  std::string PassStops(const std::string& bytes);
   nlohmann::json Envelope(const char* object) const;
   nlohmann::json Chunk(const std::string& content, const nlohmann::json& finish_reason);
   nlohmann::json Usage(const scheduler::TurnResult& result) const;
@@ -58,6 +64,9 @@ class OpenAiAnswer {
   const std::string id_;
   const int64_t created_;
   const std::string model_;
+  const std::vector<std::string> stops_;
+  std::string unsure_;   // bytes that may begin a stop string
+  bool stopped_ = false; // a stop string matched: nothing more is content
   std::string held_;     // bytes of an incomplete character
   std::string content_;  // non-streaming: everything so far
   // Chat: logprobs.content entries; completions: tokens, token_logprobs, top_logprobs,

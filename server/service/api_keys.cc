@@ -88,7 +88,8 @@ absl::Status CheckLine(const std::vector<absl::string_view>& fields,
 
 absl::Status Unauthenticated(absl::string_view why) {
   return absl::UnauthenticatedError(absl::StrCat(
-      "authorization: ", why, "; this server needs metadata 'authorization: Bearer <API key>'"));
+      "authorization: ", why,
+      "; this server needs 'authorization: Bearer <API key>' (gRPC metadata or an HTTP header)"));
 }
 
 }  // namespace

@@ -226,13 +226,24 @@ if found:
         def default(variable):
             match = re.search(r'"\$\{' + variable + r'-([^}"]*)\}"', config)
             return match.group(1) if match else None
-        servers_cfg = re.findall(r'^\s*server\s+(\S+)\s+"\$\{(\w+)-([^}]*)\}"', config, re.M)
-        backends = sorted(address for _, _, address in servers_cfg)
-        check(backends == sorted(f"{n}:{grpc_port}" for n in servers),
-              f"haproxy.cfg's servers default to {backends}: the replicas on :{grpc_port}")
+        # Each backend's servers, by section: gRPC's on the replicas' gRPC port, the HTTP
+        # API's on their HTTP port (the image's ATTNSERVE_HTTP_LISTEN).
+        sections = re.split(r'^(?=(?:frontend|backend|global|defaults|resolvers)\b)', config, flags=re.M)
+        def servers_of(backend):
+            for section in sections:
+                if re.match(r'backend\s+' + backend + r'\s*$', section.split("\n", 1)[0]):
+                    found_servers = re.findall(r'^\s*server\s+(\S+)\s+"\$\{(\w+)-([^}]*)\}"', section, re.M)
+                    return sorted(address for _, _, address in found_servers)
+            return None
+        http_port = env.get("ATTNSERVE_HTTP_LISTEN", ":").rsplit(":", 1)[1]
+        for backend, port in (("attnserve", grpc_port), ("attnserve_http", http_port)):
+            addresses = servers_of(backend)
+            check(addresses == sorted(f"{n}:{port}" for n in servers),
+                  f"haproxy.cfg's backend {backend} servers default to {addresses}: the replicas on :{port}")
         published = {str(p["target"]) if isinstance(p, dict) else p.split(":")[-1].split("/")[0]
                      for p in services["haproxy"].get("ports", [])}
-        for variable in ("ATTNSERVE_PROXY_BIND", "HAPROXY_STATS_BIND", "HAPROXY_RUNTIME_API"):
+        for variable in ("ATTNSERVE_PROXY_BIND", "ATTNSERVE_PROXY_HTTP_BIND", "HAPROXY_STATS_BIND",
+                         "HAPROXY_RUNTIME_API"):
             value = default(variable) or ""
             check(value.rsplit(":", 1)[-1] in published,
                   f"haproxy.cfg {variable} default {value}: its port is published")

@@ -76,6 +76,9 @@ TEST(ParseOpenAiRequestTest, ErrorsNameTheParam) {
   EXPECT_EQ(param(Route::kChat, R"({"messages":[]})"), "messages");
   EXPECT_EQ(param(Route::kChat, R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})"),
             "messages[0].content");
+  EXPECT_EQ(param(Route::kChat, R"({"messages":[{"role":"user"}]})"), "messages[0].content");
+  EXPECT_TRUE(ParseOpenAiRequest(Route::kChat, R"({"messages":[{"role":"user","content":"a"},
+      {"role":"assistant","content":null},{"role":"user","content":"b"}]})", 0).ok());
   EXPECT_FALSE(ParseOpenAiRequest(Route::kChat, "{not json", 0).ok());
 }
 
@@ -133,6 +136,38 @@ TEST(OpenAiAnswerTest, ChatEventsHoldSplitCharactersAndEndWithUsageAndDone) {
             "\"prompt_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":0},"
             "\"total_tokens\":8}}\n\n"
             "data: [DONE]\n\n");
+}
+
+// As in the OpenAI API, the stop string is not content: bytes that may start it are held,
+// given back if the text goes another way, and cut where it completes.
+TEST(OpenAiAnswerTest, AStopStringIsNotContent) {
+  auto request = ParseOpenAiRequest(Route::kCompletions,
+                                    R"({"prompt":"x","stream":true,"stop":["the end","\n\n"]})", 0);
+  ASSERT_TRUE(request.ok()) << request.status();
+  OpenAiAnswer answer(*request, "cmpl-1", 1, "m");
+  std::string text;
+  auto take = [&](const std::string& bytes) {
+    const std::string events = answer.Tokens({Token(1, bytes)});
+    if (events.empty()) return std::string();
+    auto j = nlohmann::json::parse(events.substr(6));
+    std::string t = j["choices"][0]["text"];
+    text += t;
+    return t;
+  };
+  EXPECT_EQ(take("so the"), "so ");       // "the" may begin "the end": held
+  EXPECT_EQ(take("re"), "there");         // it did not
+  EXPECT_EQ(take(" was the e"), " was ");  // held again
+  EXPECT_EQ(take("nd of it"), "");        // "the end" matched: nothing of it or after
+  EXPECT_EQ(text, "so there was ");
+  scheduler::TurnResult r;
+  r.reason = scheduler::FinishReason::kStop;
+  EXPECT_THAT(answer.Finish(r), ::testing::Not(HasSubstr("end")));
+
+  // A turn that ends for another reason gives back a held tail that never became a stop.
+  OpenAiAnswer other(*request, "cmpl-2", 1, "m");
+  other.Add({Token(1, "a\n")});
+  r.reason = scheduler::FinishReason::kLength;
+  EXPECT_EQ(other.Body(r, "length")["choices"][0]["text"], "a\n");
 }
 
 TEST(OpenAiAnswerTest, ATurnThatDidNotEndNormallyEndsWithAnErrorEventAndNoDone) {
