@@ -30,4 +30,12 @@ std::string RandomId128() {
   return out;
 }
 
+bool IsRandomId128(std::string_view id) {
+  if (id.size() != 32) return false;
+  for (char c : id) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
 }  // namespace attnserve

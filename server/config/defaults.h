@@ -34,5 +34,9 @@ inline constexpr char kHttpListen[] = "127.0.0.1:8000";
 inline constexpr int kHttpMaxStreams = 64;
 // Threads beyond the stream slots: /health, /v1/models and refusals while every slot streams.
 inline constexpr int kHttpSpareThreads = 8;
+// Stored responses (/v1/responses): how long one lives, and the bytes of them cached in
+// memory (all of them without a durable store).
+inline constexpr absl::Duration kResponseTtl = absl::Hours(24);
+inline constexpr int64_t kCheckpointMemoryBytes = int64_t{256} << 20;
 
 }  // namespace attnserve::config::defaults

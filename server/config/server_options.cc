@@ -19,7 +19,7 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
   f.AddCustom<std::string>(
       "http_listen", &o->http_listen, "HOST:PORT",
       "Address of the OpenAI-compatible HTTP API (/v1/models, /v1/completions, "
-      "/v1/chat/completions, /health); --http_listen= (empty, on the command "
+      "/v1/chat/completions, /v1/responses, /health); --http_listen= (empty, on the command "
       "line) disables it.",
       [](absl::string_view v, std::string* out) {
         if (!v.empty()) return ParseHostPort(v, out);
@@ -36,6 +36,13 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
                   "--http_max_streams + 8; the spare threads answer /health, "
                   "/v1/models and refusals while every stream slot is busy). An "
                   "idle keep-alive connection holds its thread for at most 5 s.");
+  f.AddDuration("response_ttl", &o->response_ttl, absl::Seconds(1),
+                "How long a stored response of /v1/responses (the state after "
+                "it, for previous_response_id) is kept.");
+  f.AddByteSize("checkpoint_memory_bytes", &o->checkpoint_memory_bytes,
+                "Memory for stored responses, least recently used out first: a "
+                "cache of the durable --session_store, or (memory store) all "
+                "there is, so an evicted response is gone.");
   f.AddHostPort("metrics_listen", &o->metrics_address,
                 "Address serving Prometheus /metrics.");
   f.Add("tls_cert", &o->tls_cert,

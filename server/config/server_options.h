@@ -30,6 +30,11 @@ struct ServerOptions {
   // cpp-httplib's worker threads, one per open connection (--http_threads); 0 means
   // http_max_streams + kHttpSpareThreads. Must exceed http_max_streams.
   int http_threads = 0;
+  // How long a stored response (/v1/responses, store: true) lives (--response_ttl).
+  absl::Duration response_ttl = defaults::kResponseTtl;
+  // Bytes of stored responses cached in memory; without a durable store, all there is
+  // (--checkpoint_memory_bytes).
+  int64_t checkpoint_memory_bytes = defaults::kCheckpointMemoryBytes;
   // host:port serving Prometheus /metrics (--metrics_listen).
   std::string metrics_address = "127.0.0.1:9464";
   // PEM certificate chain and private key: set both to serve gRPC over TLS

@@ -172,4 +172,30 @@ absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind,
   return absl::InternalError("unknown chat template");
 }
 
+absl::StatusOr<std::string> RenderAfterAssistant(ChatTemplateKind kind,
+                                                 const std::vector<ChatMessage>& messages,
+                                                 bool ended_with_eos) {
+  if (messages.empty()) return absl::InvalidArgumentError("input: must not be empty");
+  // The whole conversation with a marker for the generated content; what follows the
+  // marker is the continuation. The user message before it only gives the templates
+  // the context they check (llama2's alternation).
+  constexpr char kMarker[] = "\x1f\x1e attnserve generated text \x1e\x1f";
+  std::vector<ChatMessage> whole = {{"user", "u"}, {"assistant", kMarker}};
+  whole.insert(whole.end(), messages.begin(), messages.end());
+  auto rendered = RenderChat(kind, whole);
+  if (!rendered.ok()) return rendered.status();
+  const size_t at = rendered->find(kMarker);
+  if (at == std::string::npos) return absl::InternalError("the chat template lost the marker");
+  std::string after = rendered->substr(at + sizeof(kMarker) - 1);
+  if (ended_with_eos) {
+    const absl::string_view end_of_turn = kind == ChatTemplateKind::kChatml   ? "<|im_end|>"
+                                          : kind == ChatTemplateKind::kLlama2 ? " </s>"
+                                                                              : "";
+    if (!end_of_turn.empty() && absl::StartsWith(after, end_of_turn)) {
+      after.erase(0, end_of_turn.size());
+    }
+  }
+  return after;
+}
+
 }  // namespace attnserve::http

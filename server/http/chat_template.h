@@ -56,4 +56,16 @@ absl::StatusOr<ChatTemplateKind> ChatTemplateForDirectory(const std::string& dir
 absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind,
                                        const std::vector<ChatMessage>& messages);
 
+// What follows an assistant turn the model generated when the conversation goes on with
+// `messages`: the text a full RenderChat of the whole conversation has after the
+// assistant's content, ending with the assistant's cue. A session continued with it
+// holds what a client resending the whole history would have prefilled. When the turn
+// ended on an end-of-sequence token (`ended_with_eos`, which is in the session's state
+// but not in the text), the template's own end-of-turn marker ("<|im_end|>" for chatml,
+// " </s>" for llama2) is left out. Errors as RenderChat, for the conversation as a whole
+// (llama2: the continuation must start with a user message and hold no system message).
+absl::StatusOr<std::string> RenderAfterAssistant(ChatTemplateKind kind,
+                                                 const std::vector<ChatMessage>& messages,
+                                                 bool ended_with_eos);
+
 }  // namespace attnserve::http

@@ -24,11 +24,7 @@ namespace {
 using nlohmann::json;
 
 constexpr char kJson[] = "application/json";
-
-void Answer(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(Dump(body), kJson);
-}
+constexpr int kSendBufferBytes = 64 << 10;  // per HTTP connection; see Start
 
 // The OpenAI model object of `m`, with attnserve's fields beside OpenAI's.
 json ModelObject(const catalogue::ServedModel& m, int64_t created) {
@@ -47,18 +43,23 @@ json ModelObject(const catalogue::ServedModel& m, int64_t created) {
           {"state_bytes_per_session_at_16k", m.model->StateBytes(16384)}};
 }
 
-std::optional<absl::string_view> Header(const httplib::Request& req, const char* name) {
+}  // namespace
+
+void HttpFront::Answer(httplib::Response& res, int status, const nlohmann::json& body) {
+  res.status = status;
+  res.set_content(Dump(body), kJson);
+}
+
+std::optional<absl::string_view> HttpFront::Header(const httplib::Request& req, const char* name) {
   auto it = req.headers.find(name);
   if (it == req.headers.end()) return std::nullopt;
   return absl::string_view(it->second);
 }
 
-uint64_t RandomSeed() {
+uint64_t HttpFront::RandomSeed() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return rng();
 }
-
-}  // namespace
 
 // One generating request's stream slot, held until its turn's session is released.
 class HttpFront::Slot {
@@ -112,9 +113,16 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(HttpFrontOptions opt
   // Debian's library listens with a backlog of 5; a burst of clients would wait for SYN
   // retries. Listening again on the bound socket raises it (Linux updates the backlog).
   int listen_socket = -1;
+  // SO_SNDBUF: Linux would autotune a connection's send buffer up to tcp_wmem's maximum
+  // (4 MiB), so a client that stops reading lets a whole turn (~200 bytes an event)
+  // run into the kernel instead of pausing it, and pins that memory per connection.
+  // 64 KiB (set on the listener, inherited by every accepted socket) is a few hundred
+  // events: then the turn's queue fills and the turn pauses (attnserve_waiting_turns).
   s.set_socket_options([&listen_socket](int sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    int send_buffer = kSendBufferBytes;
+    ::setsockopt(sock, SOL_SOCKET, SO_SNDBUF, &send_buffer, sizeof(send_buffer));
     listen_socket = sock;
   });
   f->AddRoutes();
@@ -148,6 +156,27 @@ bool HttpFront::WaitForNoStreams(absl::Duration timeout) const {
   return idle_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return streams_ == 0; });
 }
 
+absl::StatusOr<std::shared_ptr<HttpFront::Slot>> HttpFront::TakeSlot() {
+  if (draining_.load()) {
+    return absl::UnavailableError("the server is draining; retry on another replica");
+  }
+  if (!Acquire()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "server busy: ", options_.max_streams,
+        " generating requests are in flight (--http_max_streams); retry"));
+  }
+  return std::make_shared<Slot>(this);
+}
+
+absl::StatusOr<ChatTemplateKind> HttpFront::TemplateOf(const std::string& name) const {
+  for (const auto& [model, kind] : templates_) {
+    if (model != name) continue;
+    if (kind.ok()) return *kind;
+    return InvalidParam("model", std::string(kind.status().message()));
+  }
+  return InvalidParam("model", absl::StrCat("no chat template for '", name, "'"));
+}
+
 bool HttpFront::Acquire() {
   std::lock_guard<std::mutex> lock(mu_);
   if (streams_ >= options_.max_streams) return false;
@@ -177,6 +206,10 @@ void HttpFront::Fail(const std::string& route_name, const absl::Status& status,
   const HttpError e = ToHttpError(status);
   if (e.retry_after_seconds > 0) {
     res.set_header("retry-after", std::to_string(e.retry_after_seconds));
+    // A refused client comes back later: its idle keep-alive connection would hold one
+    // of the pool's threads for the keep-alive timeout, and a burst of them would starve
+    // /health and every request behind them in the accept queue.
+    res.set_header("connection", "close");
   }
   Answer(res, e.status, e.body);
   Record(route_name, e.status, model);
@@ -199,6 +232,18 @@ void HttpFront::AddRoutes() {
   s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     Generate("POST /v1/chat/completions", int(Route::kChat), req, res);
   });
+  if (deps_.checkpoints != nullptr) {
+    s.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
+      CreateResponse(req, res);
+    });
+    s.Get(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      GetResponse(req, res);
+    });
+    s.Delete(R"(/v1/responses/([^/]+))",
+             [this](const httplib::Request& req, httplib::Response& res) {
+               DeleteResponse(req, res);
+             });
+  }
   // Unknown routes (and cpp-httplib's own refusals: a body over the limit is 413) get an
   // OpenAI error body too.
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -256,18 +301,8 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
   const Route route = Route(route_number);
   auto tenant = deps_.keys->AuthenticateHeader(Header(req, "authorization"));
   if (!tenant.ok()) return Fail(route_name, tenant.status(), res);
-  if (draining_.load()) {
-    return Fail(route_name, absl::UnavailableError("the server is draining; retry on another replica"),
-                res);
-  }
-  if (!Acquire()) {
-    return Fail(route_name,
-                absl::ResourceExhaustedError(absl::StrCat(
-                    "server busy: ", options_.max_streams,
-                    " completions are in flight (--http_max_streams); retry")),
-                res);
-  }
-  auto slot = std::make_shared<Slot>(this);
+  auto slot = TakeSlot();
+  if (!slot.ok()) return Fail(route_name, slot.status(), res);
   auto request = ParseOpenAiRequest(route, req.body, RandomSeed());
   if (!request.ok()) return Fail(route_name, request.status(), res);
   v1::GenerateRequest& generate = request->generate;
@@ -276,17 +311,9 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
     // The template of the requested model (of the default model when none is named).
     auto model = deps_.models->Find(generate.model());
     if (!model.ok()) return Fail(route_name, model.status(), res);
-    const absl::StatusOr<ChatTemplateKind>* kind = nullptr;
-    for (const auto& [name, k] : templates_) {
-      if (name == (*model)->name) kind = &k;
-    }
-    if (kind == nullptr || !kind->ok()) {
-      return Fail(route_name,
-                  kind == nullptr ? absl::InvalidArgumentError("no chat template")
-                                  : InvalidParam("model", std::string(kind->status().message())),
-                  res, (*model)->name);
-    }
-    auto text = RenderChat(**kind, request->messages);
+    auto kind = TemplateOf((*model)->name);
+    if (!kind.ok()) return Fail(route_name, kind.status(), res, (*model)->name);
+    auto text = RenderChat(*kind, request->messages);
     if (!text.ok()) return Fail(route_name, text.status(), res, (*model)->name);
     generate.set_text(*std::move(text));
   }
@@ -309,21 +336,37 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
   auto answer = std::make_shared<OpenAiAnswer>(*request, id, absl::ToUnixSeconds(arrival),
                                                queue->model_name());
   if (!request->stream) {
-    std::optional<scheduler::TurnResult> result;
-    while (!result.has_value()) {
-      TurnQueue::Batch batch = queue->Take(absl::InfiniteDuration());
-      answer->Add(std::move(batch.tokens));
-      result = std::move(batch.result);
-    }
+    const scheduler::TurnResult result =
+        CollectTurn(*queue, [&](std::vector<scheduler::TokenEvent> t) { answer->Add(std::move(t)); });
     absl::Status error;
-    const std::optional<std::string> reason = FinishReasonOf(*result, &error);
+    const std::optional<std::string> reason = FinishReasonOf(result, &error);
     if (!reason.has_value()) return Fail(route_name, error, res, queue->model_name());
-    Answer(res, 200, answer->Body(*result, *reason));
+    Answer(res, 200, answer->Body(result, *reason));
     return Record(route_name, 200, queue->model_name());
   }
+  TurnWriter writer;
+  writer.start = [answer] { return answer->Start(); };
+  writer.tokens = [answer](std::vector<scheduler::TokenEvent> t) { return answer->Tokens(std::move(t)); };
+  writer.finish = [answer](const scheduler::TurnResult& r) { return answer->Finish(r); };
+  StreamTurn(route_name, std::move(queue), std::move(writer), *std::move(slot), res);
+}
 
-  // Streaming: the provider runs on this connection's thread after the handler returns,
-  // once per call until it calls done() or fails. The releaser runs when the response is
+scheduler::TurnResult HttpFront::CollectTurn(
+    TurnQueue& queue, const std::function<void(std::vector<scheduler::TokenEvent>)>& add) {
+  std::optional<scheduler::TurnResult> result;
+  while (!result.has_value()) {
+    TurnQueue::Batch batch = queue.Take(absl::InfiniteDuration());
+    add(std::move(batch.tokens));
+    result = std::move(batch.result);
+  }
+  return *std::move(result);
+}
+
+void HttpFront::StreamTurn(const std::string& route_name, std::shared_ptr<TurnQueue> queue,
+                           TurnWriter writer, std::shared_ptr<Slot> slot,
+                           httplib::Response& res) {
+  // The provider runs on this connection's thread after the handler returns, once per
+  // call until it calls done() or fails. The releaser runs when the response is
   // destroyed, however it ended: a client gone cancels the turn, and the slot is freed
   // only once the session is.
   struct Stream {
@@ -332,11 +375,12 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
     bool client_gone = false;
   };
   auto stream = std::make_shared<Stream>();
+  auto events = std::make_shared<TurnWriter>(std::move(writer));
   const absl::Duration ping = options_.ping_interval;
   res.set_header("cache-control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [queue, answer, stream, ping](size_t, httplib::DataSink& sink) {
+      [queue, events, stream, ping](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& text) {
           if (text.empty() || sink.write(text.data(), text.size())) return true;
           stream->client_gone = true;
@@ -345,21 +389,22 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
         };
         if (!stream->started) {
           stream->started = true;
-          return write(answer->Start());
+          return write(events->start());
         }
         TurnQueue::Batch batch = queue->Take(ping);
         if (batch.tokens.empty() && !batch.result.has_value()) return write(": ping\n\n");
-        if (!write(answer->Tokens(std::move(batch.tokens)))) return false;
+        if (!write(events->tokens(std::move(batch.tokens)))) return false;
         if (batch.result.has_value()) {
-          if (!write(answer->Finish(*batch.result))) return false;
+          if (!write(events->finish(*batch.result))) return false;
           stream->ended = true;
           sink.done();
         }
         return true;
       },
-      [this, queue, stream, slot, route_name](bool) {
+      [this, queue, events, stream, slot, route_name](bool) {
         if (!stream->ended) queue->Cancel();  // the connection ended first
         queue->WaitFinished();
+        if (events->after) events->after();
         // The status line said 200; a stream its client left is counted as 499.
         Record(route_name, stream->ended ? 200 : 499, queue->model_name());
       });

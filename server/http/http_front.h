@@ -1,6 +1,7 @@
 // The OpenAI-compatible HTTP/1.1 edge of attnserve_server (cpp-httplib): /health,
-// /v1/models, /v1/completions and /v1/chat/completions, streamed as server-sent events or
-// answered whole. Requests go through the same API keys, admission (ParseGenerate),
+// /v1/models, /v1/completions, /v1/chat/completions and /v1/responses (stored responses
+// continued with previous_response_id: responses_api.h), streamed as server-sent events
+// or answered whole. Requests go through the same API keys, admission (ParseGenerate),
 // session store and scheduler as gRPC (service::StartTurn).
 //
 // Threads: cpp-httplib serves each open connection on one thread of a fixed pool, for
@@ -16,14 +17,18 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "nlohmann/json.hpp"
 #include "server/catalogue/model_catalogue.h"
 #include "server/http/chat_template.h"
 #include "server/metrics/metrics.h"
@@ -31,6 +36,7 @@
 #include "server/service/admission.h"
 #include "server/service/api_keys.h"
 #include "server/session/session_store.h"
+#include "server/store/checkpoint_store.h"
 
 namespace httplib {
 class Server;
@@ -39,6 +45,8 @@ struct Response;
 }  // namespace httplib
 
 namespace attnserve::http {
+
+class TurnQueue;
 
 struct HttpFrontOptions {
   // HOST:PORT; port 0 binds an ephemeral port (see HttpFront::port).
@@ -62,6 +70,8 @@ struct HttpFrontDeps {
   scheduler::Scheduler* scheduler = nullptr;
   metrics::Metrics* metrics = nullptr;
   const service::ApiKeys* keys = nullptr;
+  // Stored responses (/v1/responses); null turns those routes off (404).
+  store::CheckpointStore* checkpoints = nullptr;
   service::RequestLimits limits;
 };
 
@@ -98,11 +108,45 @@ class HttpFront {
   void Models(const httplib::Request& req, httplib::Response& res);
   void Generate(const std::string& route_name, int route, const httplib::Request& req,
                 httplib::Response& res);
+  // POST /v1/responses, GET and DELETE /v1/responses/{id} (responses_front.cc).
+  void CreateResponse(const httplib::Request& req, httplib::Response& res);
+  void GetResponse(const httplib::Request& req, httplib::Response& res);
+  void DeleteResponse(const httplib::Request& req, httplib::Response& res);
+  // The chat template of model `name`, or why it has none (INVALID_ARGUMENT, param
+  // "model").
+  absl::StatusOr<ChatTemplateKind> TemplateOf(const std::string& name) const;
+
+  // A started turn's server-sent events, made on the connection's thread.
+  struct TurnWriter {
+    std::function<std::string()> start;
+    std::function<std::string(std::vector<scheduler::TokenEvent>)> tokens;
+    std::function<std::string(const scheduler::TurnResult&)> finish;  // the last events
+    // Runs once the turn's session is released, however the stream ended (may be null).
+    std::function<void()> after;
+  };
+  // Streams the turn whose tokens `queue` receives as `writer`'s events, after the
+  // handler returns; pings while nothing comes; a client gone cancels the turn. `slot`
+  // is freed once the turn's session is.
+  void StreamTurn(const std::string& route_name, std::shared_ptr<TurnQueue> queue,
+                  TurnWriter writer, std::shared_ptr<Slot> slot, httplib::Response& res);
+  // Waits for the whole turn, passing its tokens to `add`; returns its result.
+  static scheduler::TurnResult CollectTurn(
+      TurnQueue& queue, const std::function<void(std::vector<scheduler::TokenEvent>)>& add);
+
+  // `body` as the JSON answer with HTTP `status`.
+  static void Answer(httplib::Response& res, int status, const nlohmann::json& body);
+  // The request header `name` (lowercase), if sent.
+  static std::optional<absl::string_view> Header(const httplib::Request& req, const char* name);
+  // A seed for a request that names none.
+  static uint64_t RandomSeed();
   // Counts one answered request in requests_total (method = route, code = HTTP status).
   void Record(const std::string& route_name, int status, const std::string& model) const;
   // Answers `status` as an OpenAI error and counts it.
   void Fail(const std::string& route_name, const absl::Status& status, httplib::Response& res,
             const std::string& model = "") const;
+  // A stream slot for a generating request: UNAVAILABLE while draining,
+  // RESOURCE_EXHAUSTED (429, retry-after) when all max_streams are taken.
+  absl::StatusOr<std::shared_ptr<Slot>> TakeSlot();
   // Takes a stream slot; false when all max_streams are taken.
   bool Acquire();
   void Release();

@@ -3,54 +3,12 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "server/http/json_fields.h"
 
 namespace attnserve::http {
 namespace {
 
 using nlohmann::json;
-
-// The field `key` of `body` when present and not null.
-const json* Field(const json& body, const char* key) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-absl::Status WrongType(const std::string& param, const char* expected) {
-  return InvalidParam(param, absl::StrCat("must be ", expected));
-}
-
-absl::Status ReadNumber(const json& body, const char* key, std::optional<double>* out) {
-  const json* f = Field(body, key);
-  if (f == nullptr) return absl::OkStatus();
-  if (!f->is_number()) return WrongType(key, "a number");
-  *out = f->get<double>();
-  return absl::OkStatus();
-}
-
-absl::Status ReadInt(const json& body, const char* key, std::optional<int64_t>* out) {
-  const json* f = Field(body, key);
-  if (f == nullptr) return absl::OkStatus();
-  if (!f->is_number_integer()) return WrongType(key, "an integer");
-  *out = f->get<int64_t>();
-  return absl::OkStatus();
-}
-
-absl::Status ReadBool(const json& body, const char* key, bool* out) {
-  const json* f = Field(body, key);
-  if (f == nullptr) return absl::OkStatus();
-  if (!f->is_boolean()) return WrongType(key, "true or false");
-  *out = f->get<bool>();
-  return absl::OkStatus();
-}
-
-// A token count field as an int32 (0 when absent: the server's default); values out of
-// int32 range are clamped so that admission reports them against its limit.
-int32_t ClampToInt32(int64_t v) {
-  if (v > INT32_MAX) return INT32_MAX;
-  if (v < INT32_MIN) return INT32_MIN;
-  return int32_t(v);
-}
 
 absl::Status ReadPrompt(const json& body, v1::GenerateRequest* r) {
   const json* p = Field(body, "prompt");
@@ -80,33 +38,7 @@ absl::Status ReadMessages(const json& body, std::vector<ChatMessage>* out) {
   if (m == nullptr || !m->is_array() || m->empty()) {
     return InvalidParam("messages", "must be a non-empty list of messages");
   }
-  for (size_t i = 0; i < m->size(); ++i) {
-    const json& message = (*m)[i];
-    const std::string param = absl::StrCat("messages[", i, "]");
-    if (!message.is_object()) return WrongType(param, "an object");
-    const json* role = Field(message, "role");
-    if (role == nullptr || !role->is_string()) return WrongType(param + ".role", "a string");
-    ChatMessage out_message{role->get<std::string>(), ""};
-    const json* content = Field(message, "content");
-    if (content == nullptr) {
-      // An assistant message may carry no content (tool calls, which we do not serve).
-    } else if (content->is_string()) {
-      out_message.content = content->get<std::string>();
-    } else if (content->is_array()) {
-      for (const json& part : *content) {
-        const json* type = part.is_object() ? Field(part, "type") : nullptr;
-        const json* text = part.is_object() ? Field(part, "text") : nullptr;
-        if (type == nullptr || *type != "text" || text == nullptr || !text->is_string()) {
-          return InvalidParam(param + ".content", "only text content parts are supported");
-        }
-        out_message.content += text->get<std::string>();
-      }
-    } else {
-      return WrongType(param + ".content", "a string or a list of text parts");
-    }
-    out->push_back(std::move(out_message));
-  }
-  return absl::OkStatus();
+  return ReadMessageList(*m, "messages", out);
 }
 
 absl::Status ReadStop(const json& body, v1::SamplingParams* sampling) {
@@ -178,12 +110,6 @@ absl::Status ReadSampling(const json& body, uint64_t random_seed, v1::SamplingPa
 }
 
 }  // namespace
-
-absl::Status InvalidParam(const std::string& param, const std::string& message) {
-  absl::Status s = absl::InvalidArgumentError(absl::StrCat(param, ": ", message));
-  s.SetPayload(kParamPayload, absl::Cord(param));
-  return s;
-}
 
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(Route route, const std::string& body_text,
                                                  uint64_t random_seed) {

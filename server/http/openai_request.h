@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "attnserve/v1/attnserve.pb.h"
 #include "server/http/chat_template.h"
+#include "server/http/json_fields.h"
 
 namespace attnserve::http {
 
@@ -25,12 +26,6 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
 };
-
-// The type URL of the payload naming the request field an error is about (the OpenAI
-// error's "param").
-inline constexpr char kParamPayload[] = "attnserve/openai-param";
-// INVALID_ARGUMENT "PARAM: message" with the param payload.
-absl::Status InvalidParam(const std::string& param, const std::string& message);
 
 // Parses `body` for `route`. INVALID_ARGUMENT naming the field for: a body that is not a
 // JSON object, a field of the wrong type, n other than 1, a prompt that is neither a

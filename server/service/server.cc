@@ -127,6 +127,17 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     deps.metrics = s->metrics_.get();
     deps.keys = &s->api_keys_;
     deps.limits = limits;
+    store::CheckpointStore::Options checkpoints;
+    checkpoints.memory_bytes = options.checkpoint_memory_bytes;
+    checkpoints.ttl = options.response_ttl;
+    if (options.session_store != "memory") {
+      // A connection of its own to the same store: records beside the sessions.
+      auto durable = store::OpenSnapshotStore(options.session_store);
+      if (!durable.ok()) return durable.status();
+      checkpoints.durable = *std::move(durable);
+    }
+    s->checkpoints_ = std::make_unique<store::CheckpointStore>(std::move(checkpoints));
+    deps.checkpoints = s->checkpoints_.get();
     auto front = http::HttpFront::Start(std::move(http_options), deps);
     if (!front.ok()) return front.status();
     s->http_ = *std::move(front);

@@ -14,6 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/session/session_store.h"
+
+#include "server/common/random_id.h"
 #include "server/session/session_store_internal.h"
 
 namespace attnserve::session {
@@ -72,6 +74,9 @@ absl::StatusOr<std::string> SessionStore::StoredOwner(const std::string& id) {
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(std::string_view tenant,
                                                             const std::string& id) {
   if (!options_.durable || options_.catalogue == nullptr) return NotFound(id);
+  // The store holds other records beside sessions (stored responses): only a session's
+  // id form names a session.
+  if (!IsRandomId128(id)) return NotFound(id);
   // No lease: stored copies are replaced atomically, and a claim compares generations
   // under the lease before it runs anything.
   const absl::Time start = absl::Now();

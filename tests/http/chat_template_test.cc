@@ -85,5 +85,45 @@ TEST(ChooseChatTemplateTest, UnknownTemplatesNameTheSetting) {
   EXPECT_THAT(none.status().message(), HasSubstr("config.json \"chat_template\""));
 }
 
+
+// A conversation continued from a stored state renders, piece by piece, exactly what the
+// whole history renders to: the first prompt, the generated text, then the continuation.
+TEST(RenderAfterAssistantTest, PiecesEqualTheWholeConversation) {
+  for (ChatTemplateKind kind :
+       {ChatTemplateKind::kPlain, ChatTemplateKind::kChatml, ChatTemplateKind::kLlama2}) {
+    SCOPED_TRACE(ChatTemplateName(kind));
+    const std::vector<ChatMessage> first = {{"system", "S"}, {"user", "Hi"}};
+    const std::string generated = "Hello there.";
+    auto prompt = RenderChat(kind, first);
+    auto after = RenderAfterAssistant(kind, {{"user", "And then?"}}, /*ended_with_eos=*/false);
+    auto whole = RenderChat(kind, {{"system", "S"}, {"user", "Hi"}, {"assistant", generated},
+                                   {"user", "And then?"}});
+    ASSERT_TRUE(prompt.ok() && after.ok() && whole.ok()) << after.status();
+    // llama2 puts a space between "[/INST]" and the assistant's content, which a
+    // SentencePiece model generates as the "▁" of its first piece.
+    const std::string space = kind == ChatTemplateKind::kLlama2 ? " " : "";
+    EXPECT_EQ(*prompt + space + generated + *after, *whole);
+  }
+  EXPECT_EQ(*RenderAfterAssistant(ChatTemplateKind::kPlain, {{"user", "U"}}, false),
+            "\nUser: U\nAssistant: ");
+}
+
+// The end-of-sequence token that ended the turn is in the state: its text is not added.
+TEST(RenderAfterAssistantTest, AnEndOfSequenceTokenIsNotRenderedTwice) {
+  EXPECT_EQ(*RenderAfterAssistant(ChatTemplateKind::kChatml, {{"user", "U"}}, true),
+            "\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(*RenderAfterAssistant(ChatTemplateKind::kLlama2, {{"user", "U"}}, true),
+            "<s>[INST] U [/INST]");
+  EXPECT_EQ(*RenderAfterAssistant(ChatTemplateKind::kLlama2, {{"user", "U"}}, false),
+            " </s><s>[INST] U [/INST]");
+}
+
+TEST(RenderAfterAssistantTest, RefusesWhatTheTemplateCannotSay) {
+  EXPECT_FALSE(RenderAfterAssistant(ChatTemplateKind::kPlain, {}, false).ok());
+  EXPECT_FALSE(RenderAfterAssistant(ChatTemplateKind::kLlama2, {{"system", "S"}, {"user", "U"}},
+                                    false).ok());
+  EXPECT_FALSE(RenderAfterAssistant(ChatTemplateKind::kLlama2, {{"assistant", "A"}}, false).ok());
+}
+
 }  // namespace
 }  // namespace attnserve::http

@@ -13,6 +13,10 @@
 //   node sdk_check.mjs disconnect BASE SESSION      an aborted stream frees its session
 //   node sdk_check.mjs flood BASE N                 N concurrent streams: each a stream or a
 //                                                   429/503 with retry-after; /health throughout
+//   node sdk_check.mjs responses BASE MODEL BASE_B  stored responses continued on either of two
+//                                                   replicas sharing a store, against a chat oracle
+//   node sdk_check.mjs responses_tenants BASE MODEL KEY_A KEY_B
+//                                                   another tenant's response is 404
 //
 // BASE is http://HOST:PORT (the SDK gets BASE/v1). Every client has maxRetries 0: the SDK
 // would otherwise retry 409, 429 and 5xx, hiding the status under test.
@@ -187,8 +191,10 @@ async function errors(model) {
     const e = await errorOf(openai.chat.completions.create(request), what);
     expectError(e, OpenAI.BadRequestError, 400, what);
     console.log(`${what}: 400 ${e.error.type} param=${e.error.param}: ${e.error.message}`);
-    // param names the field when the HTTP edge knows it; the message always does.
-    expect(e.error.param === param || (e.error.param === null && e.error.message.includes(param)),
+    // param names the field (or a part of it: messages[0].content) when the HTTP edge
+    // knows it; the message always does.
+    expect(e.error.param === param || (e.error.param ?? "").startsWith(`${param}[`) ||
+           (e.error.param === null && e.error.message.includes(param)),
            `${what}: param ${e.error.param} and a message not naming ${param}`);
   }
   const malformed = await fetch(`${base}/v1/chat/completions`, {
@@ -356,6 +362,133 @@ async function flood(n) {
   console.log("flood: PASS");
 }
 
+
+// The Responses API on two replicas sharing one Redis: a stored response is a checkpoint
+// of the session's state, so previous_response_id continues it on either replica (only
+// the new input prefilled), two continuations of one response fork, and the greedy
+// continuation equals a stateless chat completion that resends the whole history.
+async function responses(model, baseB) {
+  const a = client();
+  const b = new OpenAI({ baseURL: `${baseB}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120_000 });
+  const greedy = { model, temperature: 0, max_output_tokens: 30 };
+  const r1 = await a.responses.create({ ...greedy, input: PROMPT, instructions: "Speak as the scripture." });
+  expect(r1.object === "response" && /^resp_[0-9a-f]{32}$/.test(r1.id), `response object ${JSON.stringify(r1)}`);
+  expect(r1.status === "incomplete" && r1.incomplete_details?.reason === "max_output_tokens",
+         `status ${r1.status} ${JSON.stringify(r1.incomplete_details)} after max_output_tokens`);
+  expect(typeof r1.output_text === "string" && r1.output_text.length > 0, `no output_text: ${JSON.stringify(r1.output)}`);
+  expect(r1.usage.output_tokens === 30 && r1.usage.input_tokens > 0 &&
+         r1.usage.input_tokens_details.cached_tokens === 0, `first usage ${JSON.stringify(r1.usage)}`);
+  expect(r1.previous_response_id === null && r1.store === true && r1.instructions === "Speak as the scripture.",
+         `echoed fields ${JSON.stringify(r1)}`);
+
+  // Retrieved from the other replica: the same object.
+  const got = await b.responses.retrieve(r1.id);
+  expect(JSON.stringify(got) === JSON.stringify(r1), `retrieve on B:\n${JSON.stringify(got)}\n!=\n${JSON.stringify(r1)}`);
+
+  // Continued on B and on A: the same text (greedy), the history counted as cached.
+  const next = { ...greedy, previous_response_id: r1.id, input: "And then?" };
+  const onB = await b.responses.create(next);
+  const onA = await a.responses.create(next);
+  expect(onB.output_text === onA.output_text, `continuation on B ${JSON.stringify(onB.output_text)} != on A ${JSON.stringify(onA.output_text)}`);
+  expect(onB.previous_response_id === r1.id, `previous_response_id ${onB.previous_response_id}`);
+  const cached = onB.usage.input_tokens_details.cached_tokens;
+  expect(cached > 0 && cached < onB.usage.input_tokens &&
+         onB.usage.input_tokens - cached < r1.usage.input_tokens + 30,
+         `continuation usage ${JSON.stringify(onB.usage)}: only the new input is prefilled`);
+
+  // The stateless oracle: chat completions with the whole history resent.
+  const chat = await a.chat.completions.create({
+    model, temperature: 0, max_tokens: 30,
+    messages: [{ role: "system", content: "Speak as the scripture." }, { role: "user", content: PROMPT },
+               { role: "assistant", content: r1.output_text }, { role: "user", content: "And then?" }],
+  });
+  expect(chat.choices[0].message.content === onB.output_text,
+         `the continuation ${JSON.stringify(onB.output_text)} != a chat resending the history ${JSON.stringify(chat.choices[0].message.content)}`);
+
+  // A fork: another continuation of r1 sees neither onA nor onB; r1 is unchanged.
+  const fork = await b.responses.create({ ...greedy, previous_response_id: r1.id, input: "Who spake?" });
+  const forkChat = await b.chat.completions.create({
+    model, temperature: 0, max_tokens: 30,
+    messages: [{ role: "system", content: "Speak as the scripture." }, { role: "user", content: PROMPT },
+               { role: "assistant", content: r1.output_text }, { role: "user", content: "Who spake?" }],
+  });
+  expect(fork.output_text === forkChat.choices[0].message.content,
+         `the fork ${JSON.stringify(fork.output_text)} != its chat oracle ${JSON.stringify(forkChat.choices[0].message.content)}`);
+  const again = await a.responses.create(next);
+  expect(again.output_text === onA.output_text, `r1 changed after continuations: ${JSON.stringify(again.output_text)}`);
+  // A chain of three: the second link continues from onB's state, on A.
+  const third = await a.responses.create({ ...greedy, previous_response_id: onB.id, input: "Go on." });
+  const thirdChat = await a.chat.completions.create({
+    model, temperature: 0, max_tokens: 30,
+    messages: [{ role: "system", content: "Speak as the scripture." }, { role: "user", content: PROMPT },
+               { role: "assistant", content: r1.output_text }, { role: "user", content: "And then?" },
+               { role: "assistant", content: onB.output_text }, { role: "user", content: "Go on." }],
+  });
+  expect(third.output_text === thirdChat.choices[0].message.content,
+         `the third link ${JSON.stringify(third.output_text)} != its chat oracle ${JSON.stringify(thirdChat.choices[0].message.content)}`);
+  console.log(`responses: r1 ${JSON.stringify(r1.output_text)}; continued on both replicas ${JSON.stringify(onB.output_text)} ` +
+              `(${cached} of ${onB.usage.input_tokens} input tokens cached), equal to the chat oracle; a fork and a third link equal theirs`);
+
+  // Streamed: the event sequence the SDKs parse, then the same response stored.
+  const events = [];
+  for await (const e of await a.responses.create({ ...next, stream: true })) events.push(e);
+  const types = events.map((e) => e.type);
+  const head = ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"];
+  const tail = ["response.output_text.done", "response.content_part.done", "response.output_item.done"];
+  expect(JSON.stringify(types.slice(0, 4)) === JSON.stringify(head), `first events ${types.slice(0, 4)}`);
+  const last = types.length - 1;
+  expect(JSON.stringify(types.slice(last - 3, last)) === JSON.stringify(tail) &&
+         ["response.completed", "response.incomplete"].includes(types[last]), `last events ${types.slice(last - 3)}`);
+  expect(types.slice(4, last - 3).every((t) => t === "response.output_text.delta") && last - 3 > 4,
+         `the middle events are not all deltas: ${types}`);
+  expect(events.every((e, i) => e.sequence_number === i), `sequence numbers ${events.map((e) => e.sequence_number)}`);
+  const streamed = events.filter((e) => e.type === "response.output_text.delta").map((e) => e.delta).join("");
+  const final = events[last].response;
+  expect(streamed === onA.output_text && events[last - 3].text === streamed,
+         `streamed ${JSON.stringify(streamed)} != ${JSON.stringify(onA.output_text)}`);
+  expect((await b.responses.retrieve(final.id)).output_text === streamed, "the streamed response as stored on B");
+  // The SDK's own accumulator (responses.stream) agrees.
+  const sdkStream = b.responses.stream({ ...next });
+  const finalResponse = await sdkStream.finalResponse();
+  expect(finalResponse.output_text === streamed, `responses.stream: ${JSON.stringify(finalResponse.output_text)}`);
+  console.log(`responses stream: ${events.length} events in order, deltas equal the stored text`);
+
+  // store: false keeps nothing; delete removes from every replica; unknown ids are 404.
+  const unstored = await a.responses.create({ ...greedy, input: PROMPT, store: false });
+  expectError(await errorOf(b.responses.retrieve(unstored.id), "retrieve store:false"), OpenAI.NotFoundError, 404, "retrieve store:false");
+  await b.responses.delete(fork.id);
+  expectError(await errorOf(a.responses.retrieve(fork.id), "retrieve deleted"), OpenAI.NotFoundError, 404, "retrieve deleted");
+  expectError(await errorOf(a.responses.create({ ...greedy, previous_response_id: fork.id, input: "x" }), "continue deleted"),
+              OpenAI.NotFoundError, 404, "continue a deleted response");
+  const never = "resp_" + "0".repeat(32);
+  const e = await errorOf(a.responses.retrieve(never), "retrieve never");
+  expectError(e, OpenAI.NotFoundError, 404, "retrieve an id that never existed");
+  expectError(await errorOf(a.responses.create({ ...greedy, input: [{ role: "user", content: [{ type: "input_image" }] }] }), "image"),
+              OpenAI.BadRequestError, 400, "an image input");
+  expectError(await errorOf(a.responses.create({ ...greedy, previous_response_id: r1.id, model: "nope", input: "x" }), "model"),
+              OpenAI.BadRequestError, 400, "another model than the previous response's");
+  console.log("responses: PASS");
+}
+
+// Tenants own their responses: another tenant's id answers exactly like one that never
+// existed.
+async function responsesTenants(model, keyA, keyB) {
+  const a = client(keyA), b = client(keyB);
+  const r = await a.responses.create({ model, input: PROMPT, max_output_tokens: 5, temperature: 0 });
+  expect((await a.responses.retrieve(r.id)).id === r.id, "the owner cannot retrieve its response");
+  const never = "resp_" + "f".repeat(32);
+  const theirs = await errorOf(b.responses.retrieve(r.id), "another tenant's");
+  const none = await errorOf(b.responses.retrieve(never), "never");
+  expectError(theirs, OpenAI.NotFoundError, 404, "another tenant's response");
+  expect(theirs.error.message === none.error.message.replace(never, r.id),
+         `another tenant's: ${JSON.stringify(theirs.error.message)}; never existed: ${JSON.stringify(none.error.message)}`);
+  expectError(await errorOf(b.responses.create({ model, input: "x", previous_response_id: r.id }), "continue theirs"),
+              OpenAI.NotFoundError, 404, "continuing another tenant's response");
+  expectError(await errorOf(b.responses.delete(r.id), "delete theirs"), OpenAI.NotFoundError, 404, "deleting another tenant's response");
+  expect((await a.responses.retrieve(r.id)).id === r.id, "the response survived another tenant's delete");
+  console.log("responses tenants: PASS");
+}
+
 const commands = {
   basic: () => basic(args[0], args[1]),
   errors: () => errors(args[0]),
@@ -364,9 +497,11 @@ const commands = {
   ratelimit: () => ratelimit(),
   disconnect: () => disconnect(args[0]),
   flood: () => flood(Number(args[0])),
+  responses: () => responses(args[0], args[1]),
+  responses_tenants: () => responsesTenants(args[0], args[1], args[2]),
 };
 if (!(command in commands) || !base) {
-  console.error("usage: node sdk_check.mjs basic|errors|auth|conflict|ratelimit|disconnect|flood BASE [ARGS]");
+  console.error("usage: node sdk_check.mjs basic|errors|auth|conflict|ratelimit|disconnect|flood|responses|responses_tenants BASE [ARGS]");
   process.exit(2);
 }
 commands[command]().catch((e) => fail(e?.stack ?? String(e)));

@@ -6,7 +6,10 @@
 # API keys, a busy session (held by a gRPC turn) refused with 409, a client that goes away
 # freeing its session, every stream slot taken (429 + retry-after while /health and
 # /v1/models answer), a flood of 200 streams against 2 slots, SSE framing byte for byte,
-# and the request metrics of HTTP routes.
+# the request metrics of HTTP routes, and the Responses API: stored responses continued
+# with previous_response_id on either of two replicas sharing a real redis-server (equal
+# to a stateless chat that resends the history), forks, streaming events, store:false,
+# delete, and tenants.
 # Usage: sdk_test.sh SERVER_BINARY CLIENT_BINARY
 set -euo pipefail
 server_bin=$1 client_bin=$2
@@ -15,9 +18,9 @@ work=$(mktemp -d)
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 source "$repo/tests/e2e/lib.sh"
-a_pid="" b_pid="" c_pid="" held_pid="" held_pids=""
-trap 'stop "$a_pid"; stop "$b_pid"; stop "$c_pid"; for p in $held_pids; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
-logs="a b c"
+a_pid="" b_pid="" c_pid="" r1_pid="" r2_pid="" redis_pid="" held_pid="" held_pids=""
+trap 'stop "$a_pid"; stop "$b_pid"; stop "$c_pid"; stop "$r1_pid"; stop "$r2_pid"; stop "$redis_pid"; for p in $held_pids; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+logs="a b c r1 r2"
 
 [ -d "$here/node_modules/openai" ] ||
   fail "$here/node_modules/openai is missing: deploy/install.sh installs it (npm ci)"
@@ -102,12 +105,14 @@ bad=$(metric_of "$a_metrics" attnserve_requests_total '(?=.*method="POST /v1/cha
 step "metrics: POST /v1/chat/completions $ok x 200, $bad x 400"
 
 step "API keys"
-key=$(openssl rand -base64 24)
-printf '%s sdk-tenant\n' "$key" >"$work/keys.txt"
+key=$(openssl rand -base64 24) key2=$(openssl rand -base64 24)
+printf '%s sdk-tenant\n%s other-tenant\n' "$key" "$key2" >"$work/keys.txt"
 b_addr=127.0.0.1:$(free_port) b_http=127.0.0.1:$(free_port)
 start_named b "$b_addr" "127.0.0.1:$(free_port)" --http_listen="$b_http" --api_keys_file="$work/keys.txt"
 b_pid=$started_pid
 sdk auth "http://$b_http" "$key"
+step "stored responses belong to their tenant"
+sdk responses_tenants "http://$b_http" "$model" "$key" "$key2"
 stop "$b_pid"; b_pid=""
 
 step "every stream slot taken: 429 with retry-after; /health and /v1/models answer"
@@ -132,6 +137,22 @@ step "a flood of 200 streams against 2 slots"
 sdk flood "http://$c_http" 200
 limited=$(metric_of "$c_metrics" attnserve_requests_total '(?=.*method="POST /v1/chat/completions")(?=.*code="429")')
 [ "$limited" -gt 0 ] || fail "no 429 counted in attnserve_requests_total"
+
+step "the Responses API on two replicas sharing a redis-server"
+redis_port=$(free_port)
+start_redis "$redis_port"
+store=redis://127.0.0.1:$redis_port
+r1_addr=127.0.0.1:$(free_port) r1_http=127.0.0.1:$(free_port)
+r2_addr=127.0.0.1:$(free_port) r2_http=127.0.0.1:$(free_port)
+start_named r1 "$r1_addr" "127.0.0.1:$(free_port)" --http_listen="$r1_http" --session_store="$store"
+r1_pid=$started_pid
+start_named r2 "$r2_addr" "127.0.0.1:$(free_port)" --http_listen="$r2_http" --session_store="$store"
+r2_pid=$started_pid
+sdk responses "http://$r1_http" "$model" "http://$r2_http"
+# Nothing but the stored responses is left in the store: each response's session is
+# closed once its state is recorded.
+left=$(redis-cli -p "$redis_port" --scan | grep -v -e resp_ -e '^$' || true)
+[ -z "$left" ] || fail "keys left in redis besides stored responses: $left"
 
 stop "$a_pid"; a_pid=""
 stop "$c_pid"; c_pid=""

@@ -1,0 +1,42 @@
+// Reading fields of an OpenAI request body (nlohmann::json) with errors that name the
+// field: INVALID_ARGUMENT "PARAM: must be ..." carrying the param payload (InvalidParam).
+// Shared by the completions, chat and responses parsers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
+#include "server/http/chat_template.h"
+
+namespace attnserve::http {
+
+// The type URL of the payload naming the request field an error is about (the OpenAI
+// error's "param").
+inline constexpr char kParamPayload[] = "attnserve/openai-param";
+// INVALID_ARGUMENT "PARAM: message" with the param payload.
+absl::Status InvalidParam(const std::string& param, const std::string& message);
+
+// The field `key` of `body` when present and not null.
+const nlohmann::json* Field(const nlohmann::json& body, const char* key);
+// InvalidParam(param, "must be <expected>").
+absl::Status WrongType(const std::string& param, const char* expected);
+// Optional fields of one type: absent or null leaves `*out` as it is.
+absl::Status ReadNumber(const nlohmann::json& body, const char* key, std::optional<double>* out);
+absl::Status ReadInt(const nlohmann::json& body, const char* key, std::optional<int64_t>* out);
+absl::Status ReadBool(const nlohmann::json& body, const char* key, bool* out);
+// A token count as an int32; values out of range are clamped so that admission reports
+// them against its limit.
+int32_t ClampToInt32(int64_t v);
+
+// A list of messages ({role, content}) at `param` ("messages", "input"): content is a
+// string or a list of text parts (type "text", "input_text" or "output_text"); only an
+// assistant message may have none. Items with a "type" other than "message" (tool calls
+// and their outputs) are refused, naming the item.
+absl::Status ReadMessageList(const nlohmann::json& list, const std::string& param,
+                             std::vector<ChatMessage>* out);
+
+}  // namespace attnserve::http

@@ -1,0 +1,294 @@
+#include "server/http/responses_api.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "server/common/random_id.h"
+#include "server/http/http_errors.h"
+#include "server/http/json_fields.h"
+#include "server/http/utf8.h"
+
+namespace attnserve::http {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kRecordMagic[] = "attnserve-response/1\n";
+constexpr size_t kMagicBytes = sizeof(kRecordMagic) - 1;
+
+absl::Status ReadInput(const json& body, ResponsesRequest* out) {
+  const json* input = Field(body, "input");
+  if (input == nullptr) return InvalidParam("input", "is required");
+  if (input->is_string()) {
+    out->input.push_back({"user", input->get<std::string>()});
+    return absl::OkStatus();
+  }
+  if (!input->is_array() || input->empty()) {
+    return WrongType("input", "a string or a non-empty list of message items");
+  }
+  return ReadMessageList(*input, "input", &out->input);
+}
+
+absl::Status ReadSampling(const json& body, uint64_t random_seed, ResponsesRequest* out) {
+  std::optional<double> temperature, top_p;
+  std::optional<int64_t> max_output_tokens, seed, top_k;
+  for (absl::Status st :
+       {ReadNumber(body, "temperature", &temperature), ReadNumber(body, "top_p", &top_p),
+        ReadInt(body, "max_output_tokens", &max_output_tokens), ReadInt(body, "seed", &seed),
+        ReadInt(body, "top_k", &top_k)}) {
+    if (!st.ok()) return st;
+  }
+  v1::SamplingParams* s = out->generate.mutable_sampling();
+  // OpenAI's defaults: temperature 1, top_p 1.
+  out->temperature = temperature.value_or(1.0);
+  out->top_p = top_p.value_or(1.0);
+  s->set_temperature(float(out->temperature));
+  s->set_top_p(float(out->top_p));
+  if (top_k.has_value()) s->set_top_k(ClampToInt32(*top_k));
+  if (max_output_tokens.has_value()) {
+    if (*max_output_tokens < 1) return InvalidParam("max_output_tokens", "must be at least 1");
+    s->set_max_tokens(ClampToInt32(*max_output_tokens));
+    out->max_output_tokens = *max_output_tokens;
+  }
+  s->set_seed(seed.has_value() ? uint64_t(*seed) : random_seed);
+  return absl::OkStatus();
+}
+
+json Usage(const scheduler::TurnResult& r, int64_t cached_tokens) {
+  const int64_t input = cached_tokens + r.prompt_tokens;
+  return {{"input_tokens", input},
+          {"input_tokens_details", {{"cached_tokens", cached_tokens}}},
+          {"output_tokens", r.generated_tokens},
+          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"total_tokens", input + r.generated_tokens}};
+}
+
+}  // namespace
+
+absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body_text,
+                                                       uint64_t random_seed) {
+  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    return absl::InvalidArgumentError("the request body must be a JSON object");
+  }
+  ResponsesRequest out;
+  if (const json* model = Field(body, "model")) {
+    if (!model->is_string()) return WrongType("model", "a string");
+    out.generate.set_model(model->get<std::string>());
+  }
+  if (const json* tools = Field(body, "tools"); tools != nullptr && !tools->empty()) {
+    return InvalidParam("tools", "tools are not supported");
+  }
+  if (Field(body, "conversation") != nullptr) {
+    return InvalidParam("conversation",
+                        "conversations are not served yet; continue a response with "
+                        "previous_response_id");
+  }
+  if (const json* instructions = Field(body, "instructions")) {
+    if (!instructions->is_string()) return WrongType("instructions", "a string");
+    out.instructions = *instructions;
+    out.input.push_back({"system", instructions->get<std::string>()});
+  }
+  if (absl::Status s = ReadInput(body, &out); !s.ok()) return s;
+  if (const json* previous = Field(body, "previous_response_id")) {
+    if (!previous->is_string()) return WrongType("previous_response_id", "a string");
+    out.previous_response_id = previous->get<std::string>();
+  }
+  if (absl::Status s = ReadBool(body, "store", &out.store); !s.ok()) return s;
+  if (absl::Status s = ReadBool(body, "stream", &out.stream); !s.ok()) return s;
+  out.metadata = json::object();
+  if (const json* metadata = Field(body, "metadata")) {
+    if (!metadata->is_object()) return WrongType("metadata", "an object");
+    out.metadata = *metadata;
+  }
+  if (absl::Status s = ReadSampling(body, random_seed, &out); !s.ok()) return s;
+  return out;
+}
+
+bool IsResponseId(const std::string& id) {
+  if (id.size() != 5 + 32 || !absl::StartsWith(id, "resp_")) return false;
+  return std::all_of(id.begin() + 5, id.end(), [](char c) {
+    return absl::ascii_isdigit(c) || (c >= 'a' && c <= 'f');
+  });
+}
+
+std::string EncodeResponseRecord(const ResponseRecord& record) {
+  const std::string header = json{{"tenant", record.tenant},
+                                  {"model", record.model},
+                                  {"position", record.position},
+                                  {"ended_with_eos", record.ended_with_eos},
+                                  {"response", record.response}}
+                                 .dump();
+  std::string out(kRecordMagic, kMagicBytes);
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out.push_back(char((n >> (8 * i)) & 0xff));
+  out += header;
+  if (record.state) out += *record.state;
+  return out;
+}
+
+absl::StatusOr<ResponseRecord> DecodeResponseRecord(const std::string& bytes) {
+  auto bad = [](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat("stored response: ", why));
+  };
+  if (bytes.size() < kMagicBytes + 8 || bytes.compare(0, kMagicBytes, kRecordMagic) != 0) {
+    return bad("not a response record");
+  }
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(uint8_t(bytes[kMagicBytes + i])) << (8 * i);
+  const size_t start = kMagicBytes + 8;
+  if (n > bytes.size() - start) return bad("header length past the end");
+  json header = json::parse(bytes.substr(start, n), nullptr, /*allow_exceptions=*/false);
+  if (!header.is_object()) return bad("header is not a JSON object");
+  ResponseRecord r;
+  try {
+    r.tenant = header.at("tenant").get<std::string>();
+    r.model = header.at("model").get<std::string>();
+    r.position = header.at("position").get<int64_t>();
+    r.ended_with_eos = header.at("ended_with_eos").get<bool>();
+    r.response = header.at("response");
+  } catch (const json::exception& e) {
+    return bad(absl::StrCat("header: ", e.what()));
+  }
+  r.state = std::make_shared<const std::string>(bytes.substr(start + n));
+  return r;
+}
+
+ResponsesAnswer::ResponsesAnswer(const ResponsesRequest& request, std::string id,
+                                 int64_t created_at, std::string model, int64_t cached_tokens)
+    : request_(request),
+      id_(std::move(id)),
+      message_id_(absl::StrCat("msg_", RandomId128())),
+      created_at_(created_at),
+      model_(std::move(model)),
+      cached_tokens_(cached_tokens) {}
+
+json ResponsesAnswer::Object(const std::string& status) const {
+  return {{"id", id_},
+          {"object", "response"},
+          {"created_at", created_at_},
+          {"status", status},
+          {"background", false},
+          {"error", nullptr},
+          {"incomplete_details", nullptr},
+          {"instructions", request_.instructions},
+          {"max_output_tokens", request_.max_output_tokens},
+          {"model", model_},
+          {"output", json::array()},
+          {"parallel_tool_calls", false},
+          {"previous_response_id", request_.previous_response_id.has_value()
+                                       ? json(*request_.previous_response_id)
+                                       : json(nullptr)},
+          {"store", request_.store},
+          {"temperature", request_.temperature},
+          {"text", {{"format", {{"type", "text"}}}}},
+          {"tool_choice", "auto"},
+          {"tools", json::array()},
+          {"top_p", request_.top_p},
+          {"truncation", "disabled"},
+          {"usage", nullptr},
+          {"metadata", request_.metadata}};
+}
+
+json ResponsesAnswer::Item(const std::string& status) const {
+  json content = json::array();
+  if (status != "in_progress") {
+    content.push_back(
+        {{"type", "output_text"}, {"text", text_}, {"annotations", json::array()}});
+  }
+  return {{"id", message_id_},
+          {"type", "message"},
+          {"status", status},
+          {"role", "assistant"},
+          {"content", content}};
+}
+
+std::string ResponsesAnswer::Event(const char* type, json data) {
+  data["type"] = type;
+  data["sequence_number"] = sequence_++;
+  return absl::StrCat("event: ", type, "\ndata: ", Dump(data), "\n\n");
+}
+
+std::string ResponsesAnswer::Start() {
+  std::string out = Event("response.created", {{"response", Object("in_progress")}});
+  out += Event("response.in_progress", {{"response", Object("in_progress")}});
+  out += Event("response.output_item.added", {{"output_index", 0}, {"item", Item("in_progress")}});
+  out += Event("response.content_part.added",
+               {{"item_id", message_id_},
+                {"output_index", 0},
+                {"content_index", 0},
+                {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
+  return out;
+}
+
+void ResponsesAnswer::Add(std::vector<scheduler::TokenEvent> tokens) {
+  for (const scheduler::TokenEvent& t : tokens) {
+    last_token_ = t.id;
+    text_ += TakeWholeCharacters(&held_, t.bytes, /*final=*/false);
+  }
+}
+
+std::string ResponsesAnswer::Delta() {
+  if (text_.size() == streamed_) return "";
+  std::string delta = text_.substr(streamed_);
+  streamed_ = text_.size();
+  return Event("response.output_text.delta", {{"item_id", message_id_},
+                                              {"output_index", 0},
+                                              {"content_index", 0},
+                                              {"delta", delta},
+                                              {"logprobs", json::array()}});
+}
+
+std::string ResponsesAnswer::Tokens(std::vector<scheduler::TokenEvent> tokens) {
+  Add(std::move(tokens));
+  return Delta();
+}
+
+json ResponsesAnswer::Complete(const scheduler::TurnResult& result,
+                               const std::string& finish_reason) {
+  text_ += TakeWholeCharacters(&held_, "", /*final=*/true);
+  const bool incomplete = finish_reason == "length";
+  json o = Object(incomplete ? "incomplete" : "completed");
+  if (incomplete) o["incomplete_details"] = {{"reason", "max_output_tokens"}};
+  o["output"] = json::array({Item(incomplete ? "incomplete" : "completed")});
+  o["usage"] = Usage(result, cached_tokens_);
+  return o;
+}
+
+bool ResponsesAnswer::ended_with_eos(const std::vector<int32_t>& eos_ids) const {
+  return last_token_.has_value() &&
+         std::find(eos_ids.begin(), eos_ids.end(), *last_token_) != eos_ids.end();
+}
+
+std::string ResponsesAnswer::Finish(const json& response) {
+  const json& item = response["output"][0];
+  const json& part = item["content"][0];
+  std::string out = Delta();  // what Complete's final flush added
+  out += Event("response.output_text.done", {{"item_id", message_id_},
+                                                        {"output_index", 0},
+                                                        {"content_index", 0},
+                                                        {"text", part["text"]},
+                                                        {"logprobs", json::array()}});
+  out += Event("response.content_part.done", {{"item_id", message_id_},
+                                              {"output_index", 0},
+                                              {"content_index", 0},
+                                              {"part", part}});
+  out += Event("response.output_item.done", {{"output_index", 0}, {"item", item}});
+  const bool incomplete = response["status"] == "incomplete";
+  out += Event(incomplete ? "response.incomplete" : "response.completed",
+               {{"response", response}});
+  return out;
+}
+
+std::string ResponsesAnswer::Error(const absl::Status& status) {
+  json body = ErrorBody(status);
+  return Event("error", {{"error", body["error"]},
+                         {"code", body["error"]["code"]},
+                         {"message", body["error"]["message"]},
+                         {"param", body["error"]["param"]}});
+}
+
+}  // namespace attnserve::http

@@ -1,0 +1,126 @@
+// The Responses API (POST /v1/responses, GET and DELETE /v1/responses/{id}) without the
+// server: the request body, the stored record, and the response object with its stream
+// events.
+//
+// A stored response is a checkpoint: the response object beside the snapshot of the
+// session's state right after it (server/store/checkpoint_store.h keeps the record).
+// `previous_response_id` imports that snapshot into a new session and prefills only the
+// new input, rendered as what follows the previous answer in the model's chat template
+// (RenderAfterAssistant); the record itself never changes, so two continuations of one
+// response fork.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "attnserve/v1/attnserve.pb.h"
+#include "nlohmann/json.hpp"
+#include "server/http/chat_template.h"
+#include "server/scheduler/turn.h"
+
+namespace attnserve::http {
+
+struct ResponsesRequest {
+  // model, sampling (max_output_tokens as max_tokens; temperature, top_p, seed); text and
+  // session_id are set by the front.
+  v1::GenerateRequest generate;
+  // `instructions` (as a system message, first) and `input` (a string is one user
+  // message; message items keep their roles).
+  std::vector<ChatMessage> input;
+  std::optional<std::string> previous_response_id;
+  bool store = true;
+  bool stream = false;
+  // Fields the response object repeats as the request gave them.
+  nlohmann::json instructions;       // string or null
+  nlohmann::json max_output_tokens;  // integer or null
+  nlohmann::json metadata;           // object ({} when absent)
+  double temperature = 1.0;
+  double top_p = 1.0;
+};
+
+// Parses a /v1/responses body. INVALID_ARGUMENT naming the field (with the param payload)
+// for a body that is not a JSON object, a field of the wrong type, an input item that is
+// not a text message, tools (not served), `conversation` (not served yet), or
+// max_output_tokens < 1. Fields attnserve does not use are ignored. `seed` absent draws
+// `random_seed`.
+absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
+                                                       uint64_t random_seed);
+
+// "resp_" + 32 hex characters: a valid checkpoint key.
+bool IsResponseId(const std::string& id);
+
+// What a stored response holds.
+struct ResponseRecord {
+  std::string tenant;  // who may read, continue or delete it
+  std::string model;   // the served model or variant it ran on
+  int64_t position = 0;  // the session's tokens after it
+  // The turn ended on an end-of-sequence token (in the state, not in the text).
+  bool ended_with_eos = false;
+  nlohmann::json response;  // the response object GET answers
+  std::shared_ptr<const std::string> state;  // the session's snapshot after it
+};
+
+// "attnserve-response/1\n", the header's length (8 bytes, little-endian), the header
+// (JSON: everything but the state), the state's snapshot bytes. The snapshot is verified
+// on import like any other; the header's integrity is the store's.
+std::string EncodeResponseRecord(const ResponseRecord& record);
+// DATA_LOSS naming what is wrong for bytes that are not a record.
+absl::StatusOr<ResponseRecord> DecodeResponseRecord(const std::string& bytes);
+
+// One response, built as its turn's tokens arrive: the response object and, streaming,
+// the events the SDKs parse ("event: TYPE\ndata: {...}\n\n", each with a
+// sequence_number): response.created, response.in_progress, response.output_item.added,
+// response.content_part.added, response.output_text.delta..., then
+// response.output_text.done, response.content_part.done, response.output_item.done and
+// response.completed (or response.incomplete when max_output_tokens ended it). Text
+// carries whole UTF-8 characters only (utf8.h).
+class ResponsesAnswer {
+ public:
+  // `cached_tokens`: the tokens of the previous response's state, which are input the
+  // model sees but nobody prefills again.
+  ResponsesAnswer(const ResponsesRequest& request, std::string id, int64_t created_at,
+                  std::string model, int64_t cached_tokens);
+
+  const std::string& id() const { return id_; }
+
+  // --- streaming ---
+  std::string Start();
+  std::string Tokens(std::vector<scheduler::TokenEvent> tokens);
+  // The closing events for the final object (Complete's).
+  std::string Finish(const nlohmann::json& response);
+  // An `error` event (the SDK raises it): the turn failed, or it could not be stored.
+  std::string Error(const absl::Status& status);
+
+  // --- both ---
+  void Add(std::vector<scheduler::TokenEvent> tokens);
+  // The response object for a turn that ended normally ("stop" or "length"), with all
+  // the text.
+  nlohmann::json Complete(const scheduler::TurnResult& result, const std::string& finish_reason);
+  // The last token was one of `eos_ids` (the tokenizer's end-of-sequence ids).
+  bool ended_with_eos(const std::vector<int32_t>& eos_ids) const;
+
+ private:
+  nlohmann::json Object(const std::string& status) const;
+  nlohmann::json Item(const std::string& status) const;
+  std::string Event(const char* type, nlohmann::json data);
+  // A response.output_text.delta event for the text not streamed yet ("" if none).
+  std::string Delta();
+
+  const ResponsesRequest request_;  // a copy: the answer outlives the handler
+  const std::string id_;
+  const std::string message_id_;
+  const int64_t created_at_;
+  const std::string model_;
+  const int64_t cached_tokens_;
+  int sequence_ = 0;
+  std::string held_;  // bytes of an incomplete character
+  std::string text_;  // everything so far
+  size_t streamed_ = 0;  // bytes of text_ sent as deltas
+  std::optional<int32_t> last_token_;
+};
+
+}  // namespace attnserve::http

@@ -1,0 +1,208 @@
+// The HTTP front's Responses routes (responses_api.h says what a stored response is).
+//
+// A response runs as one turn on a session of its own: a new session, or one imported
+// from the previous response's stored state. When the turn ends normally and `store` is
+// true, the session's snapshot and the response object are written to the checkpoint
+// store under the response id before the client is told the response is complete; the
+// session is then closed (its state lives on in the record only).
+#include <httplib.h>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "server/common/random_id.h"
+#include "server/http/http_errors.h"
+#include "server/http/http_front.h"
+#include "server/http/json_fields.h"
+#include "server/http/openai_response.h"
+#include "server/http/responses_api.h"
+#include "server/http/turn_queue.h"
+#include "server/service/start_turn.h"
+
+namespace attnserve::http {
+namespace {
+
+using nlohmann::json;
+
+// The session a response runs on lives only for its turn; this bounds how long it stays
+// if the process dies before closing it (a durable store then expires it).
+constexpr absl::Duration kResponseSessionTtl = absl::Minutes(10);
+
+absl::Status ResponseNotFound(const std::string& id) {
+  return absl::NotFoundError(absl::StrCat("response '", id, "' not found"));
+}
+
+// Closes a response's session once, from whichever path ends the response.
+class SessionCloser {
+ public:
+  SessionCloser(session::SessionStore* store, std::string tenant, std::string id)
+      : store_(store), tenant_(std::move(tenant)), id_(std::move(id)) {}
+  ~SessionCloser() { Close(); }
+  void Close() {
+    if (closed_.exchange(true)) return;
+    // NOT_FOUND: it expired or the server is closing it already; nothing is left.
+    (void)store_->Close(tenant_, id_);
+  }
+  const std::string& id() const { return id_; }
+
+ private:
+  session::SessionStore* const store_;
+  const std::string tenant_;
+  const std::string id_;
+  std::atomic<bool> closed_{false};
+};
+
+// `tenant`'s stored response `id`: NOT_FOUND, with the message of an id that never
+// existed, for another tenant's, a deleted, an expired or a malformed one.
+absl::StatusOr<ResponseRecord> ReadResponse(store::CheckpointStore& checkpoints,
+                                            const std::string& tenant, const std::string& id) {
+  if (!IsResponseId(id)) return ResponseNotFound(id);
+  auto bytes = checkpoints.Get(id);
+  if (absl::IsNotFound(bytes.status())) return ResponseNotFound(id);
+  if (!bytes.ok()) return bytes.status();
+  auto record = DecodeResponseRecord(**bytes);
+  if (!record.ok()) return record.status();
+  if (record->tenant != tenant) return ResponseNotFound(id);
+  return record;
+}
+
+}  // namespace
+
+void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& res) {
+  const std::string route_name = "POST /v1/responses";
+  const absl::Time arrival = absl::Now();
+  auto tenant = deps_.keys->AuthenticateHeader(Header(req, "authorization"));
+  if (!tenant.ok()) return Fail(route_name, tenant.status(), res);
+  auto slot = TakeSlot();
+  if (!slot.ok()) return Fail(route_name, slot.status(), res);
+  auto request = ParseResponsesRequest(req.body, RandomSeed());
+  if (!request.ok()) return Fail(route_name, request.status(), res);
+  v1::GenerateRequest& generate = request->generate;
+
+  // The state to continue from, and the model it ran on.
+  std::optional<ResponseRecord> previous;
+  if (request->previous_response_id.has_value()) {
+    auto record = ReadResponse(*deps_.checkpoints, *tenant, *request->previous_response_id);
+    if (!record.ok()) {
+      absl::Status s = record.status();
+      if (absl::IsNotFound(s)) s.SetPayload(kParamPayload, absl::Cord("previous_response_id"));
+      return Fail(route_name, s, res);
+    }
+    if (!generate.model().empty() && generate.model() != record->model) {
+      return Fail(route_name,
+                  InvalidParam("model", absl::StrCat("response '", *request->previous_response_id,
+                                                     "' ran on model '", record->model,
+                                                     "'; its continuation runs on the same model")),
+                  res, record->model);
+    }
+    generate.set_model(record->model);
+    previous = *std::move(record);
+  }
+  auto model = deps_.models->Find(generate.model());
+  if (!model.ok()) return Fail(route_name, model.status(), res);
+  const std::string& model_name = (*model)->name;
+  auto kind = TemplateOf(model_name);
+  if (!kind.ok()) return Fail(route_name, kind.status(), res, model_name);
+  auto text = previous.has_value()
+                  ? RenderAfterAssistant(*kind, request->input, previous->ended_with_eos)
+                  : RenderChat(*kind, request->input);
+  if (!text.ok()) return Fail(route_name, InvalidParam("input", std::string(text.status().message())),
+                              res, model_name);
+  generate.set_text(*std::move(text));
+
+  // The turn's own session: the previous response's state, or a new one.
+  auto session = previous.has_value()
+                     ? deps_.store->Import(*tenant, previous->state, kResponseSessionTtl)
+                     : deps_.store->Create(*tenant, *model, kResponseSessionTtl);
+  if (!session.ok()) return Fail(route_name, session.status(), res, model_name);
+  auto closer = std::make_shared<SessionCloser>(deps_.store, *tenant, (*session)->id());
+  session->reset();  // the store owns it; the turn claims it by id
+  generate.set_session_id(closer->id());
+
+  auto queue = std::make_shared<TurnQueue>(deps_.scheduler);
+  auto make_sink = [&](const std::shared_ptr<session::Session>& s) {
+    queue->set_model_name(s->served().name);
+    return queue;
+  };
+  auto control = service::StartTurn(service::Caller{*tenant}, *deps_.models, *deps_.store,
+                                    *deps_.scheduler, deps_.limits, generate, arrival,
+                                    absl::InfiniteFuture(), make_sink);
+  if (!control.ok()) return Fail(route_name, control.status(), res, model_name);
+  queue->SetControl(*std::move(control));
+
+  auto answer = std::make_shared<ResponsesAnswer>(
+      *request, absl::StrCat("resp_", RandomId128()), absl::ToUnixSeconds(arrival), model_name,
+      previous.has_value() ? previous->position : 0);
+  // After the turn (its session released): the response object, stored with the
+  // session's state when asked, before anyone is told it is complete.
+  auto conclude = [this, answer, closer, store = request->store, tenant = *tenant, model_name,
+                   eos_ids = (*model)->tokenizer->eos_ids()](
+                      const scheduler::TurnResult& result) -> absl::StatusOr<json> {
+    absl::Status error;
+    const std::optional<std::string> reason = FinishReasonOf(result, &error);
+    if (!reason.has_value()) return error;
+    json response = answer->Complete(result, *reason);
+    if (store) {
+      auto state = deps_.store->Export(tenant, closer->id());
+      if (!state.ok()) return state.status();
+      ResponseRecord record;
+      record.tenant = tenant;
+      record.model = model_name;
+      record.position = result.session_position;
+      record.ended_with_eos = answer->ended_with_eos(eos_ids);
+      record.response = response;
+      record.state = *std::move(state);
+      auto bytes = std::make_shared<const std::string>(EncodeResponseRecord(record));
+      if (absl::Status s = deps_.checkpoints->Put(answer->id(), std::move(bytes)); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("the response could not be stored: ", s.message()));
+      }
+    }
+    closer->Close();
+    return response;
+  };
+
+  if (!request->stream) {
+    const scheduler::TurnResult result =
+        CollectTurn(*queue, [&](std::vector<scheduler::TokenEvent> t) { answer->Add(std::move(t)); });
+    auto response = conclude(result);
+    if (!response.ok()) return Fail(route_name, response.status(), res, model_name);
+    Answer(res, 200, *response);
+    return Record(route_name, 200, model_name);
+  }
+  TurnWriter writer;
+  writer.start = [answer] { return answer->Start(); };
+  writer.tokens = [answer](std::vector<scheduler::TokenEvent> t) {
+    return answer->Tokens(std::move(t));
+  };
+  writer.finish = [answer, conclude](const scheduler::TurnResult& result) {
+    auto response = conclude(result);
+    return response.ok() ? answer->Finish(*response) : answer->Error(response.status());
+  };
+  writer.after = [closer] { closer->Close(); };
+  StreamTurn(route_name, std::move(queue), std::move(writer), *std::move(slot), res);
+}
+
+void HttpFront::GetResponse(const httplib::Request& req, httplib::Response& res) {
+  const std::string route_name = "GET /v1/responses/{id}";
+  auto tenant = deps_.keys->AuthenticateHeader(Header(req, "authorization"));
+  if (!tenant.ok()) return Fail(route_name, tenant.status(), res);
+  auto record = ReadResponse(*deps_.checkpoints, *tenant, req.matches[1]);
+  if (!record.ok()) return Fail(route_name, record.status(), res);
+  Answer(res, 200, record->response);
+  Record(route_name, 200, record->model);
+}
+
+void HttpFront::DeleteResponse(const httplib::Request& req, httplib::Response& res) {
+  const std::string route_name = "DELETE /v1/responses/{id}";
+  auto tenant = deps_.keys->AuthenticateHeader(Header(req, "authorization"));
+  if (!tenant.ok()) return Fail(route_name, tenant.status(), res);
+  const std::string id = req.matches[1];
+  auto record = ReadResponse(*deps_.checkpoints, *tenant, id);
+  if (!record.ok()) return Fail(route_name, record.status(), res);
+  if (absl::Status s = deps_.checkpoints->Delete(id); !s.ok()) {
+    return Fail(route_name, s, res, record->model);
+  }
+  Answer(res, 200, {{"id", id}, {"object", "response"}, {"deleted", true}});
+  Record(route_name, 200, record->model);
+}
+
+}  // namespace attnserve::http
