@@ -294,10 +294,11 @@ if [ -z "$client_bin" ]; then
 fi
 
 # --- live: the k8s haproxy.cfg against a stand-in cluster DNS ---------------------------
-# Three servers on 127.0.0.1-3 (all loopback on Linux), one port, as pods share one.
-port=$(free_port)
+# Three servers on 127.0.0.1-3 (all loopback on Linux), one gRPC port and one HTTP port,
+# as pods share them.
+port=$(free_port) http_port=$(free_port)
 for i in 1 2 3; do
-  start_named "pod$i" "127.0.0.$i:$port" "127.0.0.1:$(free_port)"
+  start_named "pod$i" "127.0.0.$i:$port" "127.0.0.1:$(free_port)" --http_listen="127.0.0.$i:$http_port"
   pids[i]=$started_pid
 done
 fqdn=attnserve-headless.default.svc.cluster.local
@@ -332,26 +333,31 @@ while True:
 PY
 dns_pid=$!
 
-proxy=127.0.0.1:$(free_port)
+proxy=127.0.0.1:$(free_port) http_proxy=127.0.0.1:$(free_port)
+# Every address moved: left on :8000, the HTTP frontend would also be what the HTTP
+# backend's 127.0.0.1:8000 reaches, and HAProxy would proxy to itself.
 sed -e "s|^\( *\)parse-resolv-conf|\1nameserver stand-in 127.0.0.1:$dns_port|" \
   -e "s|bind :50051 proto h2|bind $proxy proto h2|" \
+  -e "s|bind :8000\$|bind $http_proxy|" \
   -e "s|bind :8404|bind 127.0.0.1:$(free_port)|" \
   -e "s|stats socket ipv4@127.0.0.1:9999|stats socket $work/haproxy.sock|" \
-  -e "s|:50051\" resolvers|:$port\" resolvers|" "$work/k8s-haproxy.cfg" >"$work/live.cfg"
-[ "$(grep -c "stand-in\|$proxy\|haproxy.sock\|:$port\" resolvers" "$work/live.cfg")" -eq 4 ] ||
+  -e "s|:50051\" resolvers|:$port\" resolvers|" \
+  -e "s|:8000\" resolvers|:$http_port\" resolvers|" "$work/k8s-haproxy.cfg" >"$work/live.cfg"
+[ "$(grep -c "stand-in\|$proxy\|$http_proxy\|haproxy.sock\|:$port\" resolvers\|:$http_port\" resolvers" "$work/live.cfg")" -eq 6 ] ||
   fail "could not point the k8s haproxy.cfg at loopback: $(diff "$work/k8s-haproxy.cfg" "$work/live.cfg")"
 step "haproxy with the ConfigMap's haproxy.cfg (nameserver, listen addresses and port moved to loopback)"
 POD_NAMESPACE=default haproxy -f "$work/live.cfg" >"$work/haproxy.log" 2>&1 &
 haproxy_pid=$!
 logs="haproxy dns pod1 pod2 pod3"
 
-# slots: the template's servers that are UP, as their addresses ("127.0.0.1 127.0.0.3").
+# slots [BACKEND]: the template's servers that are UP, as their addresses ("127.0.0.1
+# 127.0.0.3"); BACKEND defaults to the gRPC one.
 slots() {
-  "$py" - "$work/haproxy.sock" <<'PY' 2>/dev/null || true
+  "$py" - "$work/haproxy.sock" "${1:-attnserve}" <<'PY' 2>/dev/null || true
 import socket, sys
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
-s.sendall(b"show servers state attnserve\n")
+s.sendall(f"show servers state {sys.argv[2]}\n".encode())
 out = b""
 while chunk := s.recv(65536):
     out += chunk
@@ -361,18 +367,23 @@ print(" ".join(up))
 PY
 }
 wait_slots() {
-  local want=$1 got="" deadline=$((SECONDS + $2))
+  local want=$1 got="" deadline=$((SECONDS + $2)) backend=${3:-attnserve}
   while [ "$SECONDS" -lt "$deadline" ]; do
-    got=$(slots)
+    got=$(slots "$backend")
     [ "$got" = "$want" ] && return 0
     kill -0 "$haproxy_pid" 2>/dev/null || fail "haproxy exited"
     sleep 0.2
   done
-  fail "HAProxy's UP servers are '$got' after $2 s, expected '$want'"
+  fail "HAProxy's UP servers of $backend are '$got' after $2 s, expected '$want'"
 }
 step "the server-template slots fill from DNS and pass the gRPC health check"
 wait_slots "127.0.0.1 127.0.0.2 127.0.0.3" 20
 [ "$("$client_bin" --server="$proxy" health)" = SERVING ] || fail "health through the proxy"
+step "the HTTP API's slots fill too and pass GET /health"
+wait_slots "127.0.0.1 127.0.0.2 127.0.0.3" 20 attnserve_http
+curl -sS -f -o "$work/http.out" -H 'content-type: application/json' \
+  -d '{"prompt":"Pod","max_tokens":4}' "http://$http_proxy/v1/completions" ||
+  fail "a completion through the HTTP proxy: $(cat "$work/http.out" 2>/dev/null)"
 for n in 1 2 3 4 5 6; do
   "$client_bin" --server="$proxy" generate --max_tokens=4 "Pod $n." >/dev/null 2>"$work/gen.err" ||
     fail "generate through the proxy: $(cat "$work/gen.err")"
