@@ -95,8 +95,10 @@ fi
 
 # tests/openai: the official openai SDK (npm), pinned by tests/openai/package-lock.json and
 # installed into tests/openai/node_modules (the tests download nothing). Node comes from
-# Debian (nodejs, npm) when the machine has none.
-if [ "${1:-}" != "--runtime" ]; then
+# Debian (nodejs, npm) when the machine has none. Not where the tests are not: the image's
+# build stage runs this script before it copies the sources (deploy/Dockerfile).
+sdk_lock=$(dirname "$0")/../tests/openai/package-lock.json
+if [ "${1:-}" != "--runtime" ] && [ -f "$sdk_lock" ]; then
   if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     echo "install.sh: installing Debian's nodejs and npm"
     $SUDO apt-get update -q

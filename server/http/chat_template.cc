@@ -198,4 +198,28 @@ absl::StatusOr<std::string> RenderAfterAssistant(ChatTemplateKind kind,
   return after;
 }
 
+std::vector<std::string> AssistantTurnEnds(ChatTemplateKind kind,
+                                           const std::vector<ChatMessage>& messages) {
+  constexpr char kMarker[] = "\x1f\x1e attnserve turn end \x1e\x1f";
+  const char* end_of_turn = kind == ChatTemplateKind::kChatml   ? "<|im_end|>"
+                            : kind == ChatTemplateKind::kLlama2 ? " </s>"
+                                                                : "";
+  std::vector<std::string> out;
+  for (size_t k = 0; k < messages.size(); ++k) {
+    if (messages[k].role != "assistant") continue;
+    // The conversation up to this message, its content marked, and a user message after
+    // it (the templates render an assistant message only before another turn).
+    std::vector<ChatMessage> upto(messages.begin(), messages.begin() + k + 1);
+    upto.back().content += kMarker;
+    upto.push_back({"user", "u"});
+    auto rendered = RenderChat(kind, upto);
+    if (!rendered.ok()) continue;
+    const size_t at = rendered->find(kMarker);
+    if (at == std::string::npos) continue;
+    out.push_back(rendered->substr(0, at));
+    if (*end_of_turn != '\0') out.push_back(rendered->substr(0, at) + end_of_turn);
+  }
+  return out;
+}
+
 }  // namespace attnserve::http

@@ -64,6 +64,15 @@ absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind,
 // but not in the text), the template's own end-of-turn marker ("<|im_end|>" for chatml,
 // " </s>" for llama2) is left out. Errors as RenderChat, for the conversation as a whole
 // (llama2: the continuation must start with a user message and hold no system message).
+// Where each assistant turn of `messages` ends in RenderChat(kind, messages): for every
+// assistant message, the rendered text up to the end of its content, and (chatml,
+// llama2) that text followed by the template's end-of-turn marker too (a turn that ended
+// on an end-of-sequence token holds it). These are the states a chat client that
+// resends its history may find kept from an earlier turn (prefix_cache.h). Empty when
+// the messages do not render.
+std::vector<std::string> AssistantTurnEnds(ChatTemplateKind kind,
+                                           const std::vector<ChatMessage>& messages);
+
 absl::StatusOr<std::string> RenderAfterAssistant(ChatTemplateKind kind,
                                                  const std::vector<ChatMessage>& messages,
                                                  bool ended_with_eos);

@@ -15,6 +15,7 @@
 #include "server/http/http_errors.h"
 #include "server/http/openai_request.h"
 #include "server/http/openai_response.h"
+#include "server/http/own_session.h"
 #include "server/http/turn_queue.h"
 #include "server/service/start_turn.h"
 
@@ -97,6 +98,9 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(HttpFrontOptions opt
     auto kind = ChatTemplateForDirectory(m->directory, m->tokenizer->kind());
     f->templates_.emplace_back(m->name, kind);
     for (const auto& v : m->variants) f->templates_.emplace_back(v->name, kind);
+  }
+  if (f->deps_.checkpoints != nullptr) {
+    f->prefix_cache_ = std::make_unique<PrefixCache>(f->deps_.checkpoints, f->options_.prefix_ttl);
   }
   f->server_ = std::make_unique<httplib::Server>();
   httplib::Server& s = *f->server_;
@@ -307,6 +311,7 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
   if (!request.ok()) return Fail(route_name, request.status(), res);
   v1::GenerateRequest& generate = request->generate;
   if (auto session = Header(req, "x-session-id")) generate.set_session_id(std::string(*session));
+  std::shared_ptr<KeptChat> chat;  // a stateless chat turn, on a session of its own
   if (route == Route::kChat) {
     // The template of the requested model (of the default model when none is named).
     auto model = deps_.models->Find(generate.model());
@@ -316,6 +321,11 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
     auto text = RenderChat(*kind, request->messages);
     if (!text.ok()) return Fail(route_name, text.status(), res, (*model)->name);
     generate.set_text(*std::move(text));
+    if (generate.session_id().empty() && prefix_cache_) {
+      auto kept = StartKeptChat(*tenant, *model, *kind, request->messages, &generate);
+      if (!kept.ok()) return Fail(route_name, kept.status(), res, (*model)->name);
+      chat = *std::move(kept);
+    }
   }
 
   auto queue = std::make_shared<TurnQueue>(deps_.scheduler);
@@ -331,13 +341,23 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
   if (!control.ok()) return Fail(route_name, control.status(), res, generate.model());
   queue->SetControl(*std::move(control));
 
-  const bool chat = route == Route::kChat;
-  const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", RandomId128());
+  const std::string id =
+      absl::StrCat(route == Route::kChat ? "chatcmpl-" : "cmpl-", RandomId128());
   auto answer = std::make_shared<OpenAiAnswer>(*request, id, absl::ToUnixSeconds(arrival),
                                                queue->model_name());
+  if (chat) answer->set_cached_tokens(int64_t(chat->cached));
+  // The generated ids join the prompt's in the kept state's key.
+  auto add = [answer, chat](std::vector<scheduler::TokenEvent>& tokens) {
+    if (chat) {
+      for (const scheduler::TokenEvent& t : tokens) chat->ids.push_back(t.id);
+    }
+  };
   if (!request->stream) {
-    const scheduler::TurnResult result =
-        CollectTurn(*queue, [&](std::vector<scheduler::TokenEvent> t) { answer->Add(std::move(t)); });
+    const scheduler::TurnResult result = CollectTurn(*queue, [&](std::vector<scheduler::TokenEvent> t) {
+      add(t);
+      answer->Add(std::move(t));
+    });
+    if (chat) KeepChat(*chat, result);
     absl::Status error;
     const std::optional<std::string> reason = FinishReasonOf(result, &error);
     if (!reason.has_value()) return Fail(route_name, error, res, queue->model_name());
@@ -346,9 +366,66 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
   }
   TurnWriter writer;
   writer.start = [answer] { return answer->Start(); };
-  writer.tokens = [answer](std::vector<scheduler::TokenEvent> t) { return answer->Tokens(std::move(t)); };
-  writer.finish = [answer](const scheduler::TurnResult& r) { return answer->Finish(r); };
+  writer.tokens = [answer, add](std::vector<scheduler::TokenEvent> t) {
+    add(t);
+    return answer->Tokens(std::move(t));
+  };
+  writer.finish = [this, answer, chat](const scheduler::TurnResult& r) {
+    if (chat) KeepChat(*chat, r);  // before [DONE]: a client that resends at once finds it
+    return answer->Finish(r);
+  };
+  if (chat) writer.after = [chat] { chat->session->Close(); };
   StreamTurn(route_name, std::move(queue), std::move(writer), *std::move(slot), res);
+}
+
+absl::StatusOr<std::shared_ptr<HttpFront::KeptChat>> HttpFront::StartKeptChat(
+    const std::string& tenant, const std::shared_ptr<const catalogue::ServedModel>& model,
+    ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
+    v1::GenerateRequest* generate) {
+  auto chat = std::make_shared<KeptChat>();
+  chat->key = PrefixKey{tenant, model->name, ChatTemplateName(kind)};
+  // The prompt's ids exactly as admission would encode the text at a session's start.
+  auto ids = model->tokenizer->Encode(generate->text(), /*continuation=*/false);
+  if (!ids.ok()) return ids.status();
+  // Where the history's assistant turns end, in ids: the states an earlier turn may
+  // have kept. Only the prefixes of the prompt's own ids count.
+  std::vector<size_t> lengths;
+  for (const std::string& end : AssistantTurnEnds(kind, messages)) {
+    auto end_ids = model->tokenizer->Encode(end, /*continuation=*/false);
+    if (!end_ids.ok() || end_ids->size() >= ids->size()) continue;
+    if (std::equal(end_ids->begin(), end_ids->end(), ids->begin())) {
+      lengths.push_back(end_ids->size());
+    }
+  }
+  std::optional<PrefixCache::Hit> hit = prefix_cache_->Lookup(chat->key, *ids, lengths);
+  auto session = hit.has_value()
+                     ? deps_.store->Import(tenant, hit->state, options_.prefix_ttl)
+                     : deps_.store->Create(tenant, model, options_.prefix_ttl);
+  if (!session.ok()) return session.status();
+  chat->session = std::make_shared<OwnSession>(deps_.store, tenant, (*session)->id());
+  chat->cached = hit.has_value() ? hit->tokens : 0;
+  chat->stop_strings = generate->sampling().stop_size() > 0;
+  // The rest of the prompt as ids (a session's later turns would encode text as a
+  // continuation, which need not split the same way).
+  generate->set_session_id(chat->session->id());
+  generate->clear_text();
+  for (size_t i = chat->cached; i < ids->size(); ++i) generate->mutable_tokens()->add_ids((*ids)[i]);
+  chat->ids = *std::move(ids);
+  return chat;
+}
+
+void HttpFront::KeepChat(KeptChat& chat, const scheduler::TurnResult& result) {
+  // A turn that did not end normally may have stopped anywhere; a stop string leaves
+  // tokens in the state that the client will not resend. Neither is kept.
+  const bool clean = result.reason == scheduler::FinishReason::kLength ||
+                     (result.reason == scheduler::FinishReason::kStop && !chat.stop_strings);
+  if (clean) {
+    if (auto state = chat.session->Export(); state.ok()) {
+      // A state not kept costs a later request time, never correctness.
+      (void)prefix_cache_->Save(chat.key, chat.ids, *std::move(state));
+    }
+  }
+  chat.session->Close();
 }
 
 scheduler::TurnResult HttpFront::CollectTurn(

@@ -30,7 +30,10 @@
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 #include "server/catalogue/model_catalogue.h"
+#include "server/config/defaults.h"
 #include "server/http/chat_template.h"
+#include "server/http/own_session.h"
+#include "server/http/prefix_cache.h"
 #include "server/metrics/metrics.h"
 #include "server/scheduler/scheduler.h"
 #include "server/service/admission.h"
@@ -61,6 +64,10 @@ struct HttpFrontOptions {
   // A stream with nothing to send this long (a long prefill, a paused turn) sends a
   // ": ping" comment, which clients ignore; a failed ping is a client gone.
   absl::Duration ping_interval = absl::Seconds(2);
+  // How long a stored response lives (ServerOptions::response_ttl).
+  absl::Duration response_ttl = config::defaults::kResponseTtl;
+  // How long a chat state kept for a client that resends its history lives.
+  absl::Duration prefix_ttl = config::defaults::kDefaultTtl;
 };
 
 // What the front serves with; not owned, all must outlive it. metrics may be null.
@@ -70,7 +77,8 @@ struct HttpFrontDeps {
   scheduler::Scheduler* scheduler = nullptr;
   metrics::Metrics* metrics = nullptr;
   const service::ApiKeys* keys = nullptr;
-  // Stored responses (/v1/responses); null turns those routes off (404).
+  // Stored responses (/v1/responses) and the chat states kept for clients that resend
+  // their history (prefix_cache.h); null turns both off (/v1/responses is then 404).
   store::CheckpointStore* checkpoints = nullptr;
   service::RequestLimits limits;
 };
@@ -116,6 +124,26 @@ class HttpFront {
   // "model").
   absl::StatusOr<ChatTemplateKind> TemplateOf(const std::string& name) const;
 
+  // A chat turn on no session of the client's: it runs on a session of its own, from
+  // the longest kept state its history extends (PrefixCache), and its state is kept in
+  // turn when it ends cleanly.
+  struct KeptChat {
+    PrefixKey key;
+    std::vector<int32_t> ids;  // the prompt's, then the generated ones as they come
+    size_t cached = 0;         // prompt ids already in the state at the start
+    bool stop_strings = false;  // the request has stop strings
+    std::shared_ptr<OwnSession> session;
+  };
+  // Looks the prompt up, makes the turn's session (imported or new) and sets
+  // `generate`'s session and prompt ids (the part not in the state).
+  absl::StatusOr<std::shared_ptr<KeptChat>> StartKeptChat(
+      const std::string& tenant, const std::shared_ptr<const catalogue::ServedModel>& model,
+      ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
+      v1::GenerateRequest* generate);
+  // After the turn (its session released): keeps the state if it ended cleanly, then
+  // closes the session.
+  void KeepChat(KeptChat& chat, const scheduler::TurnResult& result);
+
   // A started turn's server-sent events, made on the connection's thread.
   struct TurnWriter {
     std::function<std::string()> start;
@@ -156,6 +184,7 @@ class HttpFront {
   const int64_t created_;  // the models' "created": when the server started
   // Each model's and variant's chat template (or why it has none), by name.
   std::vector<std::pair<std::string, absl::StatusOr<ChatTemplateKind>>> templates_;
+  std::unique_ptr<PrefixCache> prefix_cache_;  // null without deps_.checkpoints
   std::unique_ptr<httplib::Server> server_;
   std::thread listener_;
   int port_ = 0;

@@ -162,10 +162,11 @@ json OpenAiAnswer::Chunk(const std::string& content, const json& finish_reason) 
 }
 
 json OpenAiAnswer::Usage(const scheduler::TurnResult& r) const {
-  return {{"prompt_tokens", r.prompt_tokens},
+  const int64_t prompt = cached_tokens_ + r.prompt_tokens;
+  return {{"prompt_tokens", prompt},
           {"completion_tokens", r.generated_tokens},
-          {"total_tokens", r.prompt_tokens + r.generated_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+          {"total_tokens", prompt + r.generated_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens_}}}};
 }
 
 std::string OpenAiAnswer::Start() {

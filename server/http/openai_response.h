@@ -31,6 +31,10 @@ class OpenAiAnswer {
   // name; the request says the route, logprobs and include_usage.
   OpenAiAnswer(const OpenAiRequest& request, std::string id, int64_t created, std::string model);
 
+  // Prompt tokens that were already in the session's state (a kept chat state): usage
+  // counts them in prompt_tokens and reports them as prompt_tokens_details.cached_tokens.
+  void set_cached_tokens(int64_t n) { cached_tokens_ = n; }
+
   // --- streaming: each returns SSE event text ("data: {...}\n\n"...) to write ---
   // The first event: chat's {"role":"assistant","content":""} delta; empty for completions.
   std::string Start();
@@ -65,6 +69,7 @@ class OpenAiAnswer {
   const int64_t created_;
   const std::string model_;
   const std::vector<std::string> stops_;
+  int64_t cached_tokens_ = 0;
   std::string unsure_;   // bytes that may begin a stop string
   bool stopped_ = false; // a stop string matched: nothing more is content
   std::string held_;     // bytes of an incomplete character

@@ -14,6 +14,7 @@
 #include "server/http/http_front.h"
 #include "server/http/json_fields.h"
 #include "server/http/openai_response.h"
+#include "server/http/own_session.h"
 #include "server/http/responses_api.h"
 #include "server/http/turn_queue.h"
 #include "server/service/start_turn.h"
@@ -30,26 +31,6 @@ constexpr absl::Duration kResponseSessionTtl = absl::Minutes(10);
 absl::Status ResponseNotFound(const std::string& id) {
   return absl::NotFoundError(absl::StrCat("response '", id, "' not found"));
 }
-
-// Closes a response's session once, from whichever path ends the response.
-class SessionCloser {
- public:
-  SessionCloser(session::SessionStore* store, std::string tenant, std::string id)
-      : store_(store), tenant_(std::move(tenant)), id_(std::move(id)) {}
-  ~SessionCloser() { Close(); }
-  void Close() {
-    if (closed_.exchange(true)) return;
-    // NOT_FOUND: it expired or the server is closing it already; nothing is left.
-    (void)store_->Close(tenant_, id_);
-  }
-  const std::string& id() const { return id_; }
-
- private:
-  session::SessionStore* const store_;
-  const std::string tenant_;
-  const std::string id_;
-  std::atomic<bool> closed_{false};
-};
 
 // `tenant`'s stored response `id`: NOT_FOUND, with the message of an id that never
 // existed, for another tenant's, a deleted, an expired or a malformed one.
@@ -114,9 +95,9 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
                      ? deps_.store->Import(*tenant, previous->state, kResponseSessionTtl)
                      : deps_.store->Create(*tenant, *model, kResponseSessionTtl);
   if (!session.ok()) return Fail(route_name, session.status(), res, model_name);
-  auto closer = std::make_shared<SessionCloser>(deps_.store, *tenant, (*session)->id());
+  auto own = std::make_shared<OwnSession>(deps_.store, *tenant, (*session)->id());
   session->reset();  // the store owns it; the turn claims it by id
-  generate.set_session_id(closer->id());
+  generate.set_session_id(own->id());
 
   auto queue = std::make_shared<TurnQueue>(deps_.scheduler);
   auto make_sink = [&](const std::shared_ptr<session::Session>& s) {
@@ -134,7 +115,7 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
       previous.has_value() ? previous->position : 0);
   // After the turn (its session released): the response object, stored with the
   // session's state when asked, before anyone is told it is complete.
-  auto conclude = [this, answer, closer, store = request->store, tenant = *tenant, model_name,
+  auto conclude = [this, answer, own, store = request->store, tenant = *tenant, model_name,
                    eos_ids = (*model)->tokenizer->eos_ids()](
                       const scheduler::TurnResult& result) -> absl::StatusOr<json> {
     absl::Status error;
@@ -142,21 +123,22 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
     if (!reason.has_value()) return error;
     json response = answer->Complete(result, *reason);
     if (store) {
-      auto state = deps_.store->Export(tenant, closer->id());
+      auto state = own->Export();
       if (!state.ok()) return state.status();
       ResponseRecord record;
       record.tenant = tenant;
       record.model = model_name;
-      record.position = result.session_position;
+      // The state covers the last generated token too (pending: fed at the next turn).
+      record.position = result.session_position + (result.generated_tokens > 0 ? 1 : 0);
       record.ended_with_eos = answer->ended_with_eos(eos_ids);
       record.response = response;
       record.state = *std::move(state);
       auto bytes = std::make_shared<const std::string>(EncodeResponseRecord(record));
-      if (absl::Status s = deps_.checkpoints->Put(answer->id(), std::move(bytes)); !s.ok()) {
+      if (absl::Status s = deps_.checkpoints->Put(answer->id(), std::move(bytes), options_.response_ttl); !s.ok()) {
         return absl::Status(s.code(), absl::StrCat("the response could not be stored: ", s.message()));
       }
     }
-    closer->Close();
+    own->Close();
     return response;
   };
 
@@ -177,7 +159,7 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
     auto response = conclude(result);
     return response.ok() ? answer->Finish(*response) : answer->Error(response.status());
   };
-  writer.after = [closer] { closer->Close(); };
+  writer.after = [own] { own->Close(); };
   StreamTurn(route_name, std::move(queue), std::move(writer), *std::move(slot), res);
 }
 

@@ -120,6 +120,8 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
                                ? options.http_threads
                                : options.http_max_streams + config::defaults::kHttpSpareThreads;
     http_options.write_timeout = options.stream_idle_timeout;
+    http_options.response_ttl = options.response_ttl;
+    http_options.prefix_ttl = options.default_ttl;
     http::HttpFrontDeps deps;
     deps.models = s->models_.get();
     deps.store = s->store_.get();
@@ -129,7 +131,6 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     deps.limits = limits;
     store::CheckpointStore::Options checkpoints;
     checkpoints.memory_bytes = options.checkpoint_memory_bytes;
-    checkpoints.ttl = options.response_ttl;
     if (options.session_store != "memory") {
       // A connection of its own to the same store: records beside the sessions.
       auto durable = store::OpenSnapshotStore(options.session_store);

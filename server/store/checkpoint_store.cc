@@ -42,10 +42,11 @@ void CheckpointStore::CacheLocked(const std::string& key,
 }
 
 absl::Status CheckpointStore::Put(const std::string& key,
-                                  std::shared_ptr<const std::string> bytes) {
+                                  std::shared_ptr<const std::string> bytes, absl::Duration ttl) {
   if (absl::Status s = ValidateSnapshotId(key); !s.ok()) return s;
+  if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
   if (options_.durable) {
-    if (absl::Status s = options_.durable->Put(key, *bytes, options_.ttl); !s.ok()) return s;
+    if (absl::Status s = options_.durable->Put(key, *bytes, ttl); !s.ok()) return s;
   } else if (int64_t(bytes->size()) > options_.memory_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "a checkpoint of ", bytes->size(), " bytes does not fit the ", options_.memory_bytes,
@@ -53,7 +54,7 @@ absl::Status CheckpointStore::Put(const std::string& key,
         "--session_store"));
   }
   absl::MutexLock lock(&mu_);
-  CacheLocked(key, std::move(bytes), options_.clock->Now() + options_.ttl);
+  CacheLocked(key, std::move(bytes), options_.clock->Now() + ttl);
   return absl::OkStatus();
 }
 
@@ -90,8 +91,9 @@ absl::StatusOr<std::shared_ptr<const std::string>> CheckpointStore::Get(const st
   if (!got.ok()) return got.status();
   auto bytes = std::make_shared<const std::string>(*std::move(got));
   absl::MutexLock lock(&mu_);
-  // A copy kept past the store's expiry is caught by the generation read above.
-  CacheLocked(key, bytes, now + options_.ttl);
+  // Cached for as long as the store keeps it; a copy kept past the store's expiry (or
+  // deleted there) is caught by the generation read above.
+  CacheLocked(key, bytes, absl::InfiniteFuture());
   return bytes;
 }
 

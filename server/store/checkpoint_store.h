@@ -35,8 +35,6 @@ class CheckpointStore {
     // Bytes of checkpoints kept in this process's memory (a record larger than this is
     // not cached; without a durable store it cannot be kept at all: RESOURCE_EXHAUSTED).
     int64_t memory_bytes = 0;
-    // How long a checkpoint lives after it was written.
-    absl::Duration ttl = absl::Hours(1);
     // The shared home; null: memory only.
     std::unique_ptr<SnapshotStore> durable;
     // Not owned; expires memory entries.
@@ -44,10 +42,11 @@ class CheckpointStore {
   };
   explicit CheckpointStore(Options options);
 
-  // Writes `bytes` under `key` (a SnapshotStore id: 1..128 of [0-9a-zA-Z_-]). With a
-  // durable store, OK only once it is written there (UNAVAILABLE naming the store
-  // otherwise).
-  absl::Status Put(const std::string& key, std::shared_ptr<const std::string> bytes);
+  // Writes `bytes` under `key` (a SnapshotStore id: 1..128 of [0-9a-zA-Z_-]) for `ttl`
+  // (positive). With a durable store, OK only once it is written there (UNAVAILABLE
+  // naming the store otherwise).
+  absl::Status Put(const std::string& key, std::shared_ptr<const std::string> bytes,
+                   absl::Duration ttl);
   // The bytes under `key`; NOT_FOUND if absent, expired, deleted or (memory only)
   // evicted; UNAVAILABLE naming the store when it cannot be read.
   absl::StatusOr<std::shared_ptr<const std::string>> Get(const std::string& key);

@@ -1,5 +1,7 @@
 #include "server/http/chat_template.h"
 
+#include "absl/strings/match.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -123,6 +125,28 @@ TEST(RenderAfterAssistantTest, RefusesWhatTheTemplateCannotSay) {
   EXPECT_FALSE(RenderAfterAssistant(ChatTemplateKind::kLlama2, {{"system", "S"}, {"user", "U"}},
                                     false).ok());
   EXPECT_FALSE(RenderAfterAssistant(ChatTemplateKind::kLlama2, {{"assistant", "A"}}, false).ok());
+}
+
+// Each assistant turn's end is a prefix of the whole rendering, where its content ends.
+TEST(AssistantTurnEndsTest, EndWhereEachAssistantContentEnds) {
+  const std::vector<ChatMessage> chat = {{"user", "Hi"}, {"assistant", "Hello."},
+                                         {"user", "More"}, {"assistant", "Yes."},
+                                         {"user", "Last"}};
+  auto whole = RenderChat(ChatTemplateKind::kPlain, chat);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_THAT(AssistantTurnEnds(ChatTemplateKind::kPlain, chat),
+              ::testing::ElementsAre("User: Hi\nAssistant: Hello.",
+                                     "User: Hi\nAssistant: Hello.\nUser: More\nAssistant: Yes."));
+  for (const std::string& end : AssistantTurnEnds(ChatTemplateKind::kPlain, chat)) {
+    EXPECT_EQ(whole->rfind(end, 0), 0u) << end;
+  }
+  auto chatml = AssistantTurnEnds(ChatTemplateKind::kChatml, chat);
+  ASSERT_EQ(chatml.size(), 4u);
+  EXPECT_EQ(chatml[1], chatml[0] + "<|im_end|>");
+  EXPECT_TRUE(absl::EndsWith(chatml[0], "assistant\nHello."));
+  auto chatml_whole = RenderChat(ChatTemplateKind::kChatml, chat);
+  for (const std::string& end : chatml) EXPECT_EQ(chatml_whole->rfind(end, 0), 0u) << end;
+  EXPECT_TRUE(AssistantTurnEnds(ChatTemplateKind::kPlain, {{"user", "Hi"}}).empty());
 }
 
 }  // namespace

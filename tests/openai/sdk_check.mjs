@@ -15,6 +15,10 @@
 //                                                   429/503 with retry-after; /health throughout
 //   node sdk_check.mjs responses BASE MODEL BASE_B  stored responses continued on either of two
 //                                                   replicas sharing a store, against a chat oracle
+//   node sdk_check.mjs prefix BASE MODEL BASE_B BASE_C
+//                                                   a chat resending its history reuses the
+//                                                   kept state on either replica (cached_tokens)
+//                                                   and equals a fresh server's full prefill
 //   node sdk_check.mjs responses_tenants BASE MODEL KEY_A KEY_B
 //                                                   another tenant's response is 404
 //
@@ -489,6 +493,48 @@ async function responsesTenants(model, keyA, keyB) {
   console.log("responses tenants: PASS");
 }
 
+
+// A chat client that resends its whole history: the second call, on the other replica,
+// finds the state the first kept (cached_tokens) and prefills only the new message; its
+// text equals a server that never saw the conversation (BASE_C: its own memory store)
+// prefilling it all. A history that differs where the kept state ends is not reused.
+async function prefix(model, baseB, baseC) {
+  const a = client();
+  const b = new OpenAI({ baseURL: `${baseB}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120_000 });
+  const fresh = new OpenAI({ baseURL: `${baseC}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120_000 });
+  const ask = (openai, messages) => openai.chat.completions.create({ model, messages, temperature: 0, max_tokens: 30 });
+  const history = [{ role: "user", content: PROMPT }];
+  const first = await ask(a, history);
+  expect(first.usage.prompt_tokens_details.cached_tokens === 0, `first call cached ${JSON.stringify(first.usage)}`);
+  let previousCached = 0;
+  for (const [turn, question] of ["And then?", "Who spake?", "Go on."].entries()) {
+    const openai = turn % 2 === 0 ? b : a;  // alternate replicas
+    const last = turn === 0 ? first : history.lastAnswer;
+    history.push({ role: "assistant", content: last.choices[0].message.content }, { role: "user", content: question });
+    const kept = await ask(openai, history);
+    const oracle = await ask(fresh, history);
+    const cached = kept.usage.prompt_tokens_details.cached_tokens;
+    expect(cached > previousCached && cached < kept.usage.prompt_tokens,
+           `turn ${turn + 2}: cached ${cached} of ${kept.usage.prompt_tokens} (previous ${previousCached})`);
+    expect(kept.usage.prompt_tokens === oracle.usage.prompt_tokens,
+           `turn ${turn + 2}: prompt_tokens ${kept.usage.prompt_tokens} != the fresh server's ${oracle.usage.prompt_tokens}`);
+    expect(kept.choices[0].message.content === oracle.choices[0].message.content,
+           `turn ${turn + 2}: ${JSON.stringify(kept.choices[0].message.content)} != prefilled whole ${JSON.stringify(oracle.choices[0].message.content)}`);
+    console.log(`prefix: turn ${turn + 2} on ${openai === a ? "A" : "B"}: ${cached} of ${kept.usage.prompt_tokens} prompt tokens cached; the text equals a full prefill`);
+    previousCached = cached;
+    history.lastAnswer = kept;
+  }
+  // An edited history: the last assistant message changed, so only an earlier state fits.
+  const edited = history.slice(0, -2).concat([{ role: "assistant", content: "Not what was said." }, { role: "user", content: "Go on." }]);
+  const kept = await ask(b, edited);
+  const oracle = await ask(fresh, edited);
+  const cached = kept.usage.prompt_tokens_details.cached_tokens;
+  expect(cached < previousCached, `an edited history reused ${cached} tokens (the unedited ${previousCached})`);
+  expect(kept.choices[0].message.content === oracle.choices[0].message.content, "the edited history's text");
+  console.log(`prefix: an edited history reused ${cached} tokens (an earlier turn's state) and equals a full prefill`);
+  console.log("prefix: PASS");
+}
+
 const commands = {
   basic: () => basic(args[0], args[1]),
   errors: () => errors(args[0]),
@@ -499,9 +545,10 @@ const commands = {
   flood: () => flood(Number(args[0])),
   responses: () => responses(args[0], args[1]),
   responses_tenants: () => responsesTenants(args[0], args[1], args[2]),
+  prefix: () => prefix(args[0], args[1], args[2]),
 };
 if (!(command in commands) || !base) {
-  console.error("usage: node sdk_check.mjs basic|errors|auth|conflict|ratelimit|disconnect|flood|responses|responses_tenants BASE [ARGS]");
+  console.error("usage: node sdk_check.mjs basic|errors|auth|conflict|ratelimit|disconnect|flood|responses|responses_tenants|prefix BASE [ARGS]");
   process.exit(2);
 }
 commands[command]().catch((e) => fail(e?.stack ?? String(e)));

@@ -9,7 +9,8 @@
 # the request metrics of HTTP routes, and the Responses API: stored responses continued
 # with previous_response_id on either of two replicas sharing a real redis-server (equal
 # to a stateless chat that resends the history), forks, streaming events, store:false,
-# delete, and tenants.
+# delete, and tenants; a chat client resending its history reuses the state an earlier
+# turn kept (cached_tokens), on either replica, with the text of a full prefill.
 # Usage: sdk_test.sh SERVER_BINARY CLIENT_BINARY
 set -euo pipefail
 server_bin=$1 client_bin=$2
@@ -149,10 +150,12 @@ r1_pid=$started_pid
 start_named r2 "$r2_addr" "127.0.0.1:$(free_port)" --http_listen="$r2_http" --session_store="$store"
 r2_pid=$started_pid
 sdk responses "http://$r1_http" "$model" "http://$r2_http"
-# Nothing but the stored responses is left in the store: each response's session is
-# closed once its state is recorded.
-left=$(redis-cli -p "$redis_port" --scan | grep -v -e resp_ -e '^$' || true)
-[ -z "$left" ] || fail "keys left in redis besides stored responses: $left"
+step "a chat client resending its history: the kept state on either replica"
+sdk prefix "http://$r1_http" "$model" "http://$r2_http" "http://$a_http"
+# Nothing but stored responses and kept chat states is left in the store: each turn's
+# own session is closed once its state is recorded.
+left=$(redis-cli -p "$redis_port" --scan | grep -v -e ':resp_[0-9a-f]*$' -e ':pfx_[0-9a-f]*$' -e '^$' || true)
+[ -z "$left" ] || fail "keys left in redis besides stored responses and chat states: $left"
 
 stop "$a_pid"; a_pid=""
 stop "$c_pid"; c_pid=""

@@ -27,28 +27,28 @@ TEST(CheckpointStoreTest, MemoryOnlyKeepsTheMostRecentlyUsedWithinItsBytes) {
   o.clock = &clock;
   CheckpointStore store(std::move(o));
   EXPECT_EQ(store.name(), "memory");
-  ASSERT_TRUE(store.Put("a", Bytes(100, 'a')).ok());
-  ASSERT_TRUE(store.Put("b", Bytes(100, 'b')).ok());
-  ASSERT_TRUE(store.Put("c", Bytes(100, 'c')).ok());
+  ASSERT_TRUE(store.Put("a", Bytes(100, 'a'), absl::Hours(1)).ok());
+  ASSERT_TRUE(store.Put("b", Bytes(100, 'b'), absl::Hours(1)).ok());
+  ASSERT_TRUE(store.Put("c", Bytes(100, 'c'), absl::Hours(1)).ok());
   ASSERT_TRUE(store.Get("a").ok());  // a is now the most recently used
-  ASSERT_TRUE(store.Put("d", Bytes(100, 'd')).ok());
+  ASSERT_TRUE(store.Put("d", Bytes(100, 'd'), absl::Hours(1)).ok());
   EXPECT_TRUE(absl::IsNotFound(store.Get("b").status()));  // the least recently used left
   EXPECT_EQ(**store.Get("a"), std::string(100, 'a'));
   EXPECT_EQ(store.memory_bytes_used(), 300);
   EXPECT_EQ(store.memory_records(), 3);
   // Too big to keep anywhere.
-  absl::Status big = store.Put("e", Bytes(301, 'e'));
+  absl::Status big = store.Put("e", Bytes(301, 'e'), absl::Hours(1));
   EXPECT_TRUE(absl::IsResourceExhausted(big)) << big;
   EXPECT_THAT(big.message(), HasSubstr("--checkpoint_memory_bytes"));
   // Expiry and delete.
   clock.Advance(absl::Hours(2));
   EXPECT_TRUE(absl::IsNotFound(store.Get("a").status()));
-  ASSERT_TRUE(store.Put("f", Bytes(10, 'f')).ok());
+  ASSERT_TRUE(store.Put("f", Bytes(10, 'f'), absl::Hours(1)).ok());
   ASSERT_TRUE(store.Delete("f").ok());
   EXPECT_TRUE(absl::IsNotFound(store.Get("f").status()));
   EXPECT_TRUE(store.Delete("never").ok());
   // Keys the store cannot hold.
-  EXPECT_FALSE(store.Put("../x", Bytes(1, 'x')).ok());
+  EXPECT_FALSE(store.Put("../x", Bytes(1, 'x'), absl::Hours(1)).ok());
   EXPECT_TRUE(absl::IsNotFound(store.Get("../x").status()));
 }
 
@@ -68,7 +68,7 @@ TEST(CheckpointStoreTest, ReplicasShareTheDurableCopyAndSeeDeletes) {
   };
   auto a = open(), b = open();
   EXPECT_TRUE(a->durable());
-  ASSERT_TRUE(a->Put("resp_1", Bytes(1000, 'x')).ok());
+  ASSERT_TRUE(a->Put("resp_1", Bytes(1000, 'x'), absl::Hours(1)).ok());
   auto got = b->Get("resp_1");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(**got, std::string(1000, 'x'));
@@ -82,7 +82,7 @@ TEST(CheckpointStoreTest, ReplicasShareTheDurableCopyAndSeeDeletes) {
   small.clock = &clock;
   small.durable = *DirSnapshotStore::Create(dir.path() + "/cp", &clock);
   CheckpointStore c(std::move(small));
-  ASSERT_TRUE(c.Put("resp_2", Bytes(100, 'y')).ok());
+  ASSERT_TRUE(c.Put("resp_2", Bytes(100, 'y'), absl::Hours(1)).ok());
   EXPECT_EQ(c.memory_records(), 0);
   EXPECT_EQ(**c.Get("resp_2"), std::string(100, 'y'));
   // Expired in the store: gone from both, cached or not.
