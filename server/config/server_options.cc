@@ -40,9 +40,10 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
                 "How long a stored response of /v1/responses (the state after "
                 "it, for previous_response_id) is kept.");
   f.AddByteSize("checkpoint_memory_bytes", &o->checkpoint_memory_bytes,
-                "Memory for stored responses, least recently used out first: a "
-                "cache of the durable --session_store, or (memory store) all "
-                "there is, so an evicted response is gone.");
+                "Memory for stored responses and for the chat states kept for "
+                "clients that resend their history, least recently used out "
+                "first: a cache of the durable --session_store, or (memory store) "
+                "all there is, so an evicted response is gone.");
   f.AddHostPort("metrics_listen", &o->metrics_address,
                 "Address serving Prometheus /metrics.");
   f.Add("tls_cert", &o->tls_cert,

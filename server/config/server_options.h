@@ -32,8 +32,8 @@ struct ServerOptions {
   int http_threads = 0;
   // How long a stored response (/v1/responses, store: true) lives (--response_ttl).
   absl::Duration response_ttl = defaults::kResponseTtl;
-  // Bytes of stored responses cached in memory; without a durable store, all there is
-  // (--checkpoint_memory_bytes).
+  // Bytes of stored responses and kept chat states in memory; without a durable store,
+  // all there is (--checkpoint_memory_bytes).
   int64_t checkpoint_memory_bytes = defaults::kCheckpointMemoryBytes;
   // host:port serving Prometheus /metrics (--metrics_listen).
   std::string metrics_address = "127.0.0.1:9464";
