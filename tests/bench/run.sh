@@ -29,6 +29,18 @@ if [[ ${1:-} == scale ]]; then
     scale_bench_client
   exec tests/bench/scale_bench.sh "$build" "$@"
 fi
+# The HTTP API (TTFT of a resent chat history, cold against kept, taylor and softmax; SSE
+# against gRPC streams at 1 and 32; a real server on loopback, node as the HTTP client;
+# ~1 min): tests/bench/run.sh http [build-dir] [--sizes=256,1024,4096,16384 --reps=3
+# --runs=3 ...] (flags: tests/bench/http_bench.sh).
+if [[ ${1:-} == http ]]; then
+  shift
+  build=build
+  if [[ $# -gt 0 && ${1} != -* ]]; then build=$1; shift; fi
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$build" --target attnserve_server attnserve_client attnserve_init_model
+  exec tests/bench/http_bench.sh "$build" "$@"
+fi
 # Engine fairness (ITL of a decoding session while 100 long prompts arrive, prefill
 # budget off vs on; real server and client on loopback; ~1 min): tests/bench/run.sh
 # fairness [build-dir] [--rounds=3 --prompts=100 ...] (flags: tests/bench/fairness_bench.sh).
