@@ -328,18 +328,9 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
     }
   }
 
-  auto queue = std::make_shared<TurnQueue>(deps_.scheduler);
-  auto make_sink = [&](const std::shared_ptr<session::Session>& session) {
-    queue->set_model_name(session->served().name);
-    return queue;
-  };
-  // StartTurn may wait (the session's previous turn, the durable store): this thread is
-  // the connection's, and its slot counts toward max_streams meanwhile.
-  auto control = service::StartTurn(service::Caller{*tenant}, *deps_.models, *deps_.store,
-                                    *deps_.scheduler, deps_.limits, generate, arrival,
-                                    absl::InfiniteFuture(), make_sink);
-  if (!control.ok()) return Fail(route_name, control.status(), res, generate.model());
-  queue->SetControl(*std::move(control));
+  auto started = StartQueuedTurn(*tenant, generate, arrival);
+  if (!started.ok()) return Fail(route_name, started.status(), res, generate.model());
+  std::shared_ptr<TurnQueue> queue = *std::move(started);
 
   const std::string id =
       absl::StrCat(route == Route::kChat ? "chatcmpl-" : "cmpl-", RandomId128());
@@ -389,8 +380,13 @@ absl::StatusOr<std::shared_ptr<HttpFront::KeptChat>> HttpFront::StartKeptChat(
   if (!ids.ok()) return ids.status();
   // Where the history's assistant turns end, in ids: the states an earlier turn may
   // have kept. Only the prefixes of the prompt's own ids count.
+  // The latest few are enough: a client resending its history extends the state its
+  // previous call kept, and each candidate costs an encode of the history so far.
+  constexpr size_t kMaxCandidates = 8;
+  std::vector<std::string> ends = AssistantTurnEnds(kind, messages);
+  if (ends.size() > kMaxCandidates) ends.erase(ends.begin(), ends.end() - kMaxCandidates);
   std::vector<size_t> lengths;
-  for (const std::string& end : AssistantTurnEnds(kind, messages)) {
+  for (const std::string& end : ends) {
     auto end_ids = model->tokenizer->Encode(end, /*continuation=*/false);
     if (!end_ids.ok() || end_ids->size() >= ids->size()) continue;
     if (std::equal(end_ids->begin(), end_ids->end(), ids->begin())) {
@@ -426,6 +422,23 @@ void HttpFront::KeepChat(KeptChat& chat, const scheduler::TurnResult& result) {
     }
   }
   chat.session->Close();
+}
+
+absl::StatusOr<std::shared_ptr<TurnQueue>> HttpFront::StartQueuedTurn(
+    const std::string& tenant, const v1::GenerateRequest& generate, absl::Time arrival) {
+  auto queue = std::make_shared<TurnQueue>(deps_.scheduler);
+  auto make_sink = [&](const std::shared_ptr<session::Session>& session) {
+    queue->set_model_name(session->served().name);
+    return queue;
+  };
+  // StartTurn may wait (the session's previous turn, the durable store): this thread is
+  // the connection's, and its slot counts toward max_streams meanwhile.
+  auto control = service::StartTurn(service::Caller{tenant}, *deps_.models, *deps_.store,
+                                    *deps_.scheduler, deps_.limits, generate, arrival,
+                                    absl::InfiniteFuture(), make_sink);
+  if (!control.ok()) return control.status();
+  queue->SetControl(*std::move(control));
+  return queue;
 }
 
 scheduler::TurnResult HttpFront::CollectTurn(

@@ -157,6 +157,11 @@ class HttpFront {
   // is freed once the turn's session is.
   void StreamTurn(const std::string& route_name, std::shared_ptr<TurnQueue> queue,
                   TurnWriter writer, std::shared_ptr<Slot> slot, httplib::Response& res);
+  // Submits `generate` for `tenant` (service::StartTurn: may wait for its session) with a
+  // TurnQueue as its sink, named after the model the turn runs on.
+  absl::StatusOr<std::shared_ptr<TurnQueue>> StartQueuedTurn(const std::string& tenant,
+                                                              const v1::GenerateRequest& generate,
+                                                              absl::Time arrival);
   // Waits for the whole turn, passing its tokens to `add`; returns its result.
   static scheduler::TurnResult CollectTurn(
       TurnQueue& queue, const std::function<void(std::vector<scheduler::TokenEvent>)>& add);

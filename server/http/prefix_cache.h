@@ -5,8 +5,8 @@
 // After a chat turn that ran on no session of the client's, the state after the prompt
 // and the generated tokens is kept (CheckpointStore: this process's memory and the
 // durable store), keyed by SHA-256 of (tenant, model, chat template, token ids). A later
-// request looks up the prefixes of its own ids that end where a message of its history
-// ends (the candidates the front computes), longest first. A hit is used only if the
+// request looks up the prefixes of its own ids that end where one of its history's last
+// few assistant messages ends (the candidates the front computes), longest first. A hit is used only if the
 // record's tenant, model, template and every id equal the request's: an exact prefix,
 // never a guess. The next turn then imports the state and prefills ids[hit:].
 //

@@ -17,7 +17,6 @@
 #include "server/http/own_session.h"
 #include "server/http/responses_api.h"
 #include "server/http/turn_queue.h"
-#include "server/service/start_turn.h"
 
 namespace attnserve::http {
 namespace {
@@ -86,8 +85,10 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
   auto text = previous.has_value()
                   ? RenderAfterAssistant(*kind, request->input, previous->ended_with_eos)
                   : RenderChat(*kind, request->input);
-  if (!text.ok()) return Fail(route_name, InvalidParam("input", std::string(text.status().message())),
-                              res, model_name);
+  if (!text.ok()) {
+    return Fail(route_name, InvalidParam("input", std::string(text.status().message())), res,
+                model_name);
+  }
   generate.set_text(*std::move(text));
 
   // The turn's own session: the previous response's state, or a new one.
@@ -99,16 +100,9 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
   session->reset();  // the store owns it; the turn claims it by id
   generate.set_session_id(own->id());
 
-  auto queue = std::make_shared<TurnQueue>(deps_.scheduler);
-  auto make_sink = [&](const std::shared_ptr<session::Session>& s) {
-    queue->set_model_name(s->served().name);
-    return queue;
-  };
-  auto control = service::StartTurn(service::Caller{*tenant}, *deps_.models, *deps_.store,
-                                    *deps_.scheduler, deps_.limits, generate, arrival,
-                                    absl::InfiniteFuture(), make_sink);
-  if (!control.ok()) return Fail(route_name, control.status(), res, model_name);
-  queue->SetControl(*std::move(control));
+  auto started = StartQueuedTurn(*tenant, generate, arrival);
+  if (!started.ok()) return Fail(route_name, started.status(), res, model_name);
+  std::shared_ptr<TurnQueue> queue = *std::move(started);
 
   auto answer = std::make_shared<ResponsesAnswer>(
       *request, absl::StrCat("resp_", RandomId128()), absl::ToUnixSeconds(arrival), model_name,
@@ -134,8 +128,10 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
       record.response = response;
       record.state = *std::move(state);
       auto bytes = std::make_shared<const std::string>(EncodeResponseRecord(record));
-      if (absl::Status s = deps_.checkpoints->Put(answer->id(), std::move(bytes), options_.response_ttl); !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("the response could not be stored: ", s.message()));
+      absl::Status s = deps_.checkpoints->Put(answer->id(), std::move(bytes), options_.response_ttl);
+      if (!s.ok()) {
+        return absl::Status(s.code(),
+                            absl::StrCat("the response could not be stored: ", s.message()));
       }
     }
     own->Close();
