@@ -338,7 +338,7 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
                                                queue->model_name());
   if (chat) answer->set_cached_tokens(int64_t(chat->cached));
   // The generated ids join the prompt's in the kept state's key.
-  auto add = [answer, chat](std::vector<scheduler::TokenEvent>& tokens) {
+  auto add = [chat](std::vector<scheduler::TokenEvent>& tokens) {
     if (chat) {
       for (const scheduler::TokenEvent& t : tokens) chat->ids.push_back(t.id);
     }
