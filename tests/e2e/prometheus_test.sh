@@ -102,6 +102,10 @@ step "an open session: Prometheus must report 1 active session and its state byt
 sid=$(client sessions create) || fail "sessions create"
 state_bytes=$(client sessions get "$sid" | sed -n 's/^state:.*(\([0-9]*\) bytes)$/\1/p')
 [ -n "$state_bytes" ] && [ "$state_bytes" -gt 0 ] || fail "no state bytes for session $sid"
+# Held busy by a turn its reader holds open: an idle session would spill after the
+# server's --spill_after=1s, before a slow scrape saw it in memory.
+held_turn "$addr" open "In the beginning" --session="$sid"
+wait_first_token open
 sessions=none bytes=none
 deadline=$((SECONDS + 20))
 while [ "$SECONDS" -lt "$deadline" ]; do
@@ -112,6 +116,8 @@ while [ "$SECONDS" -lt "$deadline" ]; do
 done
 [ "$sessions" = 1 ] && [ "$bytes" = "$state_bytes" ] ||
   fail "Prometheus reports $sessions sessions and $bytes state bytes; expected 1 and $state_bytes"
+release open
+wait "$held_pid" || fail "the held turn: $(cat "$work/open.err")"
 
 step "session store traffic: a session spills after 1 s idle, is read back, then closed"
 spilled=$(client sessions create) || fail "sessions create"
