@@ -15,8 +15,19 @@ fail() {
   exit 1
 }
 
+# free_port: a loopback port free now, and never one this script was given before (the
+# kernel may hand the same free port to two calls; $work/.ports remembers them).
 free_port() {
-  "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  local port
+  while :; do
+    port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    if [ -n "${work:-}" ] && [ -d "$work" ]; then
+      grep -qx "$port" "$work/.ports" 2>/dev/null && continue
+      echo "$port" >>"$work/.ports"
+    fi
+    echo "$port"
+    return 0
+  done
 }
 
 # stop PID: SIGTERM, up to 5 s, then SIGKILL.
