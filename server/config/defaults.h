@@ -38,5 +38,8 @@ inline constexpr int kHttpSpareThreads = 8;
 // memory (all of them without a durable store).
 inline constexpr absl::Duration kResponseTtl = absl::Hours(24);
 inline constexpr int64_t kCheckpointMemoryBytes = int64_t{256} << 20;
+// Conversations (/v1/conversations): how long one lives after its last change (its
+// responses' states as long).
+inline constexpr absl::Duration kConversationTtl = absl::Hours(24 * 30);
 
 }  // namespace attnserve::config::defaults

@@ -19,8 +19,8 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
   f.AddCustom<std::string>(
       "http_listen", &o->http_listen, "HOST:PORT",
       "Address of the OpenAI-compatible HTTP API (/v1/models, /v1/completions, "
-      "/v1/chat/completions, /v1/responses, /health); --http_listen= (empty, on the command "
-      "line) disables it.",
+      "/v1/chat/completions, /v1/responses, /v1/conversations, /health) and the "
+      "playground page (/); --http_listen= (empty, on the command line) disables it.",
       [](absl::string_view v, std::string* out) {
         if (!v.empty()) return ParseHostPort(v, out);
         out->clear();
@@ -39,16 +39,25 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
   f.AddDuration("response_ttl", &o->response_ttl, absl::Seconds(1),
                 "How long a stored response of /v1/responses (the state after "
                 "it, for previous_response_id) is kept.");
+  f.AddDuration("conversation_ttl", &o->conversation_ttl, absl::Seconds(1),
+                "How long a conversation of /v1/conversations is kept after its last "
+                "change, with the states of its responses (so it can be continued and "
+                "forked at any answer).");
   f.AddByteSize("checkpoint_memory_bytes", &o->checkpoint_memory_bytes,
                 "Memory for stored responses and for the chat states kept for "
                 "clients that resend their history, least recently used out "
                 "first: a cache of the durable --session_store, or (memory store) "
                 "all there is, so an evicted response is gone.");
+  f.Add("web_dir", &o->web_dir,
+        "Serve the playground page at / on the HTTP port from this directory's files "
+        "(index.html, *.js, *.css, *.svg) instead of the copy built into the server "
+        "(client/web/), read on every request.")
+      .ValueName("DIR");
   f.AddHostPort("metrics_listen", &o->metrics_address,
                 "Address serving Prometheus /metrics.");
   f.Add("tls_cert", &o->tls_cert,
-        "PEM certificate chain of the server; with --tls_key, gRPC is served "
-        "over TLS.")
+        "PEM certificate chain of the server; with --tls_key, gRPC and the HTTP "
+        "API are served over TLS only.")
       .ValueName("FILE");
   f.Add("tls_key", &o->tls_key, "PEM private key of --tls_cert.")
       .ValueName("FILE");

@@ -32,9 +32,14 @@ struct ServerOptions {
   int http_threads = 0;
   // How long a stored response (/v1/responses, store: true) lives (--response_ttl).
   absl::Duration response_ttl = defaults::kResponseTtl;
+  // How long a conversation lives after its last change (--conversation_ttl).
+  absl::Duration conversation_ttl = defaults::kConversationTtl;
   // Bytes of stored responses and kept chat states in memory; without a durable store,
   // all there is (--checkpoint_memory_bytes).
   int64_t checkpoint_memory_bytes = defaults::kCheckpointMemoryBytes;
+  // A directory whose files replace the built-in playground page at / (--web_dir);
+  // empty: the built-in page.
+  std::string web_dir;
   // host:port serving Prometheus /metrics (--metrics_listen).
   std::string metrics_address = "127.0.0.1:9464";
   // PEM certificate chain and private key: set both to serve gRPC over TLS

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <csignal>
+#include <filesystem>
 #include <cstdio>
 #include <random>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/attention/options.h"
 #include "server/common/random_id.h"
 #include "server/http/http_errors.h"
 #include "server/http/openai_request.h"
@@ -41,7 +43,11 @@ json ModelObject(const catalogue::ServedModel& m, int64_t created) {
           // a fixed-size state; a KV cache's bound).
           {"state_bytes_per_session", m.model->StateBytes(c.max_context)},
           {"state_bytes_per_session_at_1k", m.model->StateBytes(1024)},
-          {"state_bytes_per_session_at_16k", m.model->StateBytes(16384)}};
+          {"state_bytes_per_session_at_16k", m.model->StateBytes(16384)},
+          // What a softmax KV cache of the same shape (layers, KV heads, head sizes; fp32)
+          // holds per token: the growth a fixed-size state does not have.
+          {"kv_cache_bytes_per_token",
+           c.num_layers * attention::KvBytesPerToken(c.attention)}};
 }
 
 }  // namespace
@@ -77,7 +83,8 @@ class HttpFront::Slot {
 HttpFront::HttpFront(HttpFrontOptions options, HttpFrontDeps deps)
     : options_(std::move(options)),
       deps_(std::move(deps)),
-      created_(absl::ToUnixSeconds(absl::Now())) {}
+      created_(absl::ToUnixSeconds(absl::Now())),
+      page_(options_.web_dir) {}
 
 absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(HttpFrontOptions options,
                                                             HttpFrontDeps deps) {
@@ -102,7 +109,24 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(HttpFrontOptions opt
   if (f->deps_.checkpoints != nullptr) {
     f->prefix_cache_ = std::make_unique<PrefixCache>(f->deps_.checkpoints, f->options_.prefix_ttl);
   }
-  f->server_ = std::make_unique<httplib::Server>();
+  if (!f->options_.web_dir.empty() &&
+      !std::filesystem::is_regular_file(f->options_.web_dir + "/index.html")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--web_dir ", f->options_.web_dir, ": no index.html there"));
+  }
+  if (f->options_.tls_cert.empty()) {
+    f->server_ = std::make_unique<httplib::Server>();
+  } else {
+    const std::string& ca = f->options_.tls_client_ca;
+    f->server_ = std::make_unique<httplib::SSLServer>(
+        f->options_.tls_cert.c_str(), f->options_.tls_key.c_str(),
+        ca.empty() ? nullptr : ca.c_str());
+    if (!f->server_->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the HTTP API cannot use --tls_cert ", f->options_.tls_cert, " and --tls_key ",
+          f->options_.tls_key, ca.empty() ? "" : absl::StrCat(" and --tls_client_ca ", ca)));
+    }
+  }
   httplib::Server& s = *f->server_;
   const int threads = f->options_.threads;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
@@ -224,6 +248,9 @@ void HttpFront::AddRoutes() {
   s.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
     Health(req, res);
   });
+  s.Get(R"(/([A-Za-z0-9_.-]*))", [this](const httplib::Request& req, httplib::Response& res) {
+    Page(req, res);
+  });
   s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     Models(req, res);
   });
@@ -247,6 +274,19 @@ void HttpFront::AddRoutes() {
              [this](const httplib::Request& req, httplib::Response& res) {
                DeleteResponse(req, res);
              });
+  }
+  if (deps_.checkpoints != nullptr && deps_.conversations != nullptr) {
+    using Handler = void (HttpFront::*)(const httplib::Request&, httplib::Response&);
+    auto route = [this](Handler h) {
+      return [this, h](const httplib::Request& req, httplib::Response& res) { (this->*h)(req, res); };
+    };
+    s.Post("/v1/conversations", route(&HttpFront::CreateConversation));
+    s.Get("/v1/conversations", route(&HttpFront::ListConversations));
+    s.Get(R"(/v1/conversations/([^/]+))", route(&HttpFront::GetConversation));
+    s.Post(R"(/v1/conversations/([^/]+))", route(&HttpFront::UpdateConversation));
+    s.Delete(R"(/v1/conversations/([^/]+))", route(&HttpFront::DeleteConversation));
+    s.Get(R"(/v1/conversations/([^/]+)/items)", route(&HttpFront::ListConversationItems));
+    s.Post(R"(/v1/conversations/([^/]+)/fork)", route(&HttpFront::ForkConversation));
   }
   // Unknown routes (and cpp-httplib's own refusals: a body over the limit is 413) get an
   // OpenAI error body too.
@@ -273,6 +313,20 @@ void HttpFront::Health(const httplib::Request&, httplib::Response& res) {
     Answer(res, 200, {{"status", "ok"}});
   }
   Record("GET /health", res.status, "");
+}
+
+void HttpFront::Page(const httplib::Request& req, httplib::Response& res) {
+  const std::string route_name = "GET /{page}";
+  auto file = page_.Find(req.matches[1].str());
+  if (!file.ok()) return Fail(route_name, file.status(), res);
+  res.status = 200;
+  // The page runs only its own files and talks only to this server.
+  res.set_header("content-security-policy",
+                 "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'");
+  res.set_header("x-content-type-options", "nosniff");
+  res.set_header("cache-control", "no-cache");
+  res.set_content(std::move(file->body), file->content_type);
+  Record(route_name, 200, "");
 }
 
 void HttpFront::Models(const httplib::Request& req, httplib::Response& res) {

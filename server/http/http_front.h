@@ -32,8 +32,10 @@
 #include "server/catalogue/model_catalogue.h"
 #include "server/config/defaults.h"
 #include "server/http/chat_template.h"
+#include "server/http/conversation_store.h"
 #include "server/http/own_session.h"
 #include "server/http/prefix_cache.h"
+#include "server/http/web_page.h"
 #include "server/metrics/metrics.h"
 #include "server/scheduler/scheduler.h"
 #include "server/service/admission.h"
@@ -68,6 +70,14 @@ struct HttpFrontOptions {
   absl::Duration response_ttl = config::defaults::kResponseTtl;
   // How long a chat state kept for a client that resends its history lives.
   absl::Duration prefix_ttl = config::defaults::kDefaultTtl;
+  // The playground page's files: empty, the ones built in; else this directory's.
+  std::string web_dir;
+  // PEM files as for gRPC (ServerOptions::tls_cert, tls_key, tls_client_ca): with a
+  // certificate, HTTPS only; with client CAs, a client certificate signed by one of them
+  // is required.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
 };
 
 // What the front serves with; not owned, all must outlive it. metrics may be null.
@@ -80,6 +90,9 @@ struct HttpFrontDeps {
   // Stored responses (/v1/responses) and the chat states kept for clients that resend
   // their history (prefix_cache.h); null turns both off (/v1/responses is then 404).
   store::CheckpointStore* checkpoints = nullptr;
+  // Conversations (/v1/conversations, `conversation` on /v1/responses); needs
+  // checkpoints (their states are stored responses). Null turns them off (404).
+  ConversationStore* conversations = nullptr;
   service::RequestLimits limits;
 };
 
@@ -114,12 +127,23 @@ class HttpFront {
   void AddRoutes();
   void Health(const httplib::Request& req, httplib::Response& res);
   void Models(const httplib::Request& req, httplib::Response& res);
+  // GET / and GET /{file}: the playground page (web_page.h), open to everyone like
+  // /health; what it calls needs the key.
+  void Page(const httplib::Request& req, httplib::Response& res);
   void Generate(const std::string& route_name, int route, const httplib::Request& req,
                 httplib::Response& res);
   // POST /v1/responses, GET and DELETE /v1/responses/{id} (responses_front.cc).
   void CreateResponse(const httplib::Request& req, httplib::Response& res);
   void GetResponse(const httplib::Request& req, httplib::Response& res);
   void DeleteResponse(const httplib::Request& req, httplib::Response& res);
+  // /v1/conversations and its items, list and fork routes (conversations_front.cc).
+  void CreateConversation(const httplib::Request& req, httplib::Response& res);
+  void ListConversations(const httplib::Request& req, httplib::Response& res);
+  void GetConversation(const httplib::Request& req, httplib::Response& res);
+  void UpdateConversation(const httplib::Request& req, httplib::Response& res);
+  void DeleteConversation(const httplib::Request& req, httplib::Response& res);
+  void ListConversationItems(const httplib::Request& req, httplib::Response& res);
+  void ForkConversation(const httplib::Request& req, httplib::Response& res);
   // The chat template of model `name`, or why it has none (INVALID_ARGUMENT, param
   // "model").
   absl::StatusOr<ChatTemplateKind> TemplateOf(const std::string& name) const;
@@ -190,6 +214,7 @@ class HttpFront {
   // Each model's and variant's chat template (or why it has none), by name.
   std::vector<std::pair<std::string, absl::StatusOr<ChatTemplateKind>>> templates_;
   std::unique_ptr<PrefixCache> prefix_cache_;  // null without deps_.checkpoints
+  const WebPage page_;
   std::unique_ptr<httplib::Server> server_;
   std::thread listener_;
   int port_ = 0;

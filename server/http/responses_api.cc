@@ -82,11 +82,6 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body_t
   if (const json* tools = Field(body, "tools"); tools != nullptr && !tools->empty()) {
     return InvalidParam("tools", "tools are not supported");
   }
-  if (Field(body, "conversation") != nullptr) {
-    return InvalidParam("conversation",
-                        "conversations are not served yet; continue a response with "
-                        "previous_response_id");
-  }
   if (const json* instructions = Field(body, "instructions")) {
     if (!instructions->is_string()) return WrongType("instructions", "a string");
     out.instructions = *instructions;
@@ -98,6 +93,20 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body_t
     out.previous_response_id = previous->get<std::string>();
   }
   if (absl::Status s = ReadBool(body, "store", &out.store); !s.ok()) return s;
+  if (const json* conversation = Field(body, "conversation")) {
+    const json* id = conversation->is_object() ? Field(*conversation, "id") : conversation;
+    if (id == nullptr || !id->is_string()) {
+      return WrongType("conversation", "a conversation id or {\"id\": ...}");
+    }
+    if (out.previous_response_id.has_value()) {
+      return InvalidParam("conversation",
+                          "give previous_response_id or conversation, not both");
+    }
+    if (!out.store) {
+      return InvalidParam("store", "a response in a conversation is stored; store must be true");
+    }
+    out.conversation = id->get<std::string>();
+  }
   if (absl::Status s = ReadBool(body, "stream", &out.stream); !s.ok()) return s;
   out.metadata = json::object();
   if (const json* metadata = Field(body, "metadata")) {
@@ -179,6 +188,9 @@ json ResponsesAnswer::Object(const std::string& status) const {
           {"model", model_},
           {"output", json::array()},
           {"parallel_tool_calls", false},
+          {"conversation", request_.conversation.has_value()
+                               ? json{{"id", *request_.conversation}}
+                               : json(nullptr)},
           {"previous_response_id", request_.previous_response_id.has_value()
                                        ? json(*request_.previous_response_id)
                                        : json(nullptr)},

@@ -32,6 +32,8 @@ struct ResponsesRequest {
   // message; message items keep their roles).
   std::vector<ChatMessage> input;
   std::optional<std::string> previous_response_id;
+  // `conversation`: its id (given as a string or as {"id": ...}).
+  std::optional<std::string> conversation;
   bool store = true;
   bool stream = false;
   // Fields the response object repeats as the request gave them.
@@ -44,8 +46,8 @@ struct ResponsesRequest {
 
 // Parses a /v1/responses body. INVALID_ARGUMENT naming the field (with the param payload)
 // for a body that is not a JSON object, a field of the wrong type, an input item that is
-// not a text message, tools (not served), `conversation` (not served yet), or
-// max_output_tokens < 1. Fields attnserve does not use are ignored. `seed` absent draws
+// not a text message, tools (not served), `conversation` beside previous_response_id or
+// with store false, or max_output_tokens < 1. Fields attnserve does not use are ignored. `seed` absent draws
 // `random_seed`.
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
                                                        uint64_t random_seed);

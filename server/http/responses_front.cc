@@ -13,6 +13,7 @@
 #include "server/http/http_errors.h"
 #include "server/http/http_front.h"
 #include "server/http/json_fields.h"
+#include "server/http/conversation_store.h"
 #include "server/http/openai_response.h"
 #include "server/http/own_session.h"
 #include "server/http/responses_api.h"
@@ -58,18 +59,50 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
   if (!request.ok()) return Fail(route_name, request.status(), res);
   v1::GenerateRequest& generate = request->generate;
 
+  // A conversation: held for this response until it ends (a second one meanwhile is
+  // refused), continued from its head with its items not in that state yet.
+  std::shared_ptr<ConversationStore::Change> conversation;
+  std::vector<ChatMessage> messages = request->input;  // what this turn prefills
+  std::optional<std::string> previous_id = request->previous_response_id;
+  if (request->conversation.has_value()) {
+    auto change = deps_.conversations->Begin(*tenant, *request->conversation, "conversation");
+    if (!change.ok()) return Fail(route_name, change.status(), res);
+    conversation = *std::move(change);
+    const ConversationRecord& c = conversation->record();
+    if (!c.model.empty()) {
+      if (!generate.model().empty() && generate.model() != c.model) {
+        return Fail(route_name,
+                    InvalidParam("model", absl::StrCat("conversation '", c.id, "' runs on model '",
+                                                       c.model, "'")),
+                    res, c.model);
+      }
+      generate.set_model(c.model);
+    }
+    if (!c.head.empty()) previous_id = c.head;
+    messages = MessagesNotInState(c);
+    messages.insert(messages.end(), request->input.begin(), request->input.end());
+  }
+
   // The state to continue from, and the model it ran on.
   std::optional<ResponseRecord> previous;
-  if (request->previous_response_id.has_value()) {
-    auto record = ReadResponse(*deps_.checkpoints, *tenant, *request->previous_response_id);
+  if (previous_id.has_value()) {
+    auto record = ReadResponse(*deps_.checkpoints, *tenant, *previous_id);
     if (!record.ok()) {
       absl::Status s = record.status();
-      if (absl::IsNotFound(s)) s.SetPayload(kParamPayload, absl::Cord("previous_response_id"));
+      if (absl::IsNotFound(s) && conversation != nullptr) {
+        s = absl::FailedPreconditionError(absl::StrCat(
+            "conversation '", *request->conversation, "': the state after its last response ('",
+            *previous_id, "') has expired or was evicted from this server's memory "
+            "(--checkpoint_memory_bytes; a durable --session_store keeps it); start a new "
+            "conversation"));
+      } else if (absl::IsNotFound(s)) {
+        s.SetPayload(kParamPayload, absl::Cord("previous_response_id"));
+      }
       return Fail(route_name, s, res);
     }
     if (!generate.model().empty() && generate.model() != record->model) {
       return Fail(route_name,
-                  InvalidParam("model", absl::StrCat("response '", *request->previous_response_id,
+                  InvalidParam("model", absl::StrCat("response '", *previous_id,
                                                      "' ran on model '", record->model,
                                                      "'; its continuation runs on the same model")),
                   res, record->model);
@@ -83,8 +116,8 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
   auto kind = TemplateOf(model_name);
   if (!kind.ok()) return Fail(route_name, kind.status(), res, model_name);
   auto text = previous.has_value()
-                  ? RenderAfterAssistant(*kind, request->input, previous->ended_with_eos)
-                  : RenderChat(*kind, request->input);
+                  ? RenderAfterAssistant(*kind, messages, previous->ended_with_eos)
+                  : RenderChat(*kind, messages);
   if (!text.ok()) {
     return Fail(route_name, InvalidParam("input", std::string(text.status().message())), res,
                 model_name);
@@ -109,29 +142,54 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
       previous.has_value() ? previous->position : 0);
   // After the turn (its session released): the response object, stored with the
   // session's state when asked, before anyone is told it is complete.
-  auto conclude = [this, answer, own, store = request->store, tenant = *tenant, model_name,
-                   eos_ids = (*model)->tokenizer->eos_ids()](
+  auto conclude = [this, answer, own, store = request->store, tenant = *tenant, model = *model,
+                   conversation, input = request->input](
                       const scheduler::TurnResult& result) -> absl::StatusOr<json> {
     absl::Status error;
     const std::optional<std::string> reason = FinishReasonOf(result, &error);
     if (!reason.has_value()) return error;
     json response = answer->Complete(result, *reason);
+    const std::string& model_name = model->name;
+    // The state covers the last generated token too (pending: fed at the next turn).
+    const int64_t position = result.session_position + (result.generated_tokens > 0 ? 1 : 0);
+    // attnserve's: where the session is and what its state weighs there.
+    response["session"] = {{"position", position},
+                           {"state_bytes", model->model->StateBytes(position)}};
     if (store) {
       auto state = own->Export();
       if (!state.ok()) return state.status();
       ResponseRecord record;
       record.tenant = tenant;
       record.model = model_name;
-      // The state covers the last generated token too (pending: fed at the next turn).
-      record.position = result.session_position + (result.generated_tokens > 0 ? 1 : 0);
-      record.ended_with_eos = answer->ended_with_eos(eos_ids);
+      record.position = position;
+      record.ended_with_eos = answer->ended_with_eos(model->tokenizer->eos_ids());
       record.response = response;
       record.state = *std::move(state);
       auto bytes = std::make_shared<const std::string>(EncodeResponseRecord(record));
-      absl::Status s = deps_.checkpoints->Put(answer->id(), std::move(bytes), options_.response_ttl);
+      // A conversation's responses live as long as it may fork at them.
+      const absl::Duration ttl =
+          conversation != nullptr ? std::max(options_.response_ttl, deps_.conversations->ttl())
+                                  : options_.response_ttl;
+      absl::Status s = deps_.checkpoints->Put(answer->id(), std::move(bytes), ttl);
       if (!s.ok()) {
         return absl::Status(s.code(),
                             absl::StrCat("the response could not be stored: ", s.message()));
+      }
+    }
+    if (conversation != nullptr) {
+      ConversationRecord next = conversation->record();
+      for (const ChatMessage& m : input) {
+        next.items.push_back(MessageItem(absl::StrCat("msg_", RandomId128()), m, "completed"));
+      }
+      json item = response["output"][0];
+      item["response_id"] = answer->id();
+      next.items.push_back(std::move(item));
+      next.model = model_name;
+      next.head = answer->id();
+      next.in_state = next.items.size();
+      if (absl::Status s = conversation->Commit(next); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("response '", answer->id(),
+                                                   "' is stored, but ", s.message()));
       }
     }
     own->Close();

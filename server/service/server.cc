@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.pb.h"
 #include "server/service/tls_credentials.h"
+#include "server/store/memory_store.h"
 #include "server/store/snapshot_store.h"
 
 namespace attnserve::service {
@@ -122,6 +123,10 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     http_options.write_timeout = options.stream_idle_timeout;
     http_options.response_ttl = options.response_ttl;
     http_options.prefix_ttl = options.default_ttl;
+    http_options.web_dir = options.web_dir;
+    http_options.tls_cert = options.tls_cert;
+    http_options.tls_key = options.tls_key;
+    http_options.tls_client_ca = options.tls_client_ca;
     http::HttpFrontDeps deps;
     deps.models = s->models_.get();
     deps.store = s->store_.get();
@@ -139,6 +144,17 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     }
     s->checkpoints_ = std::make_unique<store::CheckpointStore>(std::move(checkpoints));
     deps.checkpoints = s->checkpoints_.get();
+    std::unique_ptr<store::SnapshotStore> conversations;
+    if (options.session_store == "memory") {
+      conversations = std::make_unique<store::MemorySnapshotStore>();
+    } else {
+      auto durable = store::OpenSnapshotStore(options.session_store);
+      if (!durable.ok()) return durable.status();
+      conversations = *std::move(durable);
+    }
+    s->conversations_ = std::make_unique<http::ConversationStore>(std::move(conversations),
+                                                                  options.conversation_ttl);
+    deps.conversations = s->conversations_.get();
     auto front = http::HttpFront::Start(std::move(http_options), deps);
     if (!front.ok()) return front.status();
     s->http_ = *std::move(front);

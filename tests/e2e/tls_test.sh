@@ -59,8 +59,9 @@ start_tls() {
   local name=$1 addr=$2 client_flags=$3
   shift 3
   step "starting the server ($name) on $addr $*"
-  "$server_bin" --listen="$addr" --http_listen=127.0.0.1:0 --metrics_listen="127.0.0.1:$(free_port)" "$@" \
-    >"$work/$name.log" 2>&1 &
+  http_port=$(free_port)
+  "$server_bin" --listen="$addr" --http_listen="127.0.0.1:$http_port" \
+    --metrics_listen="127.0.0.1:$(free_port)" "$@" >"$work/$name.log" 2>&1 &
   server_pid=$!
   logs=$name
   for _ in $(seq 1 150); do
@@ -183,6 +184,23 @@ pyc --server="$addr" --tls_ca="$certs/missing.pem" generate --prompt=x >/dev/nul
   fail "Python client, missing --tls_ca file: exit $rc, $(cat "$work/py.err")"
 [ "$("$client_bin" --server="$addr" --tls_ca="$certs/ca.pem" health)" = SERVING ] ||
   fail "the TLS server is no longer SERVING"
+
+step "TLS: the HTTP API is HTTPS only, on the same certificate (curl)"
+https=https://127.0.0.1:$http_port
+curl -sf --cacert "$certs/ca.pem" "$https/v1/models" >"$work/models.json" ||
+  fail "GET /v1/models over HTTPS: curl exit $?"
+grep -q '"object":"list"' "$work/models.json" || fail "models over HTTPS: $(cat "$work/models.json")"
+curl -sfN --cacert "$certs/ca.pem" "$https/v1/chat/completions" -H 'content-type: application/json' \
+  -d '{"messages":[{"role":"user","content":"In the beginning"}],"max_tokens":5,"stream":true}' \
+  >"$work/chat.sse" || fail "a streamed chat over HTTPS: curl exit $?"
+tail -n 2 "$work/chat.sse" | grep -qx 'data: \[DONE\]' || fail "the HTTPS stream: $(cat "$work/chat.sse")"
+rc=0
+curl -s --max-time 10 "http://127.0.0.1:$http_port/health" >/dev/null 2>&1 || rc=$?
+[ "$rc" -ne 0 ] || fail "plain HTTP was answered on the HTTPS port"
+rc=0
+curl -s --max-time 10 "$https/health" >/dev/null 2>&1 || rc=$?
+[ "$rc" -eq 60 ] || fail "HTTPS without the CA: curl exit $rc (60: the certificate not verified)"
+echo "  /v1/models and a streamed chat over HTTPS; plain HTTP (curl exit != 0) and an unknown CA (60) refused"
 stop "$server_pid"
 server_pid=""
 
@@ -218,4 +236,20 @@ pyc --server="$addr" "${mine[@]}" generate --max_tokens=20 --prompt="$prompt" \
 [ "$(ATTNSERVE_TLS_CA="$certs/ca.pem" ATTNSERVE_TLS_CLIENT_CERT="$certs/client.pem" \
   ATTNSERVE_TLS_CLIENT_KEY="$certs/client.key" "$client_bin" --server="$addr" health)" = SERVING ] ||
   fail "C++ client with the client certificate from ATTNSERVE_TLS_CLIENT_CERT/KEY"
+
+step "mutual TLS on HTTP: the CA's client certificate gets through, none or another's does not"
+https=https://127.0.0.1:$http_port
+curl -sf --cacert "$certs/ca.pem" --cert "$certs/client.pem" --key "$certs/client.key" \
+  "$https/health" >/dev/null || fail "HTTPS with the client certificate: curl exit $?"
+for who in none rogue; do
+  rc=0
+  if [ "$who" = none ]; then
+    curl -s --max-time 10 --cacert "$certs/ca.pem" "$https/health" >/dev/null 2>&1 || rc=$?
+  else
+    curl -s --max-time 10 --cacert "$certs/ca.pem" --cert "$certs/rogue.pem" --key "$certs/rogue.key" \
+      "$https/health" >/dev/null 2>&1 || rc=$?
+  fi
+  [ "$rc" -ne 0 ] || fail "HTTPS with client certificate '$who' got through mutual TLS"
+  echo "  HTTPS, client certificate $who: curl exit $rc"
+done
 echo "tls_test: all checks passed"

@@ -67,11 +67,25 @@ TEST(ParseResponsesRequestTest, RefusalsNameTheField) {
   EXPECT_EQ(param(R"({"input":[{"role":"user","content":[{"type":"input_image"}]}]})"),
             "input[0].content");
   EXPECT_EQ(param(R"({"input":"x","tools":[{"type":"function"}]})"), "tools");
-  EXPECT_EQ(param(R"({"input":"x","conversation":"conv_1"})"), "conversation");
+  EXPECT_EQ(param(R"({"input":"x","conversation":7})"), "conversation");
+  EXPECT_EQ(param(R"({"input":"x","conversation":{"name":"c"}})"), "conversation");
+  EXPECT_EQ(param(R"({"input":"x","conversation":"conv_1","previous_response_id":"resp_1"})"),
+            "conversation");
+  EXPECT_EQ(param(R"({"input":"x","conversation":"conv_1","store":false})"), "store");
   EXPECT_EQ(param(R"({"input":"x","max_output_tokens":0})"), "max_output_tokens");
   EXPECT_EQ(param(R"({"input":"x","store":"yes"})"), "store");
   EXPECT_EQ(param(R"({"input":"x","previous_response_id":7})"), "previous_response_id");
   EXPECT_FALSE(ParseResponsesRequest("[1]", 0).ok());
+}
+
+TEST(ParseResponsesRequestTest, ReadsTheConversationInBothForms) {
+  auto a = ParseResponsesRequest(R"({"input":"x","conversation":"conv_1"})", 0);
+  auto b = ParseResponsesRequest(R"({"input":"x","conversation":{"id":"conv_1"}})", 0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a->conversation, "conv_1");
+  EXPECT_EQ(*b->conversation, "conv_1");
+  ResponsesAnswer answer(*a, "resp_0", 0, "m", 0);
+  EXPECT_EQ(answer.Complete({}, "stop")["conversation"], json({{"id", "conv_1"}}));
 }
 
 TEST(ResponseRecordTest, RoundTripsAndRefusesWhatIsNotOne) {

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""A streamed chat completion whose reader the test holds: it sends the request on a
+"""A streamed chat completion (or, with a conversation id, a streamed response in that
+conversation) whose reader the test holds: it sends the request on a
 socket with a 4 KiB receive buffer, reads the response head and the first event, then
 reads nothing until the file RELEASE exists, so the server's writes stop completing
 after a few hundred tokens and the turn pauses with its sink full instead of running
 on (a turn of more tokens than the buffers hold). Then it reads to the end and checks
-the stream's framing: it ends with `data: [DONE]`.
+the stream's framing: it ends with `data: [DONE]` (a response: with its
+response.completed or response.incomplete event).
 
 Prints `status=CODE events=N done=yes|no` on stdout when the response ends.
-Usage: held_http.py RELEASE HOST:PORT MAX_TOKENS [SESSION_ID]
+Usage: held_http.py RELEASE HOST:PORT MAX_TOKENS [SESSION_ID | conv_ID]
 """
 import json
 import os
@@ -17,10 +19,20 @@ import time
 
 release, addr, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3])
 session = sys.argv[4] if len(sys.argv) > 4 else ""
+conversation = session if session.startswith("conv_") else ""
+if conversation:
+    session = ""
 host, port = addr.rsplit(":", 1)
-body = json.dumps({"messages": [{"role": "user", "content": "In the beginning"}],
-                   "max_tokens": max_tokens, "temperature": 0, "stream": True}).encode()
-head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\n"
+if conversation:
+    path = "/v1/responses"
+    body = json.dumps({"input": "In the beginning", "conversation": conversation,
+                       "max_output_tokens": max_tokens, "temperature": 0,
+                       "stream": True}).encode()
+else:
+    path = "/v1/chat/completions"
+    body = json.dumps({"messages": [{"role": "user", "content": "In the beginning"}],
+                       "max_tokens": max_tokens, "temperature": 0, "stream": True}).encode()
+head = (f"POST {path} HTTP/1.1\r\nHost: {addr}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
         + (f"x-session-id: {session}\r\n" if session else "")
         + "Connection: close\r\n\r\n").encode()
@@ -49,5 +61,8 @@ payload = data.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in data else b""
 # The body is chunked (Transfer-Encoding): count events on the joined text; the framing
 # itself is checked byte for byte by sdk_test.sh with curl.
 events = payload.count(b"data: ")
-done = b"data: [DONE]\n\n" in payload
+if conversation:
+    done = b"event: response.completed\n" in payload or b"event: response.incomplete\n" in payload
+else:
+    done = b"data: [DONE]\n\n" in payload
 print(f"status={status} events={events} done={'yes' if done else 'no'}", flush=True)

@@ -20,7 +20,14 @@
 //                                                   kept state on either replica (cached_tokens)
 //                                                   and equals a fresh server's full prefill
 //   node sdk_check.mjs responses_tenants BASE MODEL KEY_A KEY_B
-//                                                   another tenant's response is 404
+//                                                   another tenant's response and
+//                                                   conversation are 404, and not listed
+//   node sdk_check.mjs conversations BASE MODEL BASE_B
+//                                                   conversations continued on either replica,
+//                                                   listed, paged, forked, against a chat oracle
+//   node sdk_check.mjs conversation_busy BASE CONV [ITEMS]
+//                                                   409 while a response in CONV is held;
+//                                                   with ITEMS: CONV has ITEMS items after it
 //
 // BASE is http://HOST:PORT (the SDK gets BASE/v1). Every client has maxRetries 0: the SDK
 // would otherwise retry 409, 429 and 5xx, hiding the status under test.
@@ -474,6 +481,111 @@ async function responses(model, baseB) {
   console.log("responses: PASS");
 }
 
+// Conversations on two replicas sharing one Redis: a conversation is a session kept in
+// the store between turns. Each response in it continues from the last one's state on
+// whichever replica gets it (only the new input prefilled), its items list the turns,
+// a fork at an answer continues from that answer's state, and the greedy continuations
+// equal stateless chat completions that resend the whole history.
+async function conversations(model, baseB) {
+  const a = client();
+  const b = new OpenAI({ baseURL: `${baseB}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120_000 });
+  const greedy = { model, temperature: 0, max_output_tokens: 30 };
+  const system = "Speak as the scripture.";
+  const conv = await a.conversations.create({
+    metadata: { title: "sdk" }, items: [{ type: "message", role: "system", content: system }] });
+  expect(/^conv_[0-9a-f]{32}$/.test(conv.id) && conv.object === "conversation" && conv.metadata.title === "sdk",
+         `conversation object ${JSON.stringify(conv)}`);
+  expect(JSON.stringify(await b.conversations.retrieve(conv.id)) === JSON.stringify(conv), "retrieve on B");
+
+  const r1 = await a.responses.create({ ...greedy, conversation: conv.id, input: PROMPT });
+  expect(r1.conversation?.id === conv.id, `r1.conversation ${JSON.stringify(r1.conversation)}`);
+  expect(r1.usage.input_tokens_details.cached_tokens === 0 && r1.session?.position > 0 && r1.session?.state_bytes > 0,
+         `r1 usage ${JSON.stringify(r1.usage)} session ${JSON.stringify(r1.session)}`);
+  const r2 = await b.responses.create({ ...greedy, conversation: { id: conv.id }, input: "And then?" });
+  const cached = r2.usage.input_tokens_details.cached_tokens;
+  expect(cached === r1.session.position, `r2 cached ${cached} != r1's position ${r1.session.position}`);
+  const oracle = async (messages) =>
+    (await a.chat.completions.create({ model, temperature: 0, max_tokens: 30, messages })).choices[0].message.content;
+  const history = [{ role: "system", content: system }, { role: "user", content: PROMPT },
+                   { role: "assistant", content: r1.output_text }, { role: "user", content: "And then?" }];
+  const r2Chat = await oracle(history);
+  expect(r2.output_text === r2Chat, `the second turn ${JSON.stringify(r2.output_text)} != its chat oracle ${JSON.stringify(r2Chat)}`);
+
+  // The items, listed on the other replica, page by page (the SDK follows `after`).
+  const items = [];
+  for await (const item of a.conversations.items.list(conv.id, { order: "asc", limit: 2 })) items.push(item);
+  const shape = items.map((i) => `${i.role}:${i.content[0].text}`);
+  const want = [`system:${system}`, `user:${PROMPT}`, `assistant:${r1.output_text}`, "user:And then?",
+                `assistant:${r2.output_text}`];
+  expect(JSON.stringify(shape) === JSON.stringify(want), `items ${JSON.stringify(shape)}`);
+  expect(items[2].id === r1.output[0].id && items[2].response_id === r1.id, `the answer item ${JSON.stringify(items[2])}`);
+  const newest = await b.conversations.items.list(conv.id, { limit: 1 });
+  expect(newest.data.length === 1 && newest.data[0].id === items[4].id && newest.has_more === true,
+         `newest item first: ${JSON.stringify(newest.data)}`);
+
+  // A fork at the first answer continues from its state; the original is unchanged.
+  const forkAnswer = await fetch(`${base}/v1/conversations/${conv.id}/fork`, {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ item_id: items[2].id }) });
+  const fork = await forkAnswer.json();
+  expect(forkAnswer.status === 200 && /^conv_/.test(fork.id) && fork.id !== conv.id, `fork ${JSON.stringify(fork)}`);
+  const f1 = await b.responses.create({ ...greedy, conversation: fork.id, input: "Who spake?" });
+  expect(f1.usage.input_tokens_details.cached_tokens === r1.session.position, `the fork's cached tokens ${JSON.stringify(f1.usage)}`);
+  const f1Chat = await oracle(history.slice(0, 3).concat([{ role: "user", content: "Who spake?" }]));
+  expect(f1.output_text === f1Chat, `the fork ${JSON.stringify(f1.output_text)} != its chat oracle ${JSON.stringify(f1Chat)}`);
+  const forkItems = (await a.conversations.items.list(fork.id, { order: "asc" })).data;
+  expect(forkItems.length === 5 && forkItems[4].content[0].text === f1.output_text, `fork items ${forkItems.length}`);
+  const after = (await a.conversations.items.list(conv.id, { order: "asc" })).data;
+  expect(JSON.stringify(after) === JSON.stringify(items), "the original conversation changed after its fork");
+  // The third turn of the original still continues from r2's state.
+  const r3 = await a.responses.create({ ...greedy, conversation: conv.id, input: "Go on." });
+  const r3Chat = await oracle(history.concat([{ role: "assistant", content: r2.output_text }, { role: "user", content: "Go on." }]));
+  expect(r3.output_text === r3Chat, `the third turn ${JSON.stringify(r3.output_text)} != its chat oracle`);
+
+  // The caller's conversations, newest first (attnserve's GET /v1/conversations).
+  const list = await (await fetch(`${baseB}/v1/conversations`)).json();
+  const ids = list.data.map((c) => c.id);
+  expect(ids.indexOf(fork.id) !== -1 && ids.indexOf(fork.id) < ids.indexOf(conv.id), `listed ${JSON.stringify(ids)}`);
+  // Metadata updates; refusals name the field.
+  const updated = await b.conversations.update(conv.id, { metadata: { title: "renamed" } });
+  expect(updated.metadata.title === "renamed" && (await a.conversations.retrieve(conv.id)).metadata.title === "renamed",
+         `update ${JSON.stringify(updated)}`);
+  const both = await errorOf(a.responses.create({ ...greedy, conversation: conv.id, previous_response_id: r1.id, input: "x" }), "both");
+  expectError(both, OpenAI.BadRequestError, 400, "conversation and previous_response_id");
+  const other = await errorOf(a.responses.create({ ...greedy, model: "nope", conversation: conv.id, input: "x" }), "model");
+  expectError(other, OpenAI.BadRequestError, 400, "another model than the conversation's");
+  const badFork = await fetch(`${base}/v1/conversations/${conv.id}/fork`, {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ item_id: items[1].id }) });
+  expect(badFork.status === 400 && (await badFork.json()).error.param === "item_id", `fork at a user item: ${badFork.status}`);
+
+  // Deleted on B: gone everywhere.
+  const deleted = await b.conversations.delete(fork.id);
+  expect(deleted.deleted === true && deleted.id === fork.id && deleted.object === "conversation.deleted", `delete ${JSON.stringify(deleted)}`);
+  expectError(await errorOf(a.conversations.retrieve(fork.id), "retrieve deleted"), OpenAI.NotFoundError, 404, "a deleted conversation");
+  const gone = await errorOf(a.responses.create({ ...greedy, conversation: fork.id, input: "x" }), "respond in deleted");
+  expectError(gone, OpenAI.NotFoundError, 404, "a response in a deleted conversation");
+  expect(gone.error.param === "conversation", `param ${gone.error.param}`);
+  await a.conversations.delete(conv.id);
+  console.log(`conversations: 3 turns over both replicas (cached ${cached}, ${r1.session.state_bytes} state bytes), ` +
+              `5 items paged, a fork equal to its oracle, the original unchanged; update, delete, 400s and 404s`);
+  console.log("conversations: PASS");
+}
+
+// While a response in CONVERSATION streams (held by the test), another is refused with
+// 409 on this replica; after it ends, ITEMS items are listed.
+async function conversationBusy(conv, items) {
+  const openai = client();
+  if (items === undefined) {
+    const e = await errorOf(openai.responses.create({ conversation: conv, input: "x", max_output_tokens: 2 }), "busy");
+    expectError(e, OpenAI.ConflictError, 409, "a second response in a conversation");
+    console.log(`conversation busy: 409 ${e.error.message}`);
+  } else {
+    const listed = (await openai.conversations.items.list(conv, { order: "asc" })).data;
+    expect(listed.length === Number(items) && listed[listed.length - 1].role === "assistant",
+           `after the held response: ${listed.length} items`);
+    console.log(`conversation busy: the held response ended and is item ${listed.length}`);
+  }
+}
+
 // Tenants own their responses: another tenant's id answers exactly like one that never
 // existed.
 async function responsesTenants(model, keyA, keyB) {
@@ -490,6 +602,17 @@ async function responsesTenants(model, keyA, keyB) {
               OpenAI.NotFoundError, 404, "continuing another tenant's response");
   expectError(await errorOf(b.responses.delete(r.id), "delete theirs"), OpenAI.NotFoundError, 404, "deleting another tenant's response");
   expect((await a.responses.retrieve(r.id)).id === r.id, "the response survived another tenant's delete");
+  // And their conversations.
+  const conv = await a.conversations.create({ metadata: { title: "mine" } });
+  const theirConv = await errorOf(b.conversations.retrieve(conv.id), "another tenant's conversation");
+  expectError(theirConv, OpenAI.NotFoundError, 404, "another tenant's conversation");
+  expectError(await errorOf(b.responses.create({ model, input: "x", conversation: conv.id }), "respond in theirs"),
+              OpenAI.NotFoundError, 404, "a response in another tenant's conversation");
+  expectError(await errorOf(b.conversations.delete(conv.id), "delete theirs"), OpenAI.NotFoundError, 404, "deleting another tenant's conversation");
+  const listB = await (await fetch(`${base}/v1/conversations`, { headers: { authorization: `Bearer ${keyB}` } })).json();
+  expect(!listB.data.some((c) => c.id === conv.id), "another tenant's conversation listed");
+  const listA = await (await fetch(`${base}/v1/conversations`, { headers: { authorization: `Bearer ${keyA}` } })).json();
+  expect(listA.data.some((c) => c.id === conv.id), "the owner's conversation not listed");
   console.log("responses tenants: PASS");
 }
 
@@ -546,9 +669,11 @@ const commands = {
   responses: () => responses(args[0], args[1]),
   responses_tenants: () => responsesTenants(args[0], args[1], args[2]),
   prefix: () => prefix(args[0], args[1], args[2]),
+  conversations: () => conversations(args[0], args[1]),
+  conversation_busy: () => conversationBusy(args[0], args[1]),
 };
 if (!(command in commands) || !base) {
-  console.error("usage: node sdk_check.mjs basic|errors|auth|conflict|ratelimit|disconnect|flood|responses|responses_tenants|prefix BASE [ARGS]");
+  console.error("usage: node sdk_check.mjs basic|errors|auth|conflict|ratelimit|disconnect|flood|responses|responses_tenants|prefix|conversations|conversation_busy BASE [ARGS]");
   process.exit(2);
 }
 commands[command]().catch((e) => fail(e?.stack ?? String(e)));

@@ -9,8 +9,10 @@
 # the request metrics of HTTP routes, and the Responses API: stored responses continued
 # with previous_response_id on either of two replicas sharing a real redis-server (equal
 # to a stateless chat that resends the history), forks, streaming events, store:false,
-# delete, and tenants; a chat client resending its history reuses the state an earlier
-# turn kept (cached_tokens), on either replica, with the text of a full prefill.
+# delete, and tenants; conversations continued, listed, paged and forked on either
+# replica (against the same chat oracle), one response at a time in each; a chat client
+# resending its history reuses the state an earlier turn kept (cached_tokens), on either
+# replica, with the text of a full prefill.
 # Usage: sdk_test.sh SERVER_BINARY CLIENT_BINARY
 set -euo pipefail
 server_bin=$1 client_bin=$2
@@ -150,12 +152,28 @@ r1_pid=$started_pid
 start_named r2 "$r2_addr" "127.0.0.1:$(free_port)" --http_listen="$r2_http" --session_store="$store"
 r2_pid=$started_pid
 sdk responses "http://$r1_http" "$model" "http://$r2_http"
+step "conversations on two replicas sharing a redis-server"
+sdk conversations "http://$r1_http" "$model" "http://$r2_http"
+step "one response at a time in a conversation, on any replica"
+conv=$(curl -sf -X POST "http://$r1_http/v1/conversations" | node -pe 'JSON.parse(require("fs").readFileSync(0)).id')
+"$py" "$here/held_http.py" "$work/conv.release" "$r1_http" 2000 "$conv" >"$work/conv_held.out" 2>"$work/conv_held.err" &
+held_pid=$!; held_pids+=" $held_pid"
+for _ in $(seq 1200); do grep -q holding "$work/conv_held.err" && break; sleep 0.05; done
+grep -q holding "$work/conv_held.err" || fail "the held response did not start: $(cat "$work/conv_held.err")"
+sdk conversation_busy "http://$r2_http" "$conv"
+touch "$work/conv.release"
+wait "$held_pid" || fail "the held response: $(cat "$work/conv_held.err")"
+grep -q "status=200 .* done=yes" "$work/conv_held.out" || fail "the held response: $(cat "$work/conv_held.out")"
+sdk conversation_busy "http://$r2_http" "$conv" 2
+curl -sf -X DELETE "http://$r1_http/v1/conversations/$conv" >/dev/null || fail "delete $conv"
 step "a chat client resending its history: the kept state on either replica"
 sdk prefix "http://$r1_http" "$model" "http://$r2_http" "http://$a_http"
 # Nothing but stored responses and kept chat states is left in the store: each turn's
 # own session is closed once its state is recorded.
-left=$(redis-cli -p "$redis_port" --scan | grep -v -e ':resp_[0-9a-f]*$' -e ':pfx_[0-9a-f]*$' -e '^$' || true)
-[ -z "$left" ] || fail "keys left in redis besides stored responses and chat states: $left"
+# Deleted conversations leave only their tenant's (empty) list.
+left=$(redis-cli -p "$redis_port" --scan |
+  grep -v -e ':resp_[0-9a-f]*$' -e ':pfx_[0-9a-f]*$' -e ':convs_[0-9a-f]*$' -e '^$' || true)
+[ -z "$left" ] || fail "keys left in redis besides stored responses, chat states and conversation lists: $left"
 
 stop "$a_pid"; a_pid=""
 stop "$c_pid"; c_pid=""

@@ -258,7 +258,8 @@ TEST_P(SnapshotStoreLeaseTest, WritersRacingForTheLeaseNeverLoseAWrite) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, SnapshotStoreLeaseTest,
-                         ::testing::Values(Backend::kDir, Backend::kRedis), BackendName);
+                         ::testing::Values(Backend::kDir, Backend::kRedis, Backend::kMemory),
+                         BackendName);
 
 }  // namespace
 }  // namespace attnserve::store

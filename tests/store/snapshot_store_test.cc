@@ -160,7 +160,8 @@ TEST_P(SnapshotStoreTest, ConcurrentPutsAndGetsNeverSeeATornValue) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, SnapshotStoreTest,
-                         ::testing::Values(Backend::kDir, Backend::kRedis), BackendName);
+                         ::testing::Values(Backend::kDir, Backend::kRedis, Backend::kMemory),
+                         BackendName);
 
 TEST(OpenSnapshotStoreTest, RejectsOtherSpecsNamingTheAcceptedForms) {
   const std::string kBad[] = {"",

@@ -177,16 +177,61 @@ RedisReplyPtr RawCommand(redisContext* context, const char* format, ...) {
 }
 
 void PrintTo(Backend backend, std::ostream* os) {
-  *os << (backend == Backend::kDir ? "dir" : "redis");
+  *os << (backend == Backend::kDir ? "dir" : backend == Backend::kRedis ? "redis" : "memory");
 }
 
 std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
-  return info.param == Backend::kDir ? "Dir" : "Redis";
+  return info.param == Backend::kDir ? "Dir" : info.param == Backend::kRedis ? "Redis" : "Memory";
 }
+
+namespace {
+
+// Another object on one MemorySnapshotStore, as a second connection is on Redis.
+class MemoryView : public SnapshotStore {
+ public:
+  explicit MemoryView(std::shared_ptr<MemorySnapshotStore> store) : store_(std::move(store)) {}
+  absl::Status Put(const std::string& id, std::string_view bytes, absl::Duration ttl) override {
+    return store_->Put(id, bytes, ttl);
+  }
+  absl::StatusOr<std::string> Get(const std::string& id) override { return store_->Get(id); }
+  absl::Status Delete(const std::string& id) override { return store_->Delete(id); }
+  absl::StatusOr<int> RemoveExpired() override { return store_->RemoveExpired(); }
+  absl::StatusOr<LeaseGrant> AcquireLease(const std::string& id, absl::Duration ttl) override {
+    return store_->AcquireLease(id, ttl);
+  }
+  absl::Status RenewLease(const std::string& id, const std::string& token,
+                          absl::Duration ttl) override {
+    return store_->RenewLease(id, token, ttl);
+  }
+  absl::Status ReleaseLease(const std::string& id, const std::string& token) override {
+    return store_->ReleaseLease(id, token);
+  }
+  absl::StatusOr<int64_t> PutFenced(const std::string& id, std::string_view bytes,
+                                    absl::Duration ttl, const std::string& token,
+                                    int64_t generation) override {
+    return store_->PutFenced(id, bytes, ttl, token, generation);
+  }
+  absl::StatusOr<std::pair<std::string, int64_t>> GetWithGeneration(
+      const std::string& id) override {
+    return store_->GetWithGeneration(id);
+  }
+  absl::StatusOr<int64_t> GetGeneration(const std::string& id) override {
+    return store_->GetGeneration(id);
+  }
+  const std::string& name() const override { return store_->name(); }
+
+ private:
+  std::shared_ptr<MemorySnapshotStore> store_;
+};
+
+}  // namespace
 
 void BackendTest::SetUp() {
   if (GetParam() == Backend::kDir) {
     spec_ = "dir:" + dir_.path() + "/snapshots";
+  } else if (GetParam() == Backend::kMemory) {
+    spec_ = "memory";
+    memory_ = std::make_shared<MemorySnapshotStore>();
   } else {
     auto redis = RedisServer::Start();
     ASSERT_TRUE(redis.ok()) << redis.status();
@@ -198,6 +243,7 @@ void BackendTest::SetUp() {
 }
 
 std::unique_ptr<SnapshotStore> BackendTest::OpenAnother() const {
+  if (memory_ != nullptr) return std::make_unique<MemoryView>(memory_);
   auto store = OpenSnapshotStore(spec_);
   EXPECT_TRUE(store.ok()) << store.status();
   return store.ok() ? *std::move(store) : nullptr;

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/common/clock.h"
+#include "server/store/memory_store.h"
 #include "server/store/snapshot_store.h"
 
 namespace attnserve::store::testing {
@@ -90,13 +91,13 @@ RedisContextPtr ConnectRaw(int port);
 // errors.
 RedisReplyPtr RawCommand(redisContext* context, const char* format, ...);
 
-enum class Backend { kDir, kRedis };
+enum class Backend { kDir, kRedis, kMemory };
 void PrintTo(Backend backend, std::ostream* os);
 // "Dir" or "Redis", for INSTANTIATE_TEST_SUITE_P.
 std::string BackendName(const ::testing::TestParamInfo<Backend>& info);
 
-// A fixture with `store_` open on a fresh place of the parameter's backend: a directory or
-// a private redis-server.
+// A fixture with `store_` open on a fresh place of the parameter's backend: a directory, a
+// private redis-server, or a MemorySnapshotStore (spec "memory").
 class BackendTest : public ::testing::TestWithParam<Backend> {
  protected:
   void SetUp() override;
@@ -105,6 +106,7 @@ class BackendTest : public ::testing::TestWithParam<Backend> {
 
   TempDir dir_;
   std::unique_ptr<RedisServer> redis_;
+  std::shared_ptr<MemorySnapshotStore> memory_;
   std::string spec_;
   std::unique_ptr<SnapshotStore> store_;  // destroyed before the server it talks to
 };

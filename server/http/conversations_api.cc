@@ -1,0 +1,249 @@
+#include "server/http/conversations_api.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "server/http/json_fields.h"
+
+namespace attnserve::http {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kFormat[] = "attnserve-conversation/1";
+
+bool IsHex32(const std::string& s, size_t from) {
+  return s.size() == from + 32 && std::all_of(s.begin() + from, s.end(), [](char c) {
+           return absl::ascii_isdigit(c) || (c >= 'a' && c <= 'f');
+         });
+}
+
+absl::Status Corrupt(const std::string& why) {
+  return absl::DataLossError(absl::StrCat("stored conversation: ", why));
+}
+
+}  // namespace
+
+bool IsConversationId(const std::string& id) {
+  return absl::StartsWith(id, "conv_") && IsHex32(id, 5);
+}
+
+absl::Status ConversationNotFound(const std::string& id, const std::string& param) {
+  absl::Status s = absl::NotFoundError(absl::StrCat("conversation '", id, "' not found"));
+  if (!param.empty()) s.SetPayload(kParamPayload, absl::Cord(param));
+  return s;
+}
+
+std::string EncodeConversation(const ConversationRecord& r) {
+  return json{{"format", kFormat},
+              {"id", r.id},
+              {"tenant", r.tenant},
+              {"created_at", r.created_at},
+              {"metadata", r.metadata},
+              {"model", r.model},
+              {"head", r.head},
+              {"in_state", r.in_state},
+              {"items", r.items}}
+      .dump();
+}
+
+absl::StatusOr<ConversationRecord> DecodeConversation(const std::string& bytes) {
+  json j = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Corrupt("not a JSON object");
+  if (j.value("format", "") != kFormat) return Corrupt("not attnserve-conversation/1");
+  ConversationRecord r;
+  const json& id = j["id"];
+  const json& tenant = j["tenant"];
+  const json& created = j["created_at"];
+  const json& model = j["model"];
+  const json& head = j["head"];
+  const json& in_state = j["in_state"];
+  if (!id.is_string() || !tenant.is_string() || !created.is_number_integer() ||
+      !j["metadata"].is_object() || !model.is_string() || !head.is_string() ||
+      !in_state.is_number_unsigned() || !j["items"].is_array()) {
+    return Corrupt("a field is missing or of the wrong type");
+  }
+  r.id = id.get<std::string>();
+  r.tenant = tenant.get<std::string>();
+  r.created_at = created.get<int64_t>();
+  r.metadata = j["metadata"];
+  r.model = model.get<std::string>();
+  r.head = head.get<std::string>();
+  r.in_state = in_state.get<size_t>();
+  r.items = j["items"];
+  if (r.in_state > r.items.size()) return Corrupt("in_state beyond the items");
+  for (const json& item : r.items) {
+    if (!item.is_object() || !item["id"].is_string() || !item["role"].is_string() ||
+        !item["content"].is_array() || item["content"].size() != 1 ||
+        !item["content"][0]["text"].is_string()) {
+      return Corrupt("an item is not a text message");
+    }
+  }
+  return r;
+}
+
+json ConversationObject(const ConversationRecord& r) {
+  return {{"id", r.id},
+          {"object", "conversation"},
+          {"created_at", r.created_at},
+          {"metadata", r.metadata}};
+}
+
+json MessageItem(const std::string& id, const ChatMessage& message, const std::string& status,
+                 const std::string& response_id) {
+  const bool assistant = message.role == "assistant";
+  json part = {{"type", assistant ? "output_text" : "input_text"}, {"text", message.content}};
+  if (assistant) part["annotations"] = json::array();
+  json item = {{"type", "message"},
+               {"id", id},
+               {"status", status},
+               {"role", message.role},
+               {"content", json::array({part})}};
+  if (!response_id.empty()) item["response_id"] = response_id;
+  return item;
+}
+
+std::vector<ChatMessage> MessagesNotInState(const ConversationRecord& r) {
+  std::vector<ChatMessage> out;
+  for (size_t i = r.in_state; i < r.items.size(); ++i) {
+    const json& item = r.items[i];
+    out.push_back({item["role"].get<std::string>(), item["content"][0]["text"].get<std::string>()});
+  }
+  return out;
+}
+
+absl::Status CheckMetadata(const json& metadata) {
+  if (!metadata.is_object()) return WrongType("metadata", "an object");
+  if (metadata.size() > 16) return InvalidParam("metadata", "must have at most 16 keys");
+  for (const auto& [key, value] : metadata.items()) {
+    if (key.size() > 64) {
+      return InvalidParam("metadata", absl::StrCat("key '", key.substr(0, 64),
+                                                   "...' is longer than 64 characters"));
+    }
+    if (!value.is_string()) {
+      return InvalidParam("metadata", absl::StrCat("value of '", key, "' must be a string"));
+    }
+    if (value.get<std::string>().size() > 512) {
+      return InvalidParam("metadata",
+                          absl::StrCat("value of '", key, "' is longer than 512 characters"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ConversationCreate> ParseConversationCreate(const std::string& body_text) {
+  ConversationCreate out;
+  if (body_text.empty()) return out;  // the SDK's create() with no arguments
+  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    return absl::InvalidArgumentError("the request body must be a JSON object");
+  }
+  if (const json* metadata = Field(body, "metadata")) {
+    if (absl::Status s = CheckMetadata(*metadata); !s.ok()) return s;
+    out.metadata = *metadata;
+  }
+  if (const json* items = Field(body, "items")) {
+    if (!items->is_array()) return WrongType("items", "a list of message items");
+    if (items->size() > 20) return InvalidParam("items", "must have at most 20 items");
+    if (absl::Status s = ReadMessageList(*items, "items", &out.items); !s.ok()) return s;
+    for (size_t i = 0; i < out.items.size(); ++i) {
+      const std::string& role = out.items[i].role;
+      if (role != "user" && role != "assistant" && role != "system" && role != "developer") {
+        return InvalidParam(absl::StrCat("items[", i, "].role"),
+                            absl::StrCat("must be user, assistant, system or developer, not '",
+                                         role, "'"));
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> ParseForkRequest(const std::string& body_text) {
+  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    return absl::InvalidArgumentError("the request body must be a JSON object");
+  }
+  const json* item = Field(body, "item_id");
+  if (item == nullptr) return InvalidParam("item_id", "is required");
+  if (!item->is_string()) return WrongType("item_id", "a string");
+  return item->get<std::string>();
+}
+
+absl::StatusOr<ConversationRecord> ForkAt(const ConversationRecord& source,
+                                          const std::string& item_id, std::string id,
+                                          int64_t created_at) {
+  for (size_t i = 0; i < source.items.size(); ++i) {
+    const json& item = source.items[i];
+    if (item["id"] != item_id) continue;
+    const json* response = Field(item, "response_id");
+    if (item["role"] != "assistant" || response == nullptr || !response->is_string()) {
+      return InvalidParam("item_id", absl::StrCat("item '", item_id,
+                                                  "' is not an answer of a response; a "
+                                                  "conversation forks at an assistant item"));
+    }
+    ConversationRecord fork;
+    fork.id = std::move(id);
+    fork.tenant = source.tenant;
+    fork.created_at = created_at;
+    fork.metadata = source.metadata;
+    fork.model = source.model;
+    fork.head = response->get<std::string>();
+    fork.in_state = i + 1;
+    fork.items = json(std::vector<json>(source.items.begin(), source.items.begin() + i + 1));
+    return fork;
+  }
+  absl::Status s = absl::NotFoundError(
+      absl::StrCat("conversation '", source.id, "' has no item '", item_id, "'"));
+  s.SetPayload(kParamPayload, absl::Cord("item_id"));
+  return s;
+}
+
+absl::StatusOr<PageQuery> ParsePageQuery(const std::optional<std::string>& limit,
+                                         const std::optional<std::string>& order,
+                                         const std::optional<std::string>& after) {
+  PageQuery q;
+  if (limit.has_value()) {
+    if (!absl::SimpleAtoi(*limit, &q.limit) || q.limit < 1 || q.limit > 100) {
+      return InvalidParam("limit", absl::StrCat("must be an integer from 1 to 100, got '",
+                                                *limit, "'"));
+    }
+  }
+  if (order.has_value()) {
+    if (*order != "asc" && *order != "desc") {
+      return InvalidParam("order", absl::StrCat("must be asc or desc, got '", *order, "'"));
+    }
+    q.ascending = *order == "asc";
+  }
+  if (after.has_value()) q.after = *after;
+  return q;
+}
+
+absl::StatusOr<json> ListPage(const json& all, const PageQuery& q) {
+  std::vector<json> ordered(all.begin(), all.end());
+  if (!q.ascending) std::reverse(ordered.begin(), ordered.end());
+  size_t start = 0;
+  if (!q.after.empty()) {
+    auto it = std::find_if(ordered.begin(), ordered.end(),
+                           [&](const json& x) { return x["id"] == q.after; });
+    if (it == ordered.end()) {
+      absl::Status s = absl::NotFoundError(absl::StrCat("no item '", q.after, "' to list after"));
+      s.SetPayload(kParamPayload, absl::Cord("after"));
+      return s;
+    }
+    start = size_t(it - ordered.begin()) + 1;
+  }
+  const size_t end = std::min(ordered.size(), start + size_t(q.limit));
+  json data = json::array();
+  for (size_t i = start; i < end; ++i) data.push_back(ordered[i]);
+  return json{{"object", "list"},
+              {"data", data},
+              {"first_id", data.empty() ? json(nullptr) : data.front()["id"]},
+              {"last_id", data.empty() ? json(nullptr) : data.back()["id"]},
+              {"has_more", end < ordered.size()}};
+}
+
+}  // namespace attnserve::http

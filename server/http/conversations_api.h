@@ -1,0 +1,94 @@
+// The Conversations API (POST /v1/conversations, GET / DELETE /v1/conversations/{id},
+// GET /v1/conversations/{id}/items, `conversation` on /v1/responses) without the server:
+// the stored record, its JSON objects and the request bodies. attnserve's extensions:
+// GET /v1/conversations (the caller's conversations, newest first), POST
+// /v1/conversations/{id}/fork, and `response_id` on assistant items.
+//
+// A conversation is a session that lives in the store between turns: its record holds
+// the items (the turns' text, for listing) and `head`, the stored response (a checkpoint:
+// responses_api.h) whose state holds the first `in_state` items. A response in the
+// conversation continues from head's state, prefills only the items after it and its own
+// input, and moves head to itself. A fork is a new record whose head is an earlier
+// assistant item's response: nothing is prefilled again. Records are small JSON texts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "server/http/chat_template.h"
+
+namespace attnserve::http {
+
+// "conv_" + 32 hex characters: a valid store key.
+bool IsConversationId(const std::string& id);
+// NOT_FOUND "conversation 'ID' not found" with the param payload `param` (if not empty).
+absl::Status ConversationNotFound(const std::string& id, const std::string& param = "");
+
+struct ConversationRecord {
+  std::string id;
+  std::string tenant;  // who may read, continue, fork or delete it
+  int64_t created_at = 0;
+  nlohmann::json metadata = nlohmann::json::object();
+  std::string model;  // "" until its first response
+  std::string head;   // the response whose state holds items[0, in_state); "" none
+  size_t in_state = 0;
+  nlohmann::json items = nlohmann::json::array();  // message items, oldest first
+};
+
+// {"format": "attnserve-conversation/1", ...} as JSON text.
+std::string EncodeConversation(const ConversationRecord& record);
+// DATA_LOSS naming what is wrong for bytes that are not a record.
+absl::StatusOr<ConversationRecord> DecodeConversation(const std::string& bytes);
+
+// {id, object: "conversation", created_at, metadata}.
+nlohmann::json ConversationObject(const ConversationRecord& record);
+
+// A message item {type: "message", id, status, role, content: [one text part]}: the part
+// is output_text for the assistant, input_text otherwise; `response_id` (not empty) is
+// added to it.
+nlohmann::json MessageItem(const std::string& id, const ChatMessage& message,
+                           const std::string& status, const std::string& response_id = "");
+// The messages of items[in_state:], the part of the conversation not in head's state.
+std::vector<ChatMessage> MessagesNotInState(const ConversationRecord& record);
+
+// OpenAI's metadata limits: an object of at most 16 string values, keys of at most 64
+// characters, values of at most 512. INVALID_ARGUMENT (param "metadata") otherwise.
+absl::Status CheckMetadata(const nlohmann::json& metadata);
+
+// The body of POST /v1/conversations: `metadata` and `items` (message items, which the
+// first response prefills before its own input).
+struct ConversationCreate {
+  nlohmann::json metadata = nlohmann::json::object();
+  std::vector<ChatMessage> items;
+};
+absl::StatusOr<ConversationCreate> ParseConversationCreate(const std::string& body);
+
+// The `item_id` of POST /v1/conversations/{id}/fork's body.
+absl::StatusOr<std::string> ParseForkRequest(const std::string& body);
+// `source` forked at its assistant item `item_id`: a new record `id` (created now) with
+// the items up to and including it, continuing from that item's response. NOT_FOUND
+// (param "item_id") when the conversation has no such item; INVALID_ARGUMENT when it is
+// not an assistant item with a stored response.
+absl::StatusOr<ConversationRecord> ForkAt(const ConversationRecord& source,
+                                          const std::string& item_id, std::string id,
+                                          int64_t created_at);
+
+// A list page: {object: "list", data, first_id, last_id, has_more}. `limit` 1..100,
+// `order` "asc" or "desc", items after the one with id `after` in that order (empty: from
+// the start). INVALID_ARGUMENT naming the query parameter for a bad value, NOT_FOUND for
+// an unknown `after`.
+struct PageQuery {
+  int limit = 20;
+  bool ascending = false;
+  std::string after;
+};
+absl::StatusOr<PageQuery> ParsePageQuery(const std::optional<std::string>& limit,
+                                         const std::optional<std::string>& order,
+                                         const std::optional<std::string>& after);
+absl::StatusOr<nlohmann::json> ListPage(const nlohmann::json& all, const PageQuery& query);
+
+}  // namespace attnserve::http

@@ -1,0 +1,147 @@
+#include "server/store/memory_store.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace attnserve::store {
+
+MemorySnapshotStore::MemorySnapshotStore(const Clock* clock) : clock_(clock) {}
+
+MemorySnapshotStore::Snapshot* MemorySnapshotStore::FindLocked(const std::string& id) {
+  auto it = snapshots_.find(id);
+  if (it == snapshots_.end()) return nullptr;
+  if (it->second.expires <= clock_->Now()) {
+    snapshots_.erase(it);
+    return nullptr;
+  }
+  return &it->second;
+}
+
+MemorySnapshotStore::Lease* MemorySnapshotStore::FindLeaseLocked(const std::string& id) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return nullptr;
+  if (it->second.expires <= clock_->Now()) {
+    leases_.erase(it);
+    return nullptr;
+  }
+  return &it->second;
+}
+
+void MemorySnapshotStore::WriteLocked(const std::string& id, std::string_view bytes,
+                                      absl::Duration ttl) {
+  Snapshot* old = FindLocked(id);
+  const int64_t generation = old == nullptr ? 1 : old->generation + 1;
+  snapshots_[id] = Snapshot{std::string(bytes), generation, clock_->Now() + RoundTtl(ttl)};
+}
+
+absl::Status MemorySnapshotStore::Put(const std::string& id, std::string_view bytes,
+                                      absl::Duration ttl) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  WriteLocked(id, bytes, ttl);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> MemorySnapshotStore::Get(const std::string& id) {
+  auto got = GetWithGeneration(id);
+  if (!got.ok()) return got.status();
+  return std::move(got->first);
+}
+
+absl::Status MemorySnapshotStore::Delete(const std::string& id) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  snapshots_.erase(id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> MemorySnapshotStore::RemoveExpired() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  int removed = 0;
+  for (auto it = snapshots_.begin(); it != snapshots_.end();) {
+    if (it->second.expires <= now) {
+      snapshots_.erase(it++);
+      ++removed;
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    if (it->second.expires <= now) {
+      leases_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  return removed;
+}
+
+absl::StatusOr<LeaseGrant> MemorySnapshotStore::AcquireLease(const std::string& id,
+                                                             absl::Duration ttl) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  if (FindLeaseLocked(id) != nullptr) return LeaseHeldError(id);
+  LeaseGrant grant;
+  grant.token = NewLeaseToken();
+  const Snapshot* snapshot = FindLocked(id);
+  grant.generation = snapshot == nullptr ? 0 : snapshot->generation;
+  leases_[id] = Lease{grant.token, clock_->Now() + RoundTtl(ttl)};
+  return grant;
+}
+
+absl::Status MemorySnapshotStore::RenewLease(const std::string& id, const std::string& token,
+                                             absl::Duration ttl) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  Lease* lease = FindLeaseLocked(id);
+  if (lease == nullptr || lease->token != token) return LeaseLostError(id);
+  lease->expires = clock_->Now() + RoundTtl(ttl);
+  return absl::OkStatus();
+}
+
+absl::Status MemorySnapshotStore::ReleaseLease(const std::string& id, const std::string& token) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  Lease* lease = FindLeaseLocked(id);
+  if (lease != nullptr && lease->token == token) leases_.erase(id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> MemorySnapshotStore::PutFenced(const std::string& id,
+                                                       std::string_view bytes,
+                                                       absl::Duration ttl,
+                                                       const std::string& token,
+                                                       int64_t generation) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
+  if (absl::Status s = ValidateGeneration(generation); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  Lease* lease = FindLeaseLocked(id);
+  if (lease == nullptr || lease->token != token) return LeaseLostError(id);
+  const Snapshot* snapshot = FindLocked(id);
+  const int64_t stored = snapshot == nullptr ? 0 : snapshot->generation;
+  if (stored != generation) return StaleGenerationError(id, generation, stored);
+  WriteLocked(id, bytes, ttl);
+  return generation + 1;
+}
+
+absl::StatusOr<std::pair<std::string, int64_t>> MemorySnapshotStore::GetWithGeneration(
+    const std::string& id) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  const Snapshot* snapshot = FindLocked(id);
+  if (snapshot == nullptr) return absl::NotFoundError(absl::StrCat("session ", id, ": no snapshot in ", name_));
+  return std::make_pair(snapshot->bytes, snapshot->generation);
+}
+
+absl::StatusOr<int64_t> MemorySnapshotStore::GetGeneration(const std::string& id) {
+  if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  const Snapshot* snapshot = FindLocked(id);
+  return snapshot == nullptr ? 0 : snapshot->generation;
+}
+
+}  // namespace attnserve::store

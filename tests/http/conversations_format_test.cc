@@ -1,0 +1,181 @@
+// The Conversations API's records, items, forks and list pages, without a server.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/http/conversations_api.h"
+#include "server/http/json_fields.h"
+
+namespace attnserve::http {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+std::string ParamOf(const absl::Status& s) {
+  auto p = s.GetPayload(kParamPayload);
+  return p ? std::string(*p) : "(none) " + std::string(s.message());
+}
+
+// user, assistant (of resp_1), user, assistant (of resp_2): all in resp_2's state.
+ConversationRecord TwoTurns() {
+  ConversationRecord r;
+  r.id = "conv_0123456789abcdef0123456789abcdef";
+  r.tenant = "alice";
+  r.created_at = 1700000000;
+  r.metadata = {{"title", "t"}};
+  r.model = "m";
+  r.items.push_back(MessageItem("msg_u1", {"user", "Hi"}, "completed"));
+  r.items.push_back(MessageItem("msg_a1", {"assistant", "Hello"}, "completed", "resp_1"));
+  r.items.push_back(MessageItem("msg_u2", {"user", "And?"}, "completed"));
+  r.items.push_back(MessageItem("msg_a2", {"assistant", "Then"}, "incomplete", "resp_2"));
+  r.head = "resp_2";
+  r.in_state = 4;
+  return r;
+}
+
+TEST(ConversationRecordTest, RoundTripsAndRefusesWhatIsNotOne) {
+  const ConversationRecord r = TwoTurns();
+  auto back = DecodeConversation(EncodeConversation(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->id, r.id);
+  EXPECT_EQ(back->tenant, "alice");
+  EXPECT_EQ(back->created_at, r.created_at);
+  EXPECT_EQ(back->metadata, r.metadata);
+  EXPECT_EQ(back->model, "m");
+  EXPECT_EQ(back->head, "resp_2");
+  EXPECT_EQ(back->in_state, 4u);
+  EXPECT_EQ(back->items, r.items);
+
+  json j = json::parse(EncodeConversation(r));
+  for (const char* field : {"format", "id", "tenant", "created_at", "metadata", "model", "head",
+                            "in_state", "items"}) {
+    json broken = j;
+    broken.erase(field);
+    EXPECT_TRUE(absl::IsDataLoss(DecodeConversation(broken.dump()).status())) << field;
+  }
+  json beyond = j;
+  beyond["in_state"] = 5;
+  EXPECT_THAT(DecodeConversation(beyond.dump()).status().message(), HasSubstr("in_state"));
+  json item = j;
+  item["items"][1]["content"] = "Hello";
+  EXPECT_TRUE(absl::IsDataLoss(DecodeConversation(item.dump()).status()));
+  EXPECT_TRUE(absl::IsDataLoss(DecodeConversation("attnserve-response/1\n").status()));
+}
+
+TEST(ConversationRecordTest, ObjectAndItemsAreOpenAIs) {
+  const ConversationRecord r = TwoTurns();
+  EXPECT_EQ(ConversationObject(r), json({{"id", r.id},
+                                         {"object", "conversation"},
+                                         {"created_at", r.created_at},
+                                         {"metadata", {{"title", "t"}}}}));
+  EXPECT_EQ(r.items[0], json::parse(R"({"type":"message","id":"msg_u1","status":"completed",
+      "role":"user","content":[{"type":"input_text","text":"Hi"}]})"));
+  EXPECT_EQ(r.items[1], json::parse(R"({"type":"message","id":"msg_a1","status":"completed",
+      "role":"assistant","content":[{"type":"output_text","text":"Hello","annotations":[]}],
+      "response_id":"resp_1"})"));
+}
+
+TEST(ConversationRecordTest, MessagesNotInStateAreTheItemsAfterIt) {
+  ConversationRecord r = TwoTurns();
+  EXPECT_TRUE(MessagesNotInState(r).empty());
+  r.in_state = 2;
+  auto m = MessagesNotInState(r);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0].role, "user");
+  EXPECT_EQ(m[0].content, "And?");
+  EXPECT_EQ(m[1].role, "assistant");
+  EXPECT_EQ(m[1].content, "Then");
+}
+
+TEST(ConversationForkTest, ForksAtAnAssistantItemOnItsState) {
+  const ConversationRecord r = TwoTurns();
+  auto fork = ForkAt(r, "msg_a1", "conv_ffffffffffffffffffffffffffffffff", 1800000000);
+  ASSERT_TRUE(fork.ok()) << fork.status();
+  EXPECT_EQ(fork->id, "conv_ffffffffffffffffffffffffffffffff");
+  EXPECT_EQ(fork->tenant, "alice");
+  EXPECT_EQ(fork->created_at, 1800000000);
+  EXPECT_EQ(fork->model, "m");
+  EXPECT_EQ(fork->metadata, r.metadata);
+  EXPECT_EQ(fork->head, "resp_1");
+  EXPECT_EQ(fork->in_state, 2u);
+  ASSERT_EQ(fork->items.size(), 2u);
+  EXPECT_EQ(fork->items[1]["id"], "msg_a1");
+
+  EXPECT_EQ(ParamOf(ForkAt(r, "msg_u2", "conv_x", 0).status()), "item_id");
+  EXPECT_TRUE(absl::IsInvalidArgument(ForkAt(r, "msg_u2", "conv_x", 0).status()));
+  EXPECT_TRUE(absl::IsNotFound(ForkAt(r, "msg_zz", "conv_x", 0).status()));
+  EXPECT_EQ(ParamOf(ParseForkRequest("{}").status()), "item_id");
+  EXPECT_EQ(ParamOf(ParseForkRequest(R"({"item_id":3})").status()), "item_id");
+  EXPECT_EQ(*ParseForkRequest(R"({"item_id":"msg_a1"})"), "msg_a1");
+}
+
+TEST(ConversationCreateTest, ReadsMetadataAndItemsAndNamesWhatIsWrong) {
+  auto empty = ParseConversationCreate("");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->items.empty());
+  auto c = ParseConversationCreate(R"({"metadata":{"title":"x"},
+      "items":[{"type":"message","role":"system","content":"Be brief."},
+               {"role":"user","content":[{"type":"input_text","text":"Hi"}]}]})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->metadata, json({{"title", "x"}}));
+  ASSERT_EQ(c->items.size(), 2u);
+  EXPECT_EQ(c->items[1].content, "Hi");
+
+  EXPECT_EQ(ParamOf(ParseConversationCreate(R"({"metadata":{"k":1}})").status()), "metadata");
+  EXPECT_EQ(ParamOf(ParseConversationCreate(
+                        absl::StrCat(R"({"metadata":{"k":")", std::string(513, 'v'), "\"}}"))
+                        .status()),
+            "metadata");
+  json many = json::object();
+  for (int i = 0; i < 17; ++i) many[absl::StrCat("k", i)] = "v";
+  EXPECT_EQ(ParamOf(ParseConversationCreate(json{{"metadata", many}}.dump()).status()),
+            "metadata");
+  EXPECT_EQ(ParamOf(ParseConversationCreate(R"({"items":{}})").status()), "items");
+  EXPECT_EQ(ParamOf(ParseConversationCreate(R"({"items":[{"role":"tool","content":"x"}]})")
+                        .status()),
+            "items[0].role");
+  EXPECT_FALSE(ParseConversationCreate("[]").ok());
+}
+
+TEST(ConversationListTest, PagesInEitherOrderAfterAnId) {
+  json all = json::array();
+  for (int i = 0; i < 5; ++i) all.push_back({{"id", absl::StrCat("i", i)}});
+  auto page = [&](std::optional<std::string> limit, std::optional<std::string> order,
+                  std::optional<std::string> after) {
+    auto q = ParsePageQuery(limit, order, after);
+    EXPECT_TRUE(q.ok()) << q.status();
+    auto p = ListPage(all, *q);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return *p;
+  };
+  json desc = page(std::nullopt, std::nullopt, std::nullopt);
+  EXPECT_EQ(desc["object"], "list");
+  EXPECT_EQ(desc["first_id"], "i4");
+  EXPECT_EQ(desc["last_id"], "i0");
+  EXPECT_EQ(desc["has_more"], false);
+  json asc = page("2", "asc", "i1");
+  ASSERT_EQ(asc["data"].size(), 2u);
+  EXPECT_EQ(asc["first_id"], "i2");
+  EXPECT_EQ(asc["last_id"], "i3");
+  EXPECT_EQ(asc["has_more"], true);
+  EXPECT_EQ(page("2", "asc", "i4")["data"], json::array());
+
+  EXPECT_EQ(ParamOf(ParsePageQuery("0", std::nullopt, std::nullopt).status()), "limit");
+  EXPECT_EQ(ParamOf(ParsePageQuery("101", std::nullopt, std::nullopt).status()), "limit");
+  EXPECT_EQ(ParamOf(ParsePageQuery("x", std::nullopt, std::nullopt).status()), "limit");
+  EXPECT_EQ(ParamOf(ParsePageQuery(std::nullopt, "up", std::nullopt).status()), "order");
+  auto q = ParsePageQuery(std::nullopt, std::nullopt, "nope");
+  EXPECT_EQ(ParamOf(ListPage(all, *q).status()), "after");
+}
+
+TEST(ConversationIdTest, IsConvAnd32Hex) {
+  EXPECT_TRUE(IsConversationId("conv_0123456789abcdef0123456789abcdef"));
+  EXPECT_FALSE(IsConversationId("conv_0123456789abcdef0123456789abcdeF"));
+  EXPECT_FALSE(IsConversationId("resp_0123456789abcdef0123456789abcdef"));
+  EXPECT_FALSE(IsConversationId("conv_../../x"));
+  EXPECT_EQ(ParamOf(ConversationNotFound("c", "conversation")), "conversation");
+}
+
+}  // namespace
+}  // namespace attnserve::http
