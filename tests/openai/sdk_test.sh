@@ -155,7 +155,7 @@ sdk responses "http://$r1_http" "$model" "http://$r2_http"
 step "conversations on two replicas sharing a redis-server"
 sdk conversations "http://$r1_http" "$model" "http://$r2_http"
 step "one response at a time in a conversation, on any replica"
-conv=$(curl -sf -X POST "http://$r1_http/v1/conversations" | node -pe 'JSON.parse(require("fs").readFileSync(0)).id')
+conv=$(curl -sf "http://$r1_http/v1/conversations" -d "{}" | node -pe 'JSON.parse(require("fs").readFileSync(0)).id')
 "$py" "$here/held_http.py" "$work/conv.release" "$r1_http" 2000 "$conv" >"$work/conv_held.out" 2>"$work/conv_held.err" &
 held_pid=$!; held_pids+=" $held_pid"
 for _ in $(seq 1200); do grep -q holding "$work/conv_held.err" && break; sleep 0.05; done

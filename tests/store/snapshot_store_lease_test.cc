@@ -251,7 +251,11 @@ TEST_P(SnapshotStoreLeaseTest, WritersRacingForTheLeaseNeverLoseAWrite) {
   int total_handoffs = 0;
   for (int h : handoffs) total_handoffs += h;
   // Run one after another, the writers would see each other's writes kWriters - 1 times.
-  EXPECT_GT(total_handoffs, 2 * kWriters) << "the writers hardly raced";
+  // In memory a writer's 200 rounds may fit in one time slice (no I/O to wait on), so
+  // there the race is possible, not promised: only the results are checked.
+  if (GetParam() != Backend::kMemory) {
+    EXPECT_GT(total_handoffs, 2 * kWriters) << "the writers hardly raced";
+  }
   const std::string total = absl::StrCat(kWriters * kRounds);
   EXPECT_THAT(store_->GetWithGeneration(kId).value_or(std::make_pair("error", -1)),
               Pair(total, kWriters * kRounds));
