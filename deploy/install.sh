@@ -56,6 +56,8 @@ PACKAGES=(
   # model directories from elsewhere (server/DESIGN.md §8): config.json and the
   # safetensors header (JSON), SentencePiece tokenizers
   nlohmann-json3-dev libsentencepiece-dev
+  # byte-level BPE tokenizers (tokenizer.json): the pre-tokenizer's split patterns
+  libpcre2-dev
   # the OpenAI-compatible HTTP front (server/http): a header-only HTTP/1.1 server
   libcpp-httplib-dev
   # tests/hf: the oracles we did not write: PyTorch (the same 1.13 as our LibTorch) trains
@@ -69,7 +71,7 @@ RUNTIME_PACKAGES=(
   libtorch1.13 libopenblas0-serial
   libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623
   libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0
-  libssl3 libhiredis0.14 libsentencepiece0 libcpp-httplib0.11
+  libssl3 libhiredis0.14 libsentencepiece0 libcpp-httplib0.11 libpcre2-8-0
 )
 
 case "${1:-}" in

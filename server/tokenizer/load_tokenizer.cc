@@ -2,11 +2,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/tokenizer/bpe_tokenizer_json.h"
 #include "server/tokenizer/byte_tokenizer.h"
 #include "server/tokenizer/sentencepiece_tokenizer.h"
 #include "server/tokenizer/tokenizer.h"
@@ -72,6 +74,24 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadSentencePiece(
   return std::shared_ptr<const Tokenizer>(*std::move(sp));
 }
 
+absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadBpe(const fs::path& dir,
+                                                         const model::ModelConfig& config) {
+  auto json = ReadFile(dir / "tokenizer.json");
+  if (!json.ok()) return json.status();
+  std::optional<std::string> tokenizer_config;
+  if (fs::exists(dir / "tokenizer_config.json")) {
+    auto text = ReadFile(dir / "tokenizer_config.json");
+    if (!text.ok()) return text.status();
+    tokenizer_config = *std::move(text);
+  }
+  auto bpe = LoadBpeTokenizer(*json, tokenizer_config, config);
+  if (!bpe.ok()) {
+    return absl::Status(bpe.status().code(),
+                        absl::StrCat(dir.string(), "/", bpe.status().message()));
+  }
+  return std::shared_ptr<const Tokenizer>(*std::move(bpe));
+}
+
 // The tokenizer's ids must be rows of the model's embedding.
 absl::Status CheckFits(const Tokenizer& t, const fs::path& dir,
                        const model::ModelConfig& config) {
@@ -117,14 +137,13 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadTokenizer(
   } else if (fs::exists(dir / "tokenizer.model")) {
     tokenizer = LoadSentencePiece(dir, config);
   } else if (fs::exists(dir / "tokenizer.json")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir_name, "/tokenizer.json: byte-level BPE tokenizers (the GPT-2 and Llama-3 "
-        "families) are not supported yet; a SentencePiece tokenizer.model is"));
+    tokenizer = LoadBpe(dir, config);
   } else if (config.tokenizer_class.empty() && config.vocab_size >= kByteVocabSize) {
     tokenizer = ByteTokenizer::Create(config);  // a byte model written before tokenizer files
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        dir_name, ": no tokenizer: expected tokenizer.model (SentencePiece), or "
+        dir_name, ": no tokenizer: expected tokenizer.model (SentencePiece), tokenizer.json "
+        "(byte-level BPE), or "
         "\"tokenizer_class\": \"", kByteTokenizerClass, "\" in config.json for a byte model",
         config.tokenizer_class.empty()
             ? std::string()

@@ -1,6 +1,7 @@
 // Tokenizers: text -> token ids for prompts, ids -> the bytes a stream carries. One
-// interface, two kinds: the byte tokenizer of our own models (byte_tokenizer.h) and
-// SentencePiece (sentencepiece_tokenizer.h, the Llama-2 family). LoadTokenizer picks the
+// interface, three kinds: the byte tokenizer of our own models (byte_tokenizer.h),
+// SentencePiece (sentencepiece_tokenizer.h, the Llama-2 family) and byte-level BPE from a
+// tokenizer.json (bpe_tokenizer.h: GPT-2, Llama-3, SmolLM). LoadTokenizer picks the
 // one a model directory names. Torch-free; a tokenizer is immutable after loading, so
 // any thread may use it.
 #pragma once
@@ -21,7 +22,7 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // "bytes" or "sentencepiece".
+  // "bytes", "sentencepiece" or "bpe".
   virtual std::string kind() const = 0;
   // Ids the tokenizer can produce: [0, vocab_size). At most the model's vocab_size.
   virtual int vocab_size() const = 0;
@@ -88,7 +89,8 @@ absl::StatusOr<std::string> Decode(const Tokenizer& tokenizer,
 //     tokenizer_config.json's add_bos_token says so (absent: true for LlamaTokenizer and
 //     when there is no tokenizer_config.json); BOS/EOS ids from the config where they
 //     name special pieces, else the SentencePiece model's own;
-//   - else `dir`/tokenizer.json (byte-level BPE): refused, not supported yet;
+//   - else `dir`/tokenizer.json: byte-level BPE (bpe_tokenizer_json.h says which files
+//     are served, and how BOS, EOS and add_bos come from the configs);
 //   - else, for directories written before tokenizer files (no tokenizer_class): the
 //     byte tokenizer when the model's vocabulary holds its ids.
 // Errors (INVALID_ARGUMENT, naming the file or field): a tokenizer vocabulary larger

@@ -637,8 +637,7 @@ TEST(ModelCatalogueTokenizers, LoadsTheDirectorysTokenizerOrRefuses) {
   ASSERT_TRUE(model::Model::Create(c, 4).value()->Save(dir + "/bpe").ok());
   std::ofstream(dir + "/bpe/tokenizer.json") << "{}";
   EXPECT_EQ(catalogue::ModelCatalogue::Load({dir + "/bpe"}).status().message(),
-            dir + "/bpe/tokenizer.json: byte-level BPE tokenizers (the GPT-2 and Llama-3 "
-                  "families) are not supported yet; a SentencePiece tokenizer.model is");
+            dir + "/bpe/tokenizer.json: model: missing or not an object");
 }
 
 // A model whose tokenizer is SentencePiece (trained here with spm_train), end to end:

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "server/tokenizer/bpe_tokenizer.h"
 #include "server/tokenizer/byte_tokenizer.h"
 #include "server/tokenizer/tokenizer.h"
 #include "tests/testing/spm_model.h"
@@ -98,12 +99,62 @@ TEST_F(LoadTokenizerTest, EosIdsComeFromTheConfig) {
   EXPECT_EQ((*t)->eos_ids(), (std::vector<int32_t>{1, 2}));
 }
 
-TEST_F(LoadTokenizerTest, RefusesTokenizerJson) {
+// A byte-level BPE tokenizer.json: the 256 byte tokens (id = byte), "he" 256, and
+// <|endoftext|> 257 (special).
+std::string BpeJson() {
+  std::string vocab;
+  for (int b = 0; b < 256; ++b) {
+    const std::string symbol = ByteLevelSymbol(uint8_t(b));
+    vocab += "\"" + (symbol == "\"" || symbol == "\\" ? "\\" + symbol : symbol) + "\": " +
+             std::to_string(b) + ", ";
+  }
+  return R"({"added_tokens": [{"id": 257, "content": "<|endoftext|>", "special": true}],
+             "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false},
+             "decoder": {"type": "ByteLevel"},
+             "model": {"type": "BPE", "merges": ["h e"], "vocab": {)" +
+         vocab + R"("he": 256}}})";
+}
+
+TEST_F(LoadTokenizerTest, ByteLevelBpeFromTokenizerJson) {
+  const std::string dir = test_util::MakeTempDir("bpe");
+  Write(dir + "/tokenizer.json", BpeJson());
+  model::ModelConfig config = Llama();
+  config.eos_token_ids = {257};
+  auto t = LoadTokenizer(dir, config);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->kind(), "bpe");
+  EXPECT_EQ((*t)->vocab_size(), 258);
+  EXPECT_FALSE((*t)->add_bos());
+  EXPECT_EQ((*t)->Encode("hhee", false).value(), (std::vector<int32_t>{'h', 256, 'e'}));
+  Write(dir + "/tokenizer_config.json", R"({"add_bos_token": true, "bos_token": "<|endoftext|>"})");
+  t = LoadTokenizer(dir, config);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->Encode("he", false).value(), (std::vector<int32_t>{257, 256}));
+  // tokenizer.model wins over tokenizer.json.
+  if (SentencePieceAvailable().ok()) {
+    fs::copy_file(*model_path_, dir + "/tokenizer.model");
+    t = LoadTokenizer(dir, config);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ((*t)->kind(), "sentencepiece");
+  }
+}
+
+TEST_F(LoadTokenizerTest, RefusesAMalformedTokenizerJsonNamingTheFile) {
   const std::string dir = test_util::MakeTempDir("bpe");
   Write(dir + "/tokenizer.json", "{}");
   EXPECT_EQ(LoadTokenizer(dir, Llama()).status().message(),
-            dir + "/tokenizer.json: byte-level BPE tokenizers (the GPT-2 and Llama-3 "
-                  "families) are not supported yet; a SentencePiece tokenizer.model is");
+            dir + "/tokenizer.json: model: missing or not an object");
+  Write(dir + "/tokenizer.json", BpeJson());
+  model::ModelConfig config = Llama();
+  config.eos_token_ids = {257};
+  config.vocab_size = 257;
+  EXPECT_EQ(LoadTokenizer(dir, config).status().message(),
+            dir + ": the bpe tokenizer has 258 tokens but the model's vocab_size is 257 (the "
+                  "embedding needs a row for every token)");
+  config.vocab_size = 300;
+  Write(dir + "/tokenizer_config.json", "{");
+  EXPECT_EQ(LoadTokenizer(dir, config).status().message(),
+            dir + "/tokenizer_config.json: not a JSON object");
 }
 
 TEST_F(LoadTokenizerTest, RefusesADirectoryWithoutTokenizerNamingTheFiles) {
@@ -111,7 +162,8 @@ TEST_F(LoadTokenizerTest, RefusesADirectoryWithoutTokenizerNamingTheFiles) {
   model::ModelConfig config = Llama();
   config.tokenizer_class = "LlamaTokenizer";
   EXPECT_EQ(LoadTokenizer(dir, config).status().message(),
-            dir + ": no tokenizer: expected tokenizer.model (SentencePiece), or "
+            dir + ": no tokenizer: expected tokenizer.model (SentencePiece), tokenizer.json "
+                  "(byte-level BPE), or "
                   "\"tokenizer_class\": \"AttnServeByteTokenizer\" in config.json for a "
                   "byte model (config.json names tokenizer_class \"LlamaTokenizer\")");
 }
