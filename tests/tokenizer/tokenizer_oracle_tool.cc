@@ -1,6 +1,7 @@
-// Drives our tokenizer for sentencepiece_oracle_test.py: loads the model directory
-// argv[1] with LoadTokenizer (config: bos 1, eos 2, a vocabulary larger than any test
-// model's), then reads stdin lines and answers each with one line:
+// Drives our tokenizer for sentencepiece_oracle_test.py and bpe_oracle_test.py: loads the
+// model directory argv[1] with LoadTokenizer (config: bos 1, eos 2, a vocabulary larger
+// than any test model's; a byte-level BPE directory names its EOS in
+// tokenizer_config.json), then reads stdin lines and answers each with one line:
 //   "E <hex text>"  -> ids of Encode(text, continuation=false), space-separated
 //   "C <hex text>"  -> ids of Encode(text, continuation=true)
 //   "S <ids...>"    -> hex of the concatenated StreamDecoder bytes (from the start)
