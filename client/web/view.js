@@ -1,0 +1,175 @@
+// DOM for the page's lists: messages (with their per-turn figures and actions) and
+// conversations. Owns no state: app.js passes the message objects and the callbacks.
+//
+// A message object: {role, text, itemId, responseId, status, kept, stats, dom}, where
+// status is "streaming", "completed", "incomplete", "stopped" or "failed", kept says the
+// server holds it (false for a stopped or failed turn), stats is
+// {ttftMs, tokensPerSec, inputTokens, cachedTokens, outputTokens, position, stateBytes}
+// (any may be missing) and dom is filled here.
+
+export function formatBytes(n) {
+  if (!Number.isFinite(n)) return "?";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  while (Math.abs(n) >= 1000 && i < units.length - 1) {
+    n /= 1000;
+    i++;
+  }
+  return `${i === 0 ? n : n.toFixed(n >= 100 ? 0 : n >= 10 ? 1 : 2)} ${units[i]}`;
+}
+
+function el(tag, className, text) {
+  const e = document.createElement(tag);
+  if (className) e.className = className;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+const ROLE_NAMES = { user: "You", assistant: "Model", system: "System" };
+
+// A new <li> for `msg`; `actions` = {fork(msg), regenerate(msg)}.
+export function messageElement(msg, actions) {
+  const li = el("li", `message message-${msg.role}`);
+  if (msg.role === "assistant") li.dataset.testid = "message-assistant";
+  const head = el("div", "message-head");
+  head.append(el("span", "message-role", ROLE_NAMES[msg.role] ?? msg.role));
+  const badge = el("span", "badge");
+  head.append(badge);
+  const text = el("div", "message-text");
+  text.dataset.testid = "message-text";
+  const note = el("p", "message-note small");
+  const stats = el("div", "turn-stats small");
+  const buttons = el("div", "message-actions");
+  li.append(head, text, note, stats, buttons);
+  msg.dom = { li, badge, text, note, stats, buttons };
+  updateMessage(msg, actions, false);
+  return li;
+}
+
+// Re-draws `msg` (text, status, figures, actions); `isLast`: the last assistant answer
+// shown, which alone offers regenerate. `model` (from /v1/models) sizes the KV cache.
+export function updateMessage(msg, actions, isLast, model = null) {
+  const d = msg.dom;
+  if (!d) return;
+  d.text.textContent = msg.text;
+  d.li.classList.toggle("streaming", msg.status === "streaming");
+  d.li.classList.toggle("not-kept", !msg.kept && msg.status !== "streaming");
+  d.li.setAttribute("aria-busy", msg.status === "streaming" ? "true" : "false");
+  d.badge.textContent = {
+    streaming: "writing…",
+    incomplete: "cut at max tokens",
+    stopped: "stopped",
+    failed: "failed",
+  }[msg.status] ?? "";
+  d.badge.hidden = !d.badge.textContent;
+  d.note.textContent =
+    msg.status === "stopped" && msg.role === "assistant"
+      ? "Stopped: this turn is not kept in the conversation (the server went back to before it)."
+      : msg.status === "failed" && msg.role === "assistant" ? (msg.error ?? "") : "";
+  d.note.hidden = !d.note.textContent;
+  if (msg.role === "assistant") {
+    renderStats(d.stats, msg, model);
+    renderActions(d.buttons, msg, actions, isLast);
+  }
+}
+
+function renderActions(box, msg, actions, isLast) {
+  box.replaceChildren();
+  if (!msg.kept || !msg.itemId || !msg.responseId) return;
+  const fork = el("button", "link-button", "Fork here");
+  fork.type = "button";
+  fork.dataset.testid = "fork";
+  fork.title = "A new conversation that continues from this answer's state (nothing is re-sent)";
+  fork.addEventListener("click", () => actions.fork(msg));
+  box.append(fork);
+  if (isLast) {
+    const again = el("button", "link-button", "Regenerate");
+    again.type = "button";
+    again.dataset.testid = "regenerate";
+    again.title = "Answer the last message again, with a new seed, on a new branch";
+    again.addEventListener("click", () => actions.regenerate(msg));
+    box.append(again);
+  }
+}
+
+function figure(label, value, title) {
+  const span = el("span", "figure");
+  span.append(el("span", "figure-label", label), " ", el("strong", "", value));
+  if (title) span.title = title;
+  return span;
+}
+
+function renderStats(box, msg, model) {
+  box.replaceChildren();
+  const s = msg.stats ?? {};
+  const row = el("div", "figures");
+  if (s.ttftMs !== undefined) {
+    row.append(figure("first token", `${Math.round(s.ttftMs)} ms`, "Time to first token, measured by this page"));
+  }
+  if (s.tokensPerSec !== undefined) {
+    row.append(figure("speed", `${s.tokensPerSec.toFixed(1)} tokens/s`, "Generated tokens per second after the first"));
+  }
+  if (s.outputTokens !== undefined) row.append(figure("generated", `${s.outputTokens} tokens`));
+  if (s.inputTokens !== undefined) {
+    row.append(figure("prompt", `${s.inputTokens} tokens`, "Prompt tokens of this turn: the conversation so far and the new message"));
+    row.append(figure("from checkpoint", `${s.cachedTokens ?? 0}`,
+                      "Prompt tokens already in the stored state this turn continued from, not computed again (usage.input_tokens_details.cached_tokens)"));
+  }
+  if (row.childElementCount) box.append(row);
+  if (s.stateBytes !== undefined && s.position !== undefined) box.append(memoryBars(s, model));
+}
+
+// The session's state beside a softmax KV cache of the same shape at this length.
+function memoryBars(s, model) {
+  const perToken = model?.kv_cache_bytes_per_token;
+  const kv = Number.isFinite(perToken) ? s.position * perToken : NaN;
+  const wrap = el("div", "memory");
+  wrap.setAttribute("role", "group");
+  wrap.setAttribute("aria-label", "Memory for this conversation");
+  const max = Math.max(s.stateBytes, Number.isFinite(kv) ? kv : 0) || 1;
+  const bar = (label, bytes, cls) => {
+    const line = el("div", `memory-row ${cls}`);
+    const track = el("div", "memory-track");
+    const fill = el("div", "memory-fill");
+    fill.style.width = `${Math.max(1, (100 * bytes) / max).toFixed(1)}%`;
+    track.append(fill);
+    line.append(el("span", "memory-label", label), track, el("span", "memory-value", formatBytes(bytes)));
+    return line;
+  };
+  wrap.append(bar(`attnserve state at ${s.position} tokens`, s.stateBytes, "state"));
+  if (Number.isFinite(kv)) {
+    wrap.append(bar(`softmax KV cache at ${s.position} tokens`, kv, "kv"));
+    const ratio = kv / s.stateBytes;
+    const even = Math.ceil(s.stateBytes / perToken);
+    wrap.append(el("p", "memory-note small muted",
+      ratio >= 1
+        ? `The KV cache would be ${ratio.toFixed(1)}× the state, and keeps growing; the state does not.`
+        : `The KV cache would pass the state's fixed size at ${even} tokens.`));
+  }
+  return wrap;
+}
+
+// The conversation list; `handlers` = {open(conv), remove(conv)}.
+export function renderConversations(list, conversations, currentId, handlers) {
+  list.replaceChildren();
+  for (const conv of conversations) {
+    const li = el("li", "conversation-entry");
+    const open = el("button", "conversation-open");
+    open.type = "button";
+    open.dataset.testid = "conversation";
+    open.dataset.id = conv.id;
+    if (conv.id === currentId) open.setAttribute("aria-current", "true");
+    const title = el("span", "conversation-title", conv.metadata?.title || "Untitled");
+    const when = el("span", "conversation-meta small muted",
+      `${conv.metadata?.forked_from ? "branch · " : ""}${new Date(conv.created_at * 1000).toLocaleString()}`);
+    open.append(title, when);
+    open.addEventListener("click", () => handlers.open(conv));
+    const del = el("button", "conversation-delete", "×");
+    del.type = "button";
+    del.setAttribute("aria-label", `Delete conversation ${conv.metadata?.title || conv.id}`);
+    del.title = "Delete";
+    del.addEventListener("click", () => handlers.remove(conv));
+    li.append(open, del);
+    list.append(li);
+  }
+}
