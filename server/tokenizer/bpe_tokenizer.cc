@@ -135,6 +135,7 @@ absl::StatusOr<std::shared_ptr<const BpeTokenizer>> BpeTokenizer::Create(
     t->special_[a.id] = a.special;
   }
   t->added_ = std::move(vocabulary.added);
+  for (const AddedToken& a : t->added_) t->added_starts_[uint8_t(a.content[0])] = true;
   std::stable_sort(t->added_.begin(), t->added_.end(),
                    [](const AddedToken& a, const AddedToken& b) {
                      return a.content.size() > b.content.size();
@@ -185,6 +186,10 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text,
       size_t done = 0;
       for (size_t i = 0; i < s.text.size();) {
         const AddedToken* match = nullptr;
+        if (!added_starts_[uint8_t(s.text[i])]) {
+          ++i;
+          continue;
+        }
         for (const AddedToken& a : added_) {  // longest first
           if (a.normalized == normalized && s.text.compare(i, a.content.size(), a.content) == 0) {
             match = &a;

@@ -129,6 +129,7 @@ class BpeTokenizer final : public Tokenizer {
   absl::flat_hash_map<uint64_t, Merge> merges_;    // PairKey(left, right) -> merge
   int32_t byte_ids_[256];                          // the alphabet's tokens
   std::vector<AddedToken> added_;  // longest first
+  bool added_starts_[256] = {};    // whether an added token starts with the byte
   std::vector<std::unique_ptr<internal::SplitPattern>> splits_;
   bool ignore_merges_ = false;
   int32_t bos_ = -1;
