@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/common/excerpt.h"
+#include "server/model/gguf_model.h"
+#include "server/tokenizer/gguf_vocab.h"
 
 namespace attnserve::catalogue {
 
@@ -23,7 +25,9 @@ absl::StatusOr<std::unique_ptr<ModelCatalogue>> ModelCatalogue::Load(
       return absl::InvalidArgumentError(
           absl::StrCat("model_dirs: two models are named '", name, "' (", dir, ")"));
     }
-    auto tokenizer = tokenizer::LoadTokenizer(dir, (*model)->config());
+    auto tokenizer = model::IsGgufPath(dir)
+                         ? tokenizer::LoadGgufTokenizer(dir, (*model)->config())
+                         : tokenizer::LoadTokenizer(dir, (*model)->config());
     if (!tokenizer.ok()) return tokenizer.status();
     auto served = std::make_shared<ServedModel>(ServedModel{
         name, dir, std::shared_ptr<const model::Model>(std::move(*model)), {}, *tokenizer});

@@ -76,8 +76,9 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
         "sessions. None: one tenant, no keys.")
       .ValueName("FILE");
   f.AddCommaList("model_dirs", &o->model_dirs,
-                 "Comma-separated model directories to load; empty loads the "
-                 "shipped default model.",
+                 "Comma-separated model directories (Hugging Face layout or "
+                 "attnserve's) or llama-architecture .gguf files to load; empty loads "
+                 "the shipped default model.",
                  "none (the shipped default model)")
       .ValueName("DIR[,DIR...]");
   f.Add("weights_bf16", &o->weights_bf16,

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "server/model/gguf_model.h"
 
 namespace attnserve::http {
 namespace {
@@ -147,6 +148,17 @@ absl::StatusOr<ChatTemplateKind> ChooseChatTemplate(
 absl::StatusOr<ChatTemplateKind> ChatTemplateForDirectory(const std::string& directory,
                                                           absl::string_view tokenizer_kind) {
   if (directory.empty()) return ChooseChatTemplate(std::nullopt, std::nullopt, tokenizer_kind);
+  if (model::IsGgufPath(directory)) {
+    // A GGUF file carries its Jinja template as tokenizer.chat_template.
+    auto reader = model::GgufReader::Open(directory);
+    if (!reader.ok()) return reader.status();
+    const nlohmann::json& m = (*reader)->file().metadata;
+    std::optional<std::string> tokenizer_config;
+    if (m.contains("tokenizer.chat_template")) {
+      tokenizer_config = nlohmann::json{{"chat_template", m["tokenizer.chat_template"]}}.dump();
+    }
+    return ChooseChatTemplate(std::nullopt, tokenizer_config, tokenizer_kind);
+  }
   const std::filesystem::path dir(directory);
   return ChooseChatTemplate(ReadFile(dir / "config.json"), ReadFile(dir / "tokenizer_config.json"),
                             tokenizer_kind);

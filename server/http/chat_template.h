@@ -46,7 +46,7 @@ absl::StatusOr<ChatTemplateKind> ChooseChatTemplate(
     const std::optional<std::string>& tokenizer_config_json, absl::string_view tokenizer_kind);
 
 // The same, reading config.json and tokenizer_config.json from `directory` (empty: a
-// model built in memory, which has neither).
+// model built in memory, which has neither; a .gguf file: its tokenizer.chat_template).
 absl::StatusOr<ChatTemplateKind> ChatTemplateForDirectory(const std::string& directory,
                                                           absl::string_view tokenizer_kind);
 

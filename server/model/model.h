@@ -86,6 +86,8 @@ class Model {
   // stderr; any other tensor is refused. The vocabulary is the embedding's rows when
   // config.json's vocab_size says otherwise. See LoadOptions for serving the weights with
   // another attention module (config() then reports the module it runs).
+  // `dir` may instead be a .gguf file of the llama architecture (gguf_model.h): softmax
+  // attention, tensors dequantized to fp32.
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir,
                                                      const LoadOptions& options = {});
   // Writes config.json and model.safetensors (F32, Hugging Face's names; no lm_head.weight
@@ -184,6 +186,8 @@ class Model {
   attention::NamedTensors NamedParameters() const;
 
  private:
+  static absl::StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path,
+                                                         const LoadOptions& options);
   struct Layer {
     // (dim); wq (H*D, dim); wk, wv (Hkv*D, dim); wo (dim, H*D): H query heads, Hkv KV
     // heads of head_dim D (attention options), independent of dim.

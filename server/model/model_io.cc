@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/common/torch_status.h"
+#include "server/model/gguf_model.h"
 #include "server/model/hf_config.h"
 #include "server/model/model.h"
 #include "server/model/safetensors.h"
@@ -75,8 +77,61 @@ std::string HfTensorName(const std::string& name) {
   return prefix + LayerNames().at(rest);
 }
 
+// A GGUF file (gguf_model.h): the same steps as a directory, with the file's metadata
+// as the config and its tensors dequantized.
+absl::StatusOr<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path,
+                                                       const LoadOptions& options) {
+  auto reader = GgufReader::Open(path);
+  if (!reader.ok()) return reader.status();
+  const GgufFile& file = (*reader)->file();
+  std::string name = std::filesystem::path(path).filename().string();
+  name = name.substr(0, name.size() - std::strlen(kGgufSuffix));
+  auto config = GgufModelConfig(file, name);
+  if (!config.ok()) {
+    return absl::Status(config.status().code(), absl::StrCat(path, ": ", config.status().message()));
+  }
+  config->attention.max_state_bytes_per_layer = options.max_state_bytes_per_layer;
+  if (!options.attention_module.empty()) {
+    if (absl::Status s = attention::CheckServableAs(
+            config->attention, options.attention_module, options.attention_order);
+        !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(path, ": ", s.message(),
+                                                 " (a GGUF model is softmax attention)"));
+    }
+  }
+  auto model = Create(*config, /*seed=*/0);
+  if (!model.ok()) return model.status();
+  std::set<std::string> used;
+  absl::Status copied = CatchTorch("loading weights", [&]() -> absl::Status {
+    c10::NoGradGuard no_grad;
+    for (auto& [param_name, param] : (*model)->NamedParameters()) {
+      const std::vector<int64_t> shape(param.sizes().begin(), param.sizes().end());
+      auto values = GgufParameter(file, *config, param_name, shape);
+      if (!values.ok()) {
+        return absl::Status(values.status().code(),
+                            absl::StrCat(path, ": ", values.status().message()));
+      }
+      param.copy_(at::from_blob(values->data(), param.sizes(), at::kFloat));
+      used.insert(GgufTensorName(param_name));
+    }
+    return absl::OkStatus();
+  });
+  if (!copied.ok()) return copied;
+  std::vector<std::string> ignored;
+  for (const GgufTensor& t : file.tensors) {
+    if (used.count(t.name) == 0) ignored.push_back(t.name);
+  }
+  if (!ignored.empty()) {
+    std::fprintf(stderr, "attnserve: %s: ignored %zu tensors that are not weights: %s\n",
+                 path.c_str(), ignored.size(), absl::StrJoin(ignored, ", ").c_str());
+  }
+  if (options.weights_bf16) (*model)->UseBf16Weights();
+  return model;
+}
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                                                    const LoadOptions& options) {
+  if (IsGgufPath(dir)) return LoadGguf(dir, options);
   auto config = ReadHfConfigFile(dir + "/" + kHfConfigFile, DirName(dir));
   if (!config.ok()) return config.status();
   auto weights = SafetensorsReader::OpenDir(dir);

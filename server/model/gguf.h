@@ -1,0 +1,86 @@
+// GGUF (llama.cpp's single-file models), read without LibTorch: version 3 (and 2, the
+// same layout):
+//   "GGUF" | u32 version | u64 tensor_count | u64 kv_count
+//   kv_count x { string key | u32 value_type | value }
+//   tensor_count x { string name | u32 n_dims | u64 dims[n_dims] (innermost first) |
+//                    u32 ggml_type | u64 offset (from the data section, aligned) }
+//   padding to general.alignment (default 32) | the data section
+// Strings are u64 length + bytes; arrays are u32 element type + u64 count + elements;
+// everything little-endian. Every count, length, dimension and offset is checked against
+// the bytes actually there before anything is allocated for it: a malformed file is
+// DATA_LOSS naming what is wrong, never a crash (tests/fuzz/gguf_fuzz.cc).
+//
+// Tensor types read as fp32: F32, F16, BF16 and Q8_0 (blocks of 32: an fp16 scale and
+// 32 int8s); others are laid out and checked but refused when a caller asks for values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace attnserve::model {
+
+inline constexpr char kGgufSuffix[] = ".gguf";
+
+// ggml_type values this reader knows the layout of.
+enum class GgmlType : uint32_t {
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kBF16 = 30,
+};
+// "F32", "Q8_0", ...; "type N" for others.
+std::string GgmlTypeName(uint32_t type);
+
+struct GgufTensor {
+  std::string name;
+  std::vector<int64_t> dims;  // innermost first, as stored
+  uint32_t type = 0;
+  std::string_view bytes;     // its data, a view into the file
+  int64_t elements() const;
+  // The shape outermost first ([rows, columns] for a matrix), as PyTorch writes it.
+  std::vector<int64_t> shape() const;
+};
+
+struct GgufFile {
+  uint32_t version = 0;
+  uint64_t alignment = 32;
+  // Metadata values as JSON: integers, floats, bools, strings, arrays of them.
+  nlohmann::json metadata = nlohmann::json::object();
+  std::vector<GgufTensor> tensors;
+  std::map<std::string, size_t> by_name;
+
+  const GgufTensor* Find(const std::string& name) const;
+};
+
+// Parses and validates a whole file's bytes; the tensors view `bytes`, which must
+// outlive them. DATA_LOSS naming the rule broken and where.
+absl::StatusOr<GgufFile> ParseGguf(std::string_view bytes);
+
+// A tensor's values as fp32. INVALID_ARGUMENT naming the tensor for a type not read.
+absl::StatusOr<std::vector<float>> GgufToFloat32(const GgufTensor& tensor);
+
+// A GGUF file mapped read-only; immutable once opened.
+class GgufReader {
+ public:
+  // NOT_FOUND if missing; DATA_LOSS naming the path if invalid.
+  static absl::StatusOr<std::unique_ptr<GgufReader>> Open(const std::string& path);
+  ~GgufReader();
+  GgufReader(const GgufReader&) = delete;
+  GgufReader& operator=(const GgufReader&) = delete;
+
+  const GgufFile& file() const { return file_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  GgufReader() = default;
+  std::string path_;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+  GgufFile file_;
+};
+
+}  // namespace attnserve::model

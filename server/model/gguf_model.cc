@@ -1,0 +1,196 @@
+#include "server/model/gguf_model.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace attnserve::model {
+namespace {
+
+using nlohmann::json;
+
+absl::Status BadKey(const std::string& key, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("GGUF metadata ", key, ": ", what));
+}
+
+// An unsigned integer key; `fallback` when absent (required when it is null).
+absl::StatusOr<int64_t> UInt(const json& m, const std::string& key,
+                             std::optional<int64_t> fallback = std::nullopt) {
+  if (!m.contains(key)) {
+    if (fallback.has_value()) return *fallback;
+    return BadKey(key, "is missing");
+  }
+  const json& v = m[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (int64_t{1} << 40)) {
+    return BadKey(key, absl::StrCat("must be a non-negative integer, got ", v.dump()));
+  }
+  return v.get<int64_t>();
+}
+
+absl::StatusOr<double> Float(const json& m, const std::string& key, double fallback) {
+  if (!m.contains(key)) return fallback;
+  const json& v = m[key];
+  if (!v.is_number()) return BadKey(key, absl::StrCat("must be a number, got ", v.dump()));
+  return v.get<double>();
+}
+
+}  // namespace
+
+bool IsGgufPath(const std::string& path) { return absl::EndsWith(path, kGgufSuffix); }
+
+absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::string& name) {
+  const json& m = file.metadata;
+  const json arch = m.value("general.architecture", json());
+  if (arch != "llama") {
+    return BadKey("general.architecture",
+                  absl::StrCat(arch.dump(), ": attnserve serves the llama architecture"));
+  }
+  for (const char* key : {"llama.rope.scaling.type", "llama.rope.scaling.factor"}) {
+    if (m.contains(key) && !(m[key] == "none" || m[key] == 1.0)) {
+      return BadKey(key, absl::StrCat(m[key].dump(), ": RoPE scaling is not supported"));
+    }
+  }
+  if (m.contains("llama.expert_count") && m["llama.expert_count"] != 0) {
+    return BadKey("llama.expert_count", "mixtures of experts are not supported");
+  }
+  ModelConfig c;
+  c.name = name;
+  attention::AttentionOptions& a = c.attention;
+  a = attention::AttentionOptions();
+  a.module = "softmax";
+  auto dim = UInt(m, "llama.embedding_length");
+  auto layers = UInt(m, "llama.block_count");
+  auto hidden = UInt(m, "llama.feed_forward_length");
+  auto heads = UInt(m, "llama.attention.head_count");
+  for (const auto* v : {&dim, &layers, &hidden, &heads}) {
+    if (!v->ok()) return v->status();
+  }
+  if (*heads < 1) return BadKey("llama.attention.head_count", "must be at least 1");
+  auto kv_heads = UInt(m, "llama.attention.head_count_kv", *heads);
+  if (!kv_heads.ok()) return kv_heads.status();
+  auto key_length = UInt(m, "llama.attention.key_length", *dim / *heads);
+  if (!key_length.ok()) return key_length.status();
+  auto value_length = UInt(m, "llama.attention.value_length", *key_length);
+  if (!value_length.ok()) return value_length.status();
+  if (*value_length != *key_length) {
+    return BadKey("llama.attention.value_length", "must equal key_length");
+  }
+  auto rope_dims = UInt(m, "llama.rope.dimension_count", *key_length);
+  if (!rope_dims.ok()) return rope_dims.status();
+  if (*rope_dims != *key_length) {
+    return BadKey("llama.rope.dimension_count",
+                  absl::StrCat(*rope_dims, " is not the head dimension ", *key_length,
+                               ": partial RoPE is not supported"));
+  }
+  auto theta = Float(m, "llama.rope.freq_base", 10000.0);
+  auto eps = Float(m, "llama.attention.layer_norm_rms_epsilon", 1e-5);
+  auto context = UInt(m, "llama.context_length", 2048);
+  for (const auto* v : {&theta, &eps}) {
+    if (!v->ok()) return v->status();
+  }
+  if (!context.ok()) return context.status();
+  const GgufTensor* embed = file.Find("token_embd.weight");
+  if (embed == nullptr || embed->dims.size() != 2) {
+    return absl::InvalidArgumentError("GGUF: tensor token_embd.weight is missing or not a matrix");
+  }
+  c.dim = int(*dim);
+  c.num_layers = int(*layers);
+  c.mlp_hidden = int(*hidden);
+  a.num_heads = int(*heads);
+  a.num_kv_heads = int(*kv_heads);
+  if (a.num_kv_heads < 1 || a.num_heads % a.num_kv_heads != 0) {
+    return BadKey("llama.attention.head_count_kv",
+                  absl::StrCat(a.num_kv_heads, " must divide head_count ", a.num_heads));
+  }
+  a.head_dim = int(*key_length);
+  a.value_dim = a.head_dim;
+  c.rope_theta = float(*theta);
+  c.norm_eps = float(*eps);
+  c.max_context = *context;
+  c.vocab_size = int(embed->dims[1]);
+  c.tie_embeddings = file.Find("output.weight") == nullptr;
+  c.tokenizer_class.clear();
+  c.bos_token_id = -1;
+  if (m.contains("tokenizer.ggml.bos_token_id")) {
+    auto bos = UInt(m, "tokenizer.ggml.bos_token_id");
+    if (!bos.ok()) return bos.status();
+    c.bos_token_id = int(*bos);
+  }
+  c.eos_token_ids.clear();
+  if (m.contains("tokenizer.ggml.eos_token_id")) {
+    auto eos = UInt(m, "tokenizer.ggml.eos_token_id");
+    if (!eos.ok()) return eos.status();
+    c.eos_token_ids.push_back(int(*eos));
+  }
+  if (m.contains("tokenizer.ggml.eot_token_id")) {
+    auto eot = UInt(m, "tokenizer.ggml.eot_token_id");
+    if (!eot.ok()) return eot.status();
+    if (c.eos_token_ids.empty() || c.eos_token_ids[0] != *eot) c.eos_token_ids.push_back(int(*eot));
+  }
+  if (absl::Status s = ValidateModelConfig(c); !s.ok()) return s;
+  return c;
+}
+
+std::string GgufTensorName(const std::string& name) {
+  if (name == "embed") return "token_embd.weight";
+  if (name == "norm") return "output_norm.weight";
+  if (name == "head") return "output.weight";
+  static const std::map<std::string, std::string> kLayer = {
+      {"attn_norm", "attn_norm"}, {"wq", "attn_q"},     {"wk", "attn_k"},
+      {"wv", "attn_v"},           {"wo", "attn_output"}, {"mlp_norm", "ffn_norm"},
+      {"w_gate", "ffn_gate"},     {"w_up", "ffn_up"},   {"w_down", "ffn_down"}};
+  // "layers.N.rest"
+  const size_t dot = name.find('.', 7);
+  const std::string layer = name.substr(7, dot - 7);
+  auto it = kLayer.find(name.substr(dot + 1));
+  if (it == kLayer.end()) return "";  // not a llama parameter (attention-module extras)
+  return absl::StrCat("blk.", layer, ".", it->second, ".weight");
+}
+
+std::vector<float> UninterleaveRopeRows(const std::vector<float>& values, int heads,
+                                        int head_dim, int64_t columns) {
+  std::vector<float> out(values.size());
+  const int half = head_dim / 2;
+  for (int h = 0; h < heads; ++h) {
+    for (int i = 0; i < head_dim; ++i) {
+      // Our row i < half is the pair's first element (stored row 2i); row half + i its
+      // second (stored row 2i + 1).
+      const int from = i < half ? 2 * i : 2 * (i - half) + 1;
+      std::copy_n(values.begin() + (int64_t(h) * head_dim + from) * columns, columns,
+                  out.begin() + (int64_t(h) * head_dim + i) * columns);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> GgufParameter(const GgufFile& file, const ModelConfig& config,
+                                                 const std::string& name,
+                                                 const std::vector<int64_t>& shape) {
+  const std::string gguf = GgufTensorName(name == "head" && config.tie_embeddings ? "embed" : name);
+  const GgufTensor* t = gguf.empty() ? nullptr : file.Find(gguf);
+  if (t == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GGUF: tensor '", gguf.empty() ? name : gguf, "' is missing (the model needs shape [",
+        absl::StrJoin(shape, ", "), "])"));
+  }
+  if (t->shape() != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GGUF: tensor '", gguf, "' has shape [", absl::StrJoin(t->shape(), ", "),
+        "] (dims innermost first [", absl::StrJoin(t->dims, ", "), "]), the model needs [",
+        absl::StrJoin(shape, ", "), "]"));
+  }
+  auto values = GgufToFloat32(*t);
+  if (!values.ok()) return values.status();
+  const bool q = absl::EndsWith(name, ".wq"), k = absl::EndsWith(name, ".wk");
+  if (q || k) {
+    const int heads = q ? config.attention.num_heads : config.attention.num_kv_heads;
+    return UninterleaveRopeRows(*values, heads, config.attention.head_dim, shape[1]);
+  }
+  return values;
+}
+
+}  // namespace attnserve::model
