@@ -40,6 +40,10 @@ PACKAGES=(
   bible-kjv bible-kjv-text
   # tests/e2e: a real Prometheus, compose-file validation, the Python client
   prometheus docker-compose python3-grpcio python3-protobuf
+  # the Python client as a package (client/python): a venv (its pip and setuptools come
+  # from python3-venv's wheels), built by Debian's setuptools and wheel with no build
+  # isolation, python3 -m build; tests/python
+  python3-venv python3-setuptools python3-wheel python3-build
   # tests/e2e/tls_test.sh: throw-away CA, server and client certificates
   openssl
   # tests/openai: SSE framing checked byte for byte
