@@ -140,6 +140,29 @@ if [ "${1:-}" != "--runtime" ] && [ -f "$bpe_lock" ]; then
   fi
 fi
 
+# tests/gguf: llama.cpp itself, as node-llama-cpp's prebuilt CPU binaries (npm), pinned by
+# tests/gguf/package.json (exact versions) and package-lock.json; --omit=optional leaves
+# out its GPU and other-platform builds (the linux-x64 CPU one is a direct dependency).
+# `npm install`, not `npm ci`: some of those optional platform packages were never
+# published at this version, which npm ci refuses and npm install skips. The binaries
+# come in the package: nothing is built or downloaded at test time.
+gguf_lock=$(dirname "$0")/../tests/gguf/package-lock.json
+if [ "${1:-}" != "--runtime" ] && [ -f "$gguf_lock" ]; then
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "install.sh: installing Debian's nodejs and npm"
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q --no-install-recommends nodejs npm
+  fi
+  gguf_dir=$(cd "$(dirname "$gguf_lock")" && pwd)
+  if ! (cd "$gguf_dir" && npm ls --omit=optional >/dev/null 2>&1); then
+    echo "install.sh: npm install in tests/gguf (node-llama-cpp)"
+    npm install --prefix "$gguf_dir" --omit=optional --ignore-scripts --no-save --no-audit \
+      --no-fund --loglevel=error
+  else
+    echo "install.sh: tests/gguf has its packages"
+  fi
+fi
+
 # Select OpenBLAS (serial) for libblas.so.3 / liblapack.so.3. The multiarch directory is
 # taken from where OpenBLAS installed itself, which needs neither dpkg-dev nor gcc (the
 # runtime image has neither).
