@@ -11,7 +11,8 @@ SentencePiece tokenizer.model), the way llama.cpp's convert_hf_to_gguf writes th
     round(x / scale)); norms stay F32 as llama.cpp keeps 1-D tensors;
   - the vocabulary as tokenizer.ggml.*: "llama" (the SentencePiece pieces, scores and
     types of tokenizer.model), or "gpt2" (the same pieces as a byte-level BPE
-    vocabulary with merges: gpt2_vocab).
+    vocabulary with merges: gpt2_vocab), split as GPT-2 ("gpt-2") or as Llama-3
+    ("llama-bpe", with ignore_merges).
 
 Usage: /usr/bin/python3 make_gguf.py REFERENCE_OUT OUT_DIR
 Writes OUT_DIR/NAME.gguf for each of FILES and prints one line per file.
@@ -36,6 +37,7 @@ FILES = {
     "mha-llama-bf16": ("mha", BF16, "llama"),
     "mha-gpt2-f32": ("mha", F32, "gpt2"),
     "gqa-gpt2-q8_0": ("gqa_tied", Q8_0, "gpt2"),
+    "mha-llama3-f16": ("mha", F16, "llama-bpe"),
 }
 
 # ---- reading the Hugging Face directory -------------------------------------------------
@@ -171,7 +173,7 @@ def byte_symbols():
     return chars
 
 
-def gpt2_vocab(model_dir):
+def gpt2_vocab(model_dir, pre="gpt-2"):
     """The same vocabulary, ids and all, as a byte-level BPE one (so the trained model still
     reads sensible ids): control pieces stay control tokens, the 256 byte-fallback pieces
     become the byte-level alphabet, every other piece its bytes spelt in that alphabet
@@ -209,7 +211,7 @@ def gpt2_vocab(model_dir):
         merges += [f"{a} {b}" for _, a, b in sorted(splits)]
     return [
         gguf_kv("tokenizer.ggml.model", STRING, "gpt2"),
-        gguf_kv("tokenizer.ggml.pre", STRING, "gpt-2"),
+        gguf_kv("tokenizer.ggml.pre", STRING, pre),
         gguf_kv("tokenizer.ggml.tokens", ARRAY, tokens, STRING),
         gguf_kv("tokenizer.ggml.token_type", ARRAY, types, I32),
         gguf_kv("tokenizer.ggml.merges", ARRAY, merges, STRING),
@@ -236,7 +238,12 @@ def convert(model_dir, kind, vocab, out_path):
     heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     head_dim = cfg.get("head_dim", cfg["hidden_size"] // heads)
     name = os.path.basename(out_path)[:-len(".gguf")]
-    vocab_kvs = llama_vocab(model_dir) if vocab == "llama" else gpt2_vocab(model_dir)
+    if vocab == "llama":
+        vocab_kvs = llama_vocab(model_dir)
+    elif vocab == "gpt2":
+        vocab_kvs = gpt2_vocab(model_dir)
+    else:  # Llama-3's split and ignore_merges over the same byte-level vocabulary
+        vocab_kvs = gpt2_vocab(model_dir, pre=vocab)
     vocab_size = cfg["vocab_size"]
     kvs = [
         gguf_kv("general.architecture", STRING, "llama"),
