@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The Python client (client/python/attnserve_client.py) against the real server, with
-# stubs generated from proto/ by Debian's protoc and grpc_python_plugin: its streamed
-# bytes must equal the C++ client's for the same greedy and seeded requests, its
-# multi-turn chat must equal `attnserve_client chat` and close its session, a turn on a
-# session created by the C++ client must move that session, and errors must come back as
-# the status codes (and exit codes) the C++ client reports.
+# The Python client's command line (`python3 -m attnserve`: the package in client/python,
+# run from the checkout; tests/python/package_test.sh installs it) against the real
+# server: its streamed bytes must equal the C++ client's for the same greedy and seeded
+# requests, its multi-turn chat must equal `attnserve_client chat` and close its session,
+# a turn on a session created by the C++ client must move that session, and errors must
+# come back as the status codes (and exit codes) the C++ client reports.
+# client/python/attnserve_client.py, the script the package replaced, prints the same.
 # Usage: python_client_test.sh SERVER_BINARY CLIENT_BINARY
 set -euo pipefail
 server_bin=$1 client_bin=$2
@@ -14,14 +15,12 @@ work=$(mktemp -d)
 source "$(dirname "$0")/lib.sh"
 trap 'stop "$server_pid"; rm -rf "$work"' EXIT
 
-step "generating Python stubs from proto/ into a temp dir"
-python_stubs "$work/stubs"
 "$py" -c 'import grpc, google.protobuf' 2>/dev/null ||
   fail "$py lacks grpcio or protobuf (python3-grpcio, python3-protobuf)"
 
 addr=127.0.0.1:$(free_port)
 cxx() { "$client_bin" --server="$addr" "$@"; }
-pyc() { PYTHONPATH="$work/stubs" "$py" "$repo/client/python/attnserve_client.py" --server="$addr" "$@"; }
+pyc() { PYTHONPATH="$repo/client/python" "$py" -m attnserve --server="$addr" "$@"; }
 # finish lines without ttft_ms, which differs from run to run
 finish_lines() { grep 'finish=' "$1" | sed 's/ ttft_ms=[0-9.]*//'; }
 
@@ -38,6 +37,9 @@ cmp "$work/py.out" "$work/cxx.out" || fail "streamed bytes differ (Python vs C++
 [ "$(finish_lines "$work/py.err")" = "$(finish_lines "$work/cxx.err")" ] ||
   fail "finish lines differ: $(cat "$work/py.err") vs $(cat "$work/cxx.err")"
 echo "  $(wc -c <"$work/py.out") bytes, $(finish_lines "$work/py.err")"
+"$py" "$repo/client/python/attnserve_client.py" --server="$addr" generate --max_tokens=40 \
+  --prompt="$prompt" >"$work/script.out" 2>/dev/null || fail "attnserve_client.py generate"
+cmp "$work/script.out" "$work/cxx.out" || fail "attnserve_client.py printed other bytes"
 
 step "seeded sampling (temperature 0.8, seed 11): the same bytes"
 pyc generate --max_tokens=40 --temperature=0.8 --seed=11 --prompt="$prompt" >"$work/pys.out" 2>/dev/null ||
@@ -92,7 +94,7 @@ expect_error INVALID_ARGUMENT 1 generate --max_tokens=1000000 --prompt=x -- gene
 unknown=0123456789abcdef0123456789abcdef
 expect_error NOT_FOUND 1 generate --session=$unknown --prompt=x -- generate --session=$unknown x
 rc=0
-PYTHONPATH="$work/stubs" "$py" "$repo/client/python/attnserve_client.py" \
+PYTHONPATH="$repo/client/python" "$py" -m attnserve \
   --server=127.0.0.1:$(free_port) --connect_timeout=0.5 generate --prompt=x 2>"$work/err.py" || rc=$?
 [ "$rc" -eq 3 ] && grep -q "no connection" "$work/err.py" ||
   fail "unreachable server: exit $rc, $(cat "$work/err.py")"
