@@ -11,8 +11,14 @@ deploy/build.sh build
 server=build/server/attnserve_server
 client=build/client/attnserve_client
 listen=${ATTNSERVE_LISTEN:-127.0.0.1:50051}
+http=${ATTNSERVE_HTTP_LISTEN-127.0.0.1:8000}
+tls=${ATTNSERVE_TLS_CERT:-}
 for arg in "$@"; do
-  case $arg in --listen=*) listen=${arg#--listen=} ;; esac
+  case $arg in
+    --listen=*) listen=${arg#--listen=} ;;
+    --http_listen=*) http=${arg#--http_listen=} ;;
+    --tls_cert=*) tls=${arg#--tls_cert=} ;;
+  esac
 done
 
 "$server" "$@" &
@@ -36,4 +42,10 @@ echo "== $client --server=$listen generate --max_tokens=1000 --ignore_eos --temp
 "$client" --server="$listen" generate --max_tokens=1000 --ignore_eos --temperature=0 "In the beginning"
 echo
 echo "run.sh: the server keeps serving on $listen; try '$client --help'. Ctrl-C stops it."
+if [ -n "$http" ]; then
+  # The playground page and the OpenAI-compatible API share the HTTP port.
+  host=${http%:*}
+  case $host in 0.0.0.0 | "[::]" | "") host=127.0.0.1 ;; esac
+  echo "run.sh: the playground page: http${tls:+s}://$host:${http##*:}/ (OpenAI-compatible API under /v1)"
+fi
 wait $server_pid
