@@ -107,7 +107,10 @@ function renderStats(box, msg, model) {
     row.append(figure("first token", `${Math.round(s.ttftMs)} ms`, "Time to first token, measured by this page"));
   }
   if (s.tokensPerSec !== undefined) {
-    row.append(figure("speed", `${s.tokensPerSec.toFixed(1)} tokens/s`, "Generated tokens per second after the first"));
+    row.append(figure("speed", `${s.tokensPerSec.toFixed(0)} tokens/s`,
+                      "Generated tokens per second after the first, as this page received them"));
+  } else if (s.ttftMs !== undefined && msg.status !== "streaming") {
+    row.append(figure("speed", "too fast to time", "The answer's tokens reached the page together"));
   }
   if (s.outputTokens !== undefined) row.append(figure("generated", `${s.outputTokens} tokens`));
   if (s.inputTokens !== undefined) {
