@@ -163,6 +163,31 @@ if [ "${1:-}" != "--runtime" ] && [ -f "$gguf_lock" ]; then
   fi
 fi
 
+# tests/browser: the playground page (client/web/) in Debian's chromium, driven by
+# playwright-core (npm), pinned by tests/browser/package-lock.json and installed into
+# tests/browser/node_modules. playwright-core downloads no browser: the tests launch
+# /usr/bin/chromium. Only where the tests are (not in the image's build stage).
+browser_lock=$(dirname "$0")/../tests/browser/package-lock.json
+if [ "${1:-}" != "--runtime" ] && [ -f "$browser_lock" ]; then
+  need=()
+  command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)
+  dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed" || need+=(chromium)
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "install.sh: installing ${need[*]} for tests/browser"
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q --no-install-recommends "${need[@]}"
+  fi
+  browser_dir=$(cd "$(dirname "$browser_lock")" && pwd)
+  want=$(node -p "require('$browser_dir/package-lock.json').packages['node_modules/playwright-core'].version")
+  have=$(node -p "try { require('$browser_dir/node_modules/playwright-core/package.json').version } catch { '' }")
+  if [ "$want" != "$have" ]; then
+    echo "install.sh: npm ci in tests/browser (playwright-core $want)"
+    npm ci --prefix "$browser_dir" --no-audit --no-fund --loglevel=error
+  else
+    echo "install.sh: tests/browser has playwright-core $have"
+  fi
+fi
+
 # Select OpenBLAS (serial) for libblas.so.3 / liblapack.so.3. The multiarch directory is
 # taken from where OpenBLAS installed itself, which needs neither dpkg-dev nor gcc (the
 # runtime image has neither).
