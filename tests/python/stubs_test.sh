@@ -14,4 +14,5 @@ if ! diff -r -x __init__.py -x __pycache__ "$work/attnserve/v1" \
     "run client/python/generate_stubs.sh" >&2
   exit 1
 fi
-echo "python_stubs_test: client/python/attnserve/v1 matches proto/ ($(ls "$work/attnserve/v1" | wc -l) files)"
+echo "python_stubs_test: client/python/attnserve/v1 matches proto/" \
+  "($(ls "$work/attnserve/v1" | wc -l) files)"

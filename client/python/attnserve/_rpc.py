@@ -19,9 +19,12 @@ class Error(Exception):
     "CODE: details", as the command line prints it after "attnserve: "."""
 
     def __init__(self, code, details):
-        super().__init__(f"{code.name}: {details}")
+        super().__init__(code, details)
         self.code = code
         self.details = details
+
+    def __str__(self):
+        return f"{self.code.name}: {self.details}"
 
     @classmethod
     def from_rpc(cls, error):
