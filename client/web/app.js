@@ -398,7 +398,7 @@ async function runTurn(text, newSeed) {
     answer.stats = { ...answer.stats, ...statsOf(response) };
     keepFigures(response.id, { ttftMs: answer.stats.ttftMs, tokensPerSec: answer.stats.tokensPerSec });
     state.model = response.model ?? model.id;
-    moveToTop(state.current.id);
+    drawConversations();
     setStatus(`Done: ${answer.stats.outputTokens ?? "?"} tokens.`);
   } catch (e) {
     if (e?.name === "AbortError") {
@@ -504,12 +504,6 @@ async function readEvents(body, answer, signal, sentAt) {
   throw new ApiError(0, "The server ended the stream before the response was complete.");
 }
 
-function moveToTop(id) {
-  const i = state.conversations.findIndex((c) => c.id === id);
-  if (i > 0) state.conversations.unshift(...state.conversations.splice(i, 1));
-  drawConversations();
-}
-
 // ---- panels (narrow windows) ------------------------------------------------------
 function openPanel(id, focus) {
   const panel = $(id);
@@ -528,7 +522,8 @@ function closePanels() {
 function togglePanel(id, button) {
   const open = !$(id).classList.contains("open");
   closePanels();
-  if (open) openPanel(id);
+  if (open) openPanel(id, $(id === "sidebar" ? "new-conversation" : "temperature"));
+  else button.focus();
   button.setAttribute("aria-expanded", String(open));
 }
 

@@ -68,7 +68,7 @@ async function lastAnswerLength(page) {
   });
 }
 async function pageError(page) {
-  return (await page.locator("#error").isVisible()) ? await page.locator("#error").textContent() : "";
+  return (await page.locator("#error").isVisible()) ? await page.locator("#error").innerText() : "";
 }
 // Until no turn streams (send enabled again); fails with the page's error if it shows one.
 async function turnEnded(page) {
@@ -273,8 +273,8 @@ async function main() {
     const refused = await api(baseKeys, "GET", "/v1/models", undefined, "not-a-key");
     expect(refused.status === 401 && refused.json.error?.message, `the server's refusal: ${JSON.stringify(refused)}`);
     await k.locator("#error").waitFor({ timeout: 30_000 });
-    const shown = await pageError(k);
-    expect(shown.includes(refused.json.error.message), `the page shows "${shown}", the server said "${refused.json.error.message}"`);
+    const shown = await k.locator("#error .error-message").textContent();
+    expect(shown === refused.json.error.message, `the page shows "${shown}", the server said "${refused.json.error.message}"`);
     log(`invalid key: the page shows "${shown}"`);
     await k.locator("#api-key").fill(key);
     await k.locator("#api-key").press("Enter");
