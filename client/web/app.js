@@ -1,15 +1,11 @@
 // The playground page: models, conversations kept on the server, streamed turns, stop,
 // fork and regenerate. HTTP in api.js, list drawing in view.js; this file owns the state.
-import {
-  ApiError, apiKey, setApiKey, getJson, postJson, deleteJson, conversationItems, streamEvents,
-} from "./api.js";
+import { ApiError, setApiKey, getJson, postJson, deleteJson, conversationItems } from "./api.js";
 import { formatBytes, messageElement, updateMessage, renderConversations } from "./view.js";
+import { loadSettings, saveSettings, sampling, figures, keepFigures, SETTING_IDS } from "./settings.js";
+import { streamTurn } from "./turn.js";
 
 const $ = (id) => document.getElementById(id);
-const SETTINGS_STORAGE = "attnserve.settings";
-const FIGURES_STORAGE = "attnserve.figures";  // response id -> {ttftMs, tokensPerSec}
-const BUSY_RETRY_MS = 15000;  // how long a turn retries a 409 (the previous turn ending)
-const MIN_TIMED_MS = 50;  // the shortest decode the page reports tokens/s for
 
 const state = {
   models: [],
@@ -66,63 +62,6 @@ async function guard(promise) {
 
 function setStatus(text) {
   $("turn-status").textContent = text;
-}
-
-// ---- settings ---------------------------------------------------------------------
-function loadSettings() {
-  try {
-    const s = JSON.parse(localStorage.getItem(SETTINGS_STORAGE) || "{}");
-    for (const [id, value] of Object.entries(s)) if ($(id)) $(id).value = value;
-  } catch {
-    // No storage, or a value from another version: the defaults stand.
-  }
-  $("api-key").value = apiKey();
-}
-
-function saveSettings() {
-  const s = {};
-  for (const id of ["temperature", "top-p", "max-tokens", "seed"]) s[id] = $(id).value;
-  try {
-    localStorage.setItem(SETTINGS_STORAGE, JSON.stringify(s));
-  } catch {
-    // Not kept: fine.
-  }
-}
-
-function number(id, fallback) {
-  const v = parseFloat($(id).value);
-  return Number.isFinite(v) ? v : fallback;
-}
-
-function sampling(newSeed) {
-  const seedText = $("seed").value.trim();
-  const seed = newSeed || seedText === "" ? Math.floor(Math.random() * 2 ** 31) : parseInt(seedText, 10);
-  return {
-    temperature: number("temperature", 1),
-    top_p: number("top-p", 1),
-    max_output_tokens: Math.max(1, Math.round(number("max-tokens", 200))),
-    seed,
-  };
-}
-
-function figures(responseId) {
-  try {
-    return JSON.parse(localStorage.getItem(FIGURES_STORAGE) || "{}")[responseId] ?? {};
-  } catch {
-    return {};
-  }
-}
-
-function keepFigures(responseId, f) {
-  try {
-    const all = JSON.parse(localStorage.getItem(FIGURES_STORAGE) || "{}");
-    all[responseId] = f;
-    const ids = Object.keys(all);
-    for (const old of ids.slice(0, Math.max(0, ids.length - 500))) delete all[old];
-    localStorage.setItem(FIGURES_STORAGE, JSON.stringify(all));
-  } catch {
-    // Not kept: the page measured them once.
-  }
 }
 
 // ---- models -----------------------------------------------------------------------
@@ -377,7 +316,7 @@ async function send() {
 async function runTurn(text, newSeed) {
   const model = selectedModel();
   if (!model) throw new ApiError(0, "No model is loaded (see the error above, or the API key).");
-  const user = { role: "user", text, status: "streaming", kept: false, stats: {} };
+  const user = { role: "user", text, status: "sent", kept: false, stats: {} };
   const answer = { role: "assistant", text: "", status: "streaming", kept: false, stats: {} };
   state.messages.push(user, answer);
   const list = $("messages");
@@ -390,7 +329,7 @@ async function runTurn(text, newSeed) {
   setStatus("Sending…");
   const body = { model: model.id, conversation: state.current.id, input: text, ...sampling(newSeed) };
   try {
-    const response = await streamTurn(body, answer, controller.signal);
+    const response = await streamTurn(body, answer, controller.signal, { setStatus, scroller: $("messages") });
     user.kept = answer.kept = true;
     user.status = "completed";
     answer.status = response.status === "incomplete" ? "incomplete" : "completed";
@@ -417,91 +356,6 @@ async function runTurn(text, newSeed) {
     showModelInfo();
     if (document.activeElement === $("stop") || document.activeElement === document.body) $("prompt").focus();
   }
-}
-
-// The events of one response into `answer`; returns the final response object. A 409
-// (the conversation's previous turn, e.g. one just stopped, has not ended yet) is tried
-// again for a while.
-async function streamTurn(body, answer, signal) {
-  const start = performance.now();
-  for (let wait = 200; ; wait = Math.min(wait * 2, 2000)) {
-    try {
-      return await readEvents(body, answer, signal, performance.now());
-    } catch (e) {
-      const busy = e instanceof ApiError && e.status === 409 && answer.text === "";
-      if (!busy || performance.now() - start > BUSY_RETRY_MS) throw e;
-      setStatus("The conversation's previous turn is still ending; trying again…");
-      await new Promise((resolve, reject) => {
-        const t = setTimeout(resolve, wait);
-        signal.addEventListener("abort", () => {
-          clearTimeout(t);
-          reject(new DOMException("stopped", "AbortError"));
-        }, { once: true });
-      });
-    }
-  }
-}
-
-async function readEvents(body, answer, signal, sentAt) {
-  let first = 0;
-  let deltas = 0;
-  // Deltas reach the DOM once per frame: a fast model writes thousands of tokens a second.
-  let pending = "";
-  let frame = 0;
-  const flush = () => {
-    frame = 0;
-    if (!pending) return;
-    const list = $("messages");
-    const atBottom = list.scrollHeight - list.scrollTop - list.clientHeight < 48;
-    const node = answer.dom.text.lastChild;
-    if (node?.nodeType === Node.TEXT_NODE) node.appendData(pending);
-    else answer.dom.text.append(pending);
-    pending = "";
-    setStatus(`Writing… ${deltas} tokens`);
-    if (atBottom) list.scrollTop = list.scrollHeight;
-  };
-  try {
-    for await (const ev of streamEvents("/v1/responses", body, signal)) {
-      switch (ev.type) {
-        case "response.output_item.added":
-          answer.itemId = ev.item?.id ?? answer.itemId;
-          break;
-        case "response.output_text.delta": {
-          const now = performance.now();
-          if (deltas === 0) {
-            first = now;
-            answer.stats.ttftMs = now - sentAt;
-          }
-          deltas++;
-          answer.text += ev.delta ?? "";
-          pending += ev.delta ?? "";
-          if (!frame) frame = requestAnimationFrame(flush);
-          break;
-        }
-        case "response.completed":
-        case "response.incomplete": {
-          // Tokens after the first over the time they took, as this page saw them: a
-          // window shorter than MIN_TIMED_MS (the deltas arrived together) is not timed.
-          const tokens = ev.response?.usage?.output_tokens ?? deltas;
-          const span = performance.now() - first;
-          if (deltas > 0 && tokens > 1 && span >= MIN_TIMED_MS) {
-            answer.stats.tokensPerSec = ((tokens - 1) * 1000) / span;
-          }
-          return ev.response;
-        }
-        case "response.failed":
-          throw new ApiError(500, ev.response?.error?.message ?? "The response failed.");
-        case "error":
-          throw new ApiError(500, ev.error?.message ?? ev.message ?? "The server reported an error.", ev.code);
-        default:
-          break;
-      }
-    }
-  } finally {
-    if (frame) cancelAnimationFrame(frame);
-    flush();
-  }
-  throw new ApiError(0, "The server ended the stream before the response was complete.");
 }
 
 // ---- panels (narrow windows) ------------------------------------------------------
@@ -563,7 +417,7 @@ function wire() {
     newConversation();
   });
   $("model").addEventListener("change", showModelInfo);
-  for (const id of ["temperature", "top-p", "max-tokens", "seed"]) $(id).addEventListener("change", saveSettings);
+  for (const id of SETTING_IDS) $(id).addEventListener("change", saveSettings);
   $("key-form").addEventListener("submit", (e) => {
     e.preventDefault();
     setApiKey($("api-key").value.trim());

@@ -2,10 +2,11 @@
 // conversations. Owns no state: app.js passes the message objects and the callbacks.
 //
 // A message object: {role, text, itemId, responseId, status, kept, stats, dom}, where
-// status is "streaming", "completed", "incomplete", "stopped" or "failed", kept says the
-// server holds it (false for a stopped or failed turn), stats is
-// {ttftMs, tokensPerSec, inputTokens, cachedTokens, outputTokens, position, stateBytes}
-// (any may be missing) and dom is filled here.
+// status is "sent" (a user message in flight), "streaming", "completed", "incomplete",
+// "stopped" or "failed"; kept says the server holds it (false until its turn completes,
+// and for a stopped or failed turn); stats is {ttftMs, tokensPerSec, inputTokens,
+// cachedTokens, outputTokens, position, stateBytes} (any may be missing); dom is filled
+// here.
 
 export function formatBytes(n) {
   if (!Number.isFinite(n)) return "?";
@@ -53,7 +54,7 @@ export function updateMessage(msg, actions, isLast, model = null) {
   if (!d) return;
   d.text.textContent = msg.text;
   d.li.classList.toggle("streaming", msg.status === "streaming");
-  d.li.classList.toggle("not-kept", !msg.kept && msg.status !== "streaming");
+  d.li.classList.toggle("not-kept", msg.status === "stopped" || msg.status === "failed");
   d.li.setAttribute("aria-busy", msg.status === "streaming" ? "true" : "false");
   d.badge.textContent = {
     streaming: "writing…",

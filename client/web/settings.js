@@ -1,0 +1,66 @@
+// What the page keeps in the browser besides the API key (api.js): the sampling settings,
+// and the figures the page measured for each answer (first token, tokens/s), which the
+// server does not record.
+import { apiKey } from "./api.js";
+
+const $ = (id) => document.getElementById(id);
+const SETTINGS_STORAGE = "attnserve.settings";
+const FIGURES_STORAGE = "attnserve.figures";  // response id -> {ttftMs, tokensPerSec}
+const FIGURES_KEPT = 500;  // answers whose figures are kept (the oldest go first)
+export const SETTING_IDS = ["temperature", "top-p", "max-tokens", "seed"];
+
+export function loadSettings() {
+  try {
+    const s = JSON.parse(localStorage.getItem(SETTINGS_STORAGE) || "{}");
+    for (const [id, value] of Object.entries(s)) if ($(id)) $(id).value = value;
+  } catch {
+    // No storage, or a value from another version: the defaults stand.
+  }
+  $("api-key").value = apiKey();
+}
+
+export function saveSettings() {
+  const s = {};
+  for (const id of SETTING_IDS) s[id] = $(id).value;
+  try {
+    localStorage.setItem(SETTINGS_STORAGE, JSON.stringify(s));
+  } catch {
+    // Not kept: fine.
+  }
+}
+
+function number(id, fallback) {
+  const v = parseFloat($(id).value);
+  return Number.isFinite(v) ? v : fallback;
+}
+
+export function sampling(newSeed) {
+  const seedText = $("seed").value.trim();
+  const seed = newSeed || seedText === "" ? Math.floor(Math.random() * 2 ** 31) : parseInt(seedText, 10);
+  return {
+    temperature: number("temperature", 1),
+    top_p: number("top-p", 1),
+    max_output_tokens: Math.max(1, Math.round(number("max-tokens", 200))),
+    seed,
+  };
+}
+
+export function figures(responseId) {
+  try {
+    return JSON.parse(localStorage.getItem(FIGURES_STORAGE) || "{}")[responseId] ?? {};
+  } catch {
+    return {};
+  }
+}
+
+export function keepFigures(responseId, f) {
+  try {
+    const all = JSON.parse(localStorage.getItem(FIGURES_STORAGE) || "{}");
+    all[responseId] = f;
+    const ids = Object.keys(all);
+    for (const old of ids.slice(0, Math.max(0, ids.length - FIGURES_KEPT))) delete all[old];
+    localStorage.setItem(FIGURES_STORAGE, JSON.stringify(all));
+  } catch {
+    // Not kept: the page measured them once.
+  }
+}
