@@ -179,6 +179,14 @@ async function main() {
     }
     const cached = Number(/from checkpoint (\d+)/.exec(figures)?.[1]);
     expect(cached > 0, `the second turn's cached tokens: ${figures}`);
+    // The figures are the stored response's: cached tokens and the state's length.
+    const lastItem = (await api(baseA, "GET", `/v1/conversations/${conv}/items?order=desc&limit=1`)).json.data[0];
+    const stored = (await api(baseA, "GET", `/v1/responses/${lastItem.response_id}`)).json;
+    expect(cached === stored.usage.input_tokens_details.cached_tokens,
+           `the page shows ${cached} cached tokens, the response says ${JSON.stringify(stored.usage)}`);
+    const at = `at ${stored.session.position} tokens`;
+    expect(figures.includes(`state ${at}`) && figures.includes(`KV cache ${at}`),
+           `the figures do not give the session's position ${stored.session.position}: ${figures}`);
     expectNoProblems();
     log(`two turns: "${first}" / "${second}"; the second turn's figures: ${figures}`);
 
