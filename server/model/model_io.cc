@@ -99,6 +99,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path,
                                                  " (a GGUF model is softmax attention)"));
     }
   }
+  if (absl::Status s = ValidateModelConfig(*config); !s.ok()) {  // with the state budget
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  }
   auto model = Create(*config, /*seed=*/0);
   if (!model.ok()) return model.status();
   std::set<std::string> used;
