@@ -4,7 +4,9 @@
 //       history is SIZES (comma-separated, in tokens of the byte model) long: once as a
 //       history nobody kept (the whole prompt prefilled), once resent with one more
 //       exchange after the answer (the kept state reused: only the new message
-//       prefilled). One JSON line per size: the medians of REPS.
+//       prefilled), and as a conversation (/v1/conversations): its first response holds
+//       the history, the second ("Go on.") continues from the stored state; its TTFT is
+//       timed. One JSON line per size: the medians of REPS.
 //   node http_bench.mjs sse BASE MODEL STREAMS TURNS MAX_TOKENS
 //       STREAMS concurrent clients, each TURNS completions of MAX_TOKENS tokens one after
 //       the other (greedy, ignore_eos, the prompt `attnserve_client bench` sends), read
@@ -57,12 +59,44 @@ async function chat(messages, maxTokens) {
   return { ttft, content, usage };
 }
 
+async function post(path, body) {
+  const r = await fetch(`${base}${path}`, {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  if (r.status !== 200) throw new Error(`${path}: ${r.status} ${await r.text()}`);
+  return r;
+}
+
+// A turn in conversation `conv`, streamed: TTFT (to the first text delta) and the final
+// response's usage.
+async function respond(conv, input, maxTokens) {
+  const start = performance.now();
+  const r = await post("/v1/responses", { model, conversation: conv, input, temperature: 0,
+                                          max_output_tokens: maxTokens, stream: true });
+  let ttft = null, usage = null, buffer = "";
+  const decoder = new TextDecoder();
+  for await (const bytes of r.body) {
+    buffer += decoder.decode(bytes, { stream: true });
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = event.split("\n").find((l) => l.startsWith("data: "));
+      if (!data) continue;
+      const e = JSON.parse(data.slice(6));
+      if (e.type === "error") throw new Error(`respond: ${JSON.stringify(e)}`);
+      if (e.type === "response.output_text.delta" && ttft === null) ttft = performance.now() - start;
+      if (e.response?.usage) usage = e.response.usage;
+    }
+  }
+  return { ttft, usage };
+}
+
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function ttft(sizes, reps) {
   for (const size of sizes) {
-    const cold = [], warm = [];
-    let coldPrompt = 0, warmPrompt = 0, warmCached = 0;
+    const cold = [], warm = [], conversation = [];
+    let coldPrompt = 0, warmPrompt = 0, warmCached = 0, convCached = 0;
     for (let rep = 0; rep < reps; rep++) {
       // The plain template adds "User: " and "\nAssistant: " around the message.
       const user = { role: "user", content: text(size - 20, `h${size}r${rep}t${Date.now()}`) };
@@ -75,10 +109,18 @@ async function ttft(sizes, reps) {
       warm.push(again.ttft);
       warmPrompt = again.usage.prompt_tokens;
       warmCached = again.usage.prompt_tokens_details.cached_tokens;
+      const conv = await (await post("/v1/conversations", {})).json();
+      await respond(conv.id, user.content, 16);
+      const next = await respond(conv.id, "Go on.", 16);
+      conversation.push(next.ttft);
+      convCached = next.usage.input_tokens_details.cached_tokens;
+      await fetch(`${base}/v1/conversations/${conv.id}`, { method: "DELETE" });
     }
     console.log(JSON.stringify({ size, cold_prompt_tokens: coldPrompt, cold_ttft_ms: median(cold),
                                  warm_prompt_tokens: warmPrompt, warm_cached_tokens: warmCached,
-                                 warm_ttft_ms: median(warm), cold_runs: cold, warm_runs: warm }));
+                                 warm_ttft_ms: median(warm), conversation_cached_tokens: convCached,
+                                 conversation_ttft_ms: median(conversation), cold_runs: cold,
+                                 warm_runs: warm, conversation_runs: conversation }));
   }
 }
 

@@ -10,7 +10,8 @@
 #     mostly not UTF-8, which JSON cannot carry back): the default kjv-taylor2-decay, and
 #     kjv-taylor2 beside kjv-softmax (the same shape, dim 64, 2 layers): for softmax the
 #     kept state is a KV cache that grows with the history; for taylor it is the same
-#     size at every length.
+#     size at every length. And the same history as a conversation (/v1/conversations):
+#     the TTFT of its second response, which continues from the first's stored state.
 #  2. Aggregate tokens/s of 1 and 32 concurrent streams at the mid shape (dim 256, 6
 #     layers, 8 heads of 32, SwiGLU 768, untrained, attnserve_init_model, taylor order 2):
 #     SSE completions (tests/bench/http_bench.mjs) beside gRPC Generate (attnserve_client
@@ -78,14 +79,15 @@ work, runs, turns, max_tokens = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.
 ttft_models = sys.argv[5:]
 print("\n### Time to first token of a resent chat history (byte tokenizer; streamed chat "
       "completion, client-side, median of the reps; 16 tokens generated per call)\n")
-print("| model | history tokens | cold: prompt tokens | cold TTFT ms | kept: prompt tokens (cached) | kept TTFT ms | cold / kept |")
-print("|---|---|---|---|---|---|---|")
+print("| model | history tokens | cold: prompt tokens | cold TTFT ms | kept: prompt tokens (cached) | kept TTFT ms | cold / kept | conversation: cached | conversation TTFT ms |")
+print("|---|---|---|---|---|---|---|---|---|")
 for model in ttft_models:
     for line in open(f"{work}/ttft_{model}.jsonl"):
         r = json.loads(line)
         print(f"| {model} | {r['size']} | {r['cold_prompt_tokens']} | {r['cold_ttft_ms']:.1f} | "
               f"{r['warm_prompt_tokens']} ({r['warm_cached_tokens']}) | {r['warm_ttft_ms']:.1f} | "
-              f"{r['cold_ttft_ms'] / r['warm_ttft_ms']:.1f}x |")
+              f"{r['cold_ttft_ms'] / r['warm_ttft_ms']:.1f}x | {r['conversation_cached_tokens']} | "
+              f"{r['conversation_ttft_ms']:.1f} |")
 for model in ttft_models:
     by = {r["size"]: r for r in map(json.loads, open(f"{work}/ttft_{model}.jsonl"))}
     if len(by) >= 2:
