@@ -9,6 +9,8 @@
 # - over TLS the C++ and the Python client stream the same bytes; --tls_server_name and
 #   the environment mirrors work; a plaintext client, a client without the CA and a
 #   client expecting another name fail cleanly (exit 3, "cannot reach" / "no connection");
+# - the HTTP API on the same certificate is HTTPS only (curl: models and a streamed chat;
+#   plain HTTP and an unknown CA refused), and takes mutual TLS the same way;
 # - with --tls_client_ca (mutual TLS) a client without a certificate, or with one from
 #   another CA, is refused; with the CA's client certificate both clients generate.
 # Usage: tls_test.sh SERVER_BINARY CLIENT_BINARY
