@@ -78,7 +78,8 @@ stage_tsan() {
 fuzz_one() {  # fuzz_one TARGET: bounded run over the committed and regenerated seeds
   local target=$1 work=build-fuzz/corpus/$1 art=build-fuzz/artifacts/$1
   rm -rf "$art"
-  mkdir -p "$work" "$art"
+  # fuzz_seeds writes seeds for some targets only; libFuzzer stops at a missing directory.
+  mkdir -p "$work" "$art" "build-fuzz/seeds/$target"
   build-fuzz/tests/fuzz/"$target" -max_total_time="${ATTNSERVE_FUZZ_SECONDS:-60}" \
     -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$art/" \
     "$work" "tests/fuzz/corpus/$target" "build-fuzz/seeds/$target" ||
