@@ -140,6 +140,12 @@ absl::Status ReadValue(Cursor& c, uint32_t type, const std::string& key, int dep
 
 }  // namespace
 
+std::string GgufValueText(const json& value) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
+}
+
 std::string GgmlTypeName(uint32_t type) {
   switch (GgmlType(type)) {
     case GgmlType::kF32: return "F32";
@@ -196,7 +202,7 @@ absl::StatusOr<GgufFile> ParseGguf(std::string_view bytes) {
     const json& a = f.metadata["general.alignment"];
     if (!a.is_number_unsigned() || a.get<uint64_t>() == 0 || a.get<uint64_t>() > kMaxAlignment ||
         (a.get<uint64_t>() & (a.get<uint64_t>() - 1)) != 0) {
-      return Bad(absl::StrCat("general.alignment ", a.dump(), " is not a power of two up to 1 MiB"));
+      return Bad(absl::StrCat("general.alignment ", GgufValueText(a), " is not a power of two up to 1 MiB"));
     }
     f.alignment = a.get<uint64_t>();
   }

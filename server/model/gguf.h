@@ -60,6 +60,10 @@ struct GgufFile {
 // outlive them. DATA_LOSS naming the rule broken and where.
 absl::StatusOr<GgufFile> ParseGguf(std::string_view bytes);
 
+// A metadata value as text for a message: JSON, invalid UTF-8 in strings replaced (a file's
+// strings are bytes; dumping them raw would throw), cut to 80 characters.
+std::string GgufValueText(const nlohmann::json& value);
+
 // A tensor's values as fp32. INVALID_ARGUMENT naming the tensor for a type not read.
 absl::StatusOr<std::vector<float>> GgufToFloat32(const GgufTensor& tensor);
 

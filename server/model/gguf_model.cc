@@ -26,7 +26,7 @@ absl::StatusOr<int64_t> UInt(const json& m, const std::string& key,
   }
   const json& v = m[key];
   if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (int64_t{1} << 40)) {
-    return BadKey(key, absl::StrCat("must be a non-negative integer, got ", v.dump()));
+    return BadKey(key, absl::StrCat("must be a non-negative integer, got ", GgufValueText(v)));
   }
   return v.get<int64_t>();
 }
@@ -34,7 +34,7 @@ absl::StatusOr<int64_t> UInt(const json& m, const std::string& key,
 absl::StatusOr<double> Float(const json& m, const std::string& key, double fallback) {
   if (!m.contains(key)) return fallback;
   const json& v = m[key];
-  if (!v.is_number()) return BadKey(key, absl::StrCat("must be a number, got ", v.dump()));
+  if (!v.is_number()) return BadKey(key, absl::StrCat("must be a number, got ", GgufValueText(v)));
   return v.get<double>();
 }
 
@@ -47,11 +47,11 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
   const json arch = m.value("general.architecture", json());
   if (arch != "llama") {
     return BadKey("general.architecture",
-                  absl::StrCat(arch.dump(), ": attnserve serves the llama architecture"));
+                  absl::StrCat(GgufValueText(arch), ": attnserve serves the llama architecture"));
   }
   for (const char* key : {"llama.rope.scaling.type", "llama.rope.scaling.factor"}) {
     if (m.contains(key) && !(m[key] == "none" || m[key] == 1.0)) {
-      return BadKey(key, absl::StrCat(m[key].dump(), ": RoPE scaling is not supported"));
+      return BadKey(key, absl::StrCat(GgufValueText(m[key]), ": RoPE scaling is not supported"));
     }
   }
   if (m.contains("llama.expert_count") && m["llama.expert_count"] != 0) {

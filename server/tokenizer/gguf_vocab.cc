@@ -193,7 +193,7 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadGgufTokenizer(
     tokenizer = *std::move(sp);
   } else {
     return BadKey("tokenizer.ggml.model",
-                  absl::StrCat(kind.dump(), ": attnserve reads llama and gpt2 vocabularies"));
+                  absl::StrCat(model::GgufValueText(kind), ": attnserve reads llama and gpt2 vocabularies"));
   }
   if (tokenizer->vocab_size() > config.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(

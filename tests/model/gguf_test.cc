@@ -149,6 +149,9 @@ TEST(GgufTest, RefusesEachMalformedPartNamingIt) {
   Builder::Put<uint64_t>(&endless, uint64_t{1} << 50);
   EXPECT_THAT(ErrorOf(Builder().Raw("k", 9, endless).Bytes()), HasSubstr("'k' is cut short"));
   EXPECT_THAT(ErrorOf(Builder().U32("general.alignment", 24).Bytes()), HasSubstr("power of two"));
+  // A string of bytes that are not UTF-8 is named, not thrown (found by gguf_fuzz).
+  EXPECT_THAT(ErrorOf(Builder().String("general.alignment", "\x80\xff").Bytes()),
+              HasSubstr("general.alignment \"\xef\xbf\xbd\xef\xbf\xbd\" is not a power of two"));
   EXPECT_THAT(ErrorOf(Builder().Tensor("t", {}, 0, "").Bytes()), HasSubstr("0 dimensions"));
   EXPECT_THAT(ErrorOf(Builder().Tensor("t", {1, 1, 1, 1, 1}, 0, Floats({1})).Bytes()),
               HasSubstr("5 dimensions"));
@@ -229,6 +232,8 @@ TEST(GgufModelTest, ConfigFromMetadataAndItsRefusals) {
   };
   EXPECT_THAT(refusal([](Builder& b) { b.String("general.architecture", "gpt2"); }),
               HasSubstr("general.architecture: \"gpt2\""));
+  EXPECT_THAT(refusal([](Builder& b) { b.String("general.architecture", "\xc3"); }),
+              HasSubstr("general.architecture: \"\xef\xbf\xbd\""));
   EXPECT_THAT(refusal([](Builder& b) { b.String("general.architecture", "llama"); }),
               HasSubstr("llama.embedding_length: is missing"));
   EXPECT_THAT(refusal([&](Builder& b) {
