@@ -155,7 +155,8 @@ absl::StatusOr<ChatTemplateKind> ChatTemplateForDirectory(const std::string& dir
     const nlohmann::json& m = (*reader)->file().metadata;
     std::optional<std::string> tokenizer_config;
     if (m.contains("tokenizer.chat_template")) {
-      tokenizer_config = nlohmann::json{{"chat_template", m["tokenizer.chat_template"]}}.dump();
+      tokenizer_config = nlohmann::json{{"chat_template", m["tokenizer.chat_template"]}}.dump(
+          -1, ' ', false, nlohmann::json::error_handler_t::replace);
     }
     return ChooseChatTemplate(std::nullopt, tokenizer_config, tokenizer_kind);
   }

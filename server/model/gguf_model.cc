@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <climits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -25,7 +26,7 @@ absl::StatusOr<int64_t> UInt(const json& m, const std::string& key,
     return BadKey(key, "is missing");
   }
   const json& v = m[key];
-  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (int64_t{1} << 40)) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
     return BadKey(key, absl::StrCat("must be a non-negative integer, got ", GgufValueText(v)));
   }
   return v.get<int64_t>();
@@ -97,15 +98,36 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
   if (embed == nullptr || embed->dims.size() != 2) {
     return absl::InvalidArgumentError("GGUF: tensor token_embd.weight is missing or not a matrix");
   }
+  // The sizes must be those of the tensors that are there (bounded by the file), before
+  // anything is allocated for them.
+  auto expect = [&](const std::string& name, std::vector<int64_t> dims) -> absl::Status {
+    const GgufTensor* t = file.Find(name);
+    if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat("GGUF: tensor '", name, "' is missing"));
+    if (t->dims != dims) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GGUF: tensor '", name, "' has dims [", absl::StrJoin(t->dims, ", "),
+          "] (innermost first); the metadata needs [", absl::StrJoin(dims, ", "), "]"));
+    }
+    return absl::OkStatus();
+  };
+  if (*layers < 1) return BadKey("llama.block_count", "must be at least 1");
+  if (*kv_heads < 1 || *heads % *kv_heads != 0) {
+    return BadKey("llama.attention.head_count_kv",
+                  absl::StrCat(*kv_heads, " must divide head_count ", *heads));
+  }
+  const std::string last = absl::StrCat("blk.", *layers - 1, ".");
+  for (absl::Status s :
+       {expect("token_embd.weight", {*dim, embed->dims[1]}),
+        expect(last + "attn_q.weight", {*dim, *heads * *key_length}),
+        expect(last + "attn_k.weight", {*dim, *kv_heads * *key_length}),
+        expect(last + "ffn_up.weight", {*dim, *hidden})}) {
+    if (!s.ok()) return s;
+  }
   c.dim = int(*dim);
   c.num_layers = int(*layers);
   c.mlp_hidden = int(*hidden);
   a.num_heads = int(*heads);
   a.num_kv_heads = int(*kv_heads);
-  if (a.num_kv_heads < 1 || a.num_heads % a.num_kv_heads != 0) {
-    return BadKey("llama.attention.head_count_kv",
-                  absl::StrCat(a.num_kv_heads, " must divide head_count ", a.num_heads));
-  }
   a.head_dim = int(*key_length);
   a.value_dim = a.head_dim;
   c.rope_theta = float(*theta);

@@ -101,7 +101,9 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Gpt2(const json& m,
   }
   // llama.cpp's names for the splits (its llama-vocab.cpp); "default" (also what a file
   // without the key gets) is a split of llama.cpp's own that no tokenizer.json has.
-  const std::string pre = m.value("tokenizer.ggml.pre", std::string());
+  const json pre_value = m.value("tokenizer.ggml.pre", json(""));
+  if (!pre_value.is_string()) return BadKey("tokenizer.ggml.pre", "must be a string");
+  const std::string pre = pre_value.get<std::string>();
   if (pre == "gpt-2") {
     v.split_patterns = {kGpt2SplitPattern};
   } else if (pre == "llama-bpe") {

@@ -189,7 +189,10 @@ TEST(GgufModelTest, ConfigFromMetadataAndItsRefusals) {
   auto file_with = [](const std::function<void(Builder&)>& edit) {
     Builder b;
     edit(b);
-    b.Tensor("token_embd.weight", {16, 300}, 0, std::string(16 * 300 * 4, '\0'));
+    b.Tensor("token_embd.weight", {16, 300}, 0, std::string(16 * 300 * 4, '\0'))
+        .Tensor("blk.1.attn_q.weight", {16, 16}, 0, std::string(16 * 16 * 4, '\0'))
+        .Tensor("blk.1.attn_k.weight", {16, 8}, 0, std::string(16 * 8 * 4, '\0'))
+        .Tensor("blk.1.ffn_up.weight", {16, 32}, 0, std::string(16 * 32 * 4, '\0'));
     return b.Bytes();
   };
   auto llama = [](Builder& b) {
@@ -241,6 +244,18 @@ TEST(GgufModelTest, ConfigFromMetadataAndItsRefusals) {
                 b.U32("llama.attention.head_count_kv", 3);
               }),
               HasSubstr("must divide head_count 4"));
+  // Sizes the tensors there do not have are refused before anything is allocated.
+  auto sized = [](uint32_t layers, uint32_t hidden) {
+    return [=](Builder& b) {
+      b.String("general.architecture", "llama").U32("llama.embedding_length", 16)
+          .U32("llama.block_count", layers).U32("llama.feed_forward_length", hidden)
+          .U32("llama.attention.head_count", 4).U32("llama.attention.head_count_kv", 2);
+    };
+  };
+  EXPECT_THAT(refusal(sized(2, 64)),
+              HasSubstr("'blk.1.ffn_up.weight' has dims [16, 32] (innermost first); the "
+                        "metadata needs [16, 64]"));
+  EXPECT_THAT(refusal(sized(3, 32)), HasSubstr("tensor 'blk.2.attn_q.weight' is missing"));
   EXPECT_THAT(refusal([&](Builder& b) {
                 llama(b);
                 b.U32("llama.rope.dimension_count", 2);
