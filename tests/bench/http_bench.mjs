@@ -27,43 +27,47 @@ function text(n, tag) {
   return out.slice(0, n);
 }
 
-// One streamed chat completion: TTFT (to the first content byte), the text and usage.
-async function chat(messages, maxTokens) {
-  const start = performance.now();
-  const r = await fetch(`${base}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ model, messages, max_tokens: maxTokens, temperature: 0, ignore_eos: true,
-                           stream: true, stream_options: { include_usage: true } }),
-  });
-  if (r.status !== 200) throw new Error(`chat: ${r.status} ${await r.text()}`);
-  let ttft = null, content = "", usage = null, buffer = "";
-  const decoder = new TextDecoder();
-  for await (const bytes of r.body) {
-    buffer += decoder.decode(bytes, { stream: true });
-    let end;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const event = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      if (!event.startsWith("data: ") || event === "data: [DONE]") continue;
-      const chunk = JSON.parse(event.slice(6));
-      if (chunk.error) throw new Error(`chat: ${JSON.stringify(chunk.error)}`);
-      if (chunk.usage) usage = chunk.usage;
-      const delta = chunk.choices?.[0]?.delta?.content;
-      if (delta) {
-        if (ttft === null) ttft = performance.now() - start;
-        content += delta;
-      }
-    }
-  }
-  return { ttft, content, usage };
-}
-
 async function post(path, body) {
   const r = await fetch(`${base}${path}`, {
     method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
   if (r.status !== 200) throw new Error(`${path}: ${r.status} ${await r.text()}`);
   return r;
+}
+
+// The JSON of each server-sent event's `data:` line in `response`'s body, as it arrives
+// (the chat stream's closing `[DONE]` is not JSON and is skipped).
+async function* events(response) {
+  let buffer = "";
+  const decoder = new TextDecoder();
+  for await (const bytes of response.body) {
+    buffer += decoder.decode(bytes, { stream: true });
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = event.split("\n").find((l) => l.startsWith("data: "));
+      if (data && data !== "data: [DONE]") yield JSON.parse(data.slice(6));
+    }
+  }
+}
+
+// One streamed chat completion: TTFT (to the first content byte), the text and usage.
+async function chat(messages, maxTokens) {
+  const start = performance.now();
+  const r = await post("/v1/chat/completions", { model, messages, max_tokens: maxTokens, temperature: 0,
+                                                 ignore_eos: true, stream: true,
+                                                 stream_options: { include_usage: true } });
+  let ttft = null, content = "", usage = null;
+  for await (const chunk of events(r)) {
+    if (chunk.error) throw new Error(`chat: ${JSON.stringify(chunk.error)}`);
+    if (chunk.usage) usage = chunk.usage;
+    const delta = chunk.choices?.[0]?.delta?.content;
+    if (delta) {
+      if (ttft === null) ttft = performance.now() - start;
+      content += delta;
+    }
+  }
+  return { ttft, content, usage };
 }
 
 // A turn in conversation `conv`, streamed: TTFT (to the first text delta) and the final
@@ -72,21 +76,11 @@ async function respond(conv, input, maxTokens) {
   const start = performance.now();
   const r = await post("/v1/responses", { model, conversation: conv, input, temperature: 0,
                                           max_output_tokens: maxTokens, stream: true });
-  let ttft = null, usage = null, buffer = "";
-  const decoder = new TextDecoder();
-  for await (const bytes of r.body) {
-    buffer += decoder.decode(bytes, { stream: true });
-    let end;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const event = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      const data = event.split("\n").find((l) => l.startsWith("data: "));
-      if (!data) continue;
-      const e = JSON.parse(data.slice(6));
-      if (e.type === "error") throw new Error(`respond: ${JSON.stringify(e)}`);
-      if (e.type === "response.output_text.delta" && ttft === null) ttft = performance.now() - start;
-      if (e.response?.usage) usage = e.response.usage;
-    }
+  let ttft = null, usage = null;
+  for await (const e of events(r)) {
+    if (e.type === "error") throw new Error(`respond: ${JSON.stringify(e)}`);
+    if (e.type === "response.output_text.delta" && ttft === null) ttft = performance.now() - start;
+    if (e.response?.usage) usage = e.response.usage;
   }
   return { ttft, usage };
 }
