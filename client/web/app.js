@@ -115,11 +115,14 @@ async function loadConversations() {
 
 function drawHeader() {
   const meta = state.current?.metadata ?? {};
+  // A fork names its source (forked_from); a regenerated first turn is a new conversation
+  // the page names in its metadata.
+  const source = state.current?.forked_from?.conversation_id ?? meta.forked_from;
   $("conversation-title").textContent = state.current ? meta.title || "Untitled" : "New conversation";
   $("conversation-note").textContent = !state.current
     ? "Your first message starts a conversation kept on the server."
-    : meta.forked_from
-      ? `A branch of ${titleOf(meta.forked_from)}, continuing from its state.`
+    : source
+      ? `A branch of ${titleOf(source)}, continuing from its state.`
       : "";
 }
 
@@ -163,6 +166,8 @@ function statsOf(response) {
     outputTokens: u.output_tokens,
     position: response.session?.position,
     stateBytes: response.session?.state_bytes,
+    serverTtftMs: response.timings?.time_to_first_token_ms ?? undefined,
+    serverTokensPerSec: response.timings?.output_tokens_per_second ?? undefined,
   };
 }
 
@@ -190,7 +195,7 @@ async function openConversation(id) {
   ]);
   if (seq !== state.loadSeq) return;
   state.current = conv;
-  state.model = null;
+  state.model = conv.model ?? null;
   state.messages = items.filter((i) => i.type === "message").map(messageFromItem);
   if (location.hash !== `#${id}`) history.replaceState(null, "", `#${id}`);
   if (!state.conversations.some((c) => c.id === id)) state.conversations.unshift(conv);
@@ -201,8 +206,8 @@ async function openConversation(id) {
   await loadResponses(seq);
 }
 
-// Each answer's stored response: its usage and state figures, and the conversation's
-// model (fixed by its first response). A response that expired leaves its answer bare.
+// Each answer's stored response: its usage, timing and state figures. A response that
+// expired leaves its answer bare.
 async function loadResponses(seq) {
   const answers = state.messages.filter((m) => m.responseId);
   const responses = await Promise.all(
@@ -244,7 +249,7 @@ async function branchAt(msg) {
   let conv = fork;
   try {
     conv = await postJson(`/v1/conversations/${encodeURIComponent(fork.id)}`, {
-      metadata: { ...(fork.metadata ?? {}), title: title.slice(0, 80), forked_from: source.id },
+      metadata: { ...(fork.metadata ?? {}), title: title.slice(0, 80) },
     });
   } catch {
     // The branch exists; it keeps the source's title.

@@ -4,8 +4,9 @@
 // A message object: {role, text, itemId, responseId, status, kept, stats, dom}, where
 // status is "sent" (a user message in flight), "streaming", "completed", "incomplete",
 // "stopped" or "failed"; kept says the server holds it (false until its turn completes,
-// and for a stopped or failed turn); stats is {ttftMs, tokensPerSec, inputTokens,
-// cachedTokens, outputTokens, position, stateBytes} (any may be missing); dom is filled
+// and for a stopped or failed turn); stats is {ttftMs, tokensPerSec (the page's),
+// serverTtftMs, serverTokensPerSec (the response's timings), inputTokens, cachedTokens,
+// outputTokens, position, stateBytes} (any may be missing); dom is filled
 // here.
 
 export function formatBytes(n) {
@@ -106,10 +107,16 @@ function renderStats(box, msg, model) {
   const row = el("div", "figures");
   if (s.ttftMs !== undefined) {
     row.append(figure("first token", `${Math.round(s.ttftMs)} ms`, "Time to first token, measured by this page"));
+  } else if (s.serverTtftMs !== undefined) {
+    row.append(figure("first token", `${Math.round(s.serverTtftMs)} ms`,
+                      "Time to first token, measured by the server (queueing and prefill)"));
   }
   if (s.tokensPerSec !== undefined) {
     row.append(figure("speed", `${s.tokensPerSec.toFixed(0)} tokens/s`,
                       "Generated tokens per second after the first, as this page received them"));
+  } else if (s.ttftMs === undefined && s.serverTokensPerSec !== undefined) {
+    row.append(figure("speed", `${s.serverTokensPerSec.toFixed(0)} tokens/s`,
+                      "Generated tokens per second after the first, measured by the server"));
   } else if (s.ttftMs !== undefined && msg.status !== "streaming") {
     row.append(figure("speed", "too fast to time", "The answer's tokens reached the page together"));
   }

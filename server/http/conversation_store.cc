@@ -2,9 +2,11 @@
 
 #include <algorithm>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "server/common/sha256.h"
+#include "server/http/http_errors.h"
 
 namespace attnserve::http {
 
@@ -116,8 +118,10 @@ absl::StatusOr<std::unique_ptr<ConversationStore::Change>> ConversationStore::Be
   if (!IsConversationId(id)) return ConversationNotFound(id, param);
   auto grant = leases_.Acquire(id, /*wait=*/false);
   if (absl::IsAborted(grant.status())) {
-    return absl::FailedPreconditionError(
+    absl::Status busy = absl::FailedPreconditionError(
         absl::StrCat("conversation '", id, "' has a response in progress; retry when it ends"));
+    busy.SetPayload(kRetryAfterPayload, absl::Cord("1"));
+    return busy;
   }
   if (!grant.ok()) return grant.status();
   // Read under the lease: what the generation in the grant wrote, or newer (a plain

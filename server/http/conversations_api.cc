@@ -43,11 +43,13 @@ std::string EncodeConversation(const ConversationRecord& r) {
               {"id", r.id},
               {"tenant", r.tenant},
               {"created_at", r.created_at},
+              {"updated_at", r.updated_at},
               {"metadata", r.metadata},
               {"model", r.model},
               {"head", r.head},
               {"in_state", r.in_state},
-              {"items", r.items}}
+              {"items", r.items},
+              {"forked_from", r.forked_from}}
       .dump();
 }
 
@@ -76,6 +78,21 @@ absl::StatusOr<ConversationRecord> DecodeConversation(const std::string& bytes) 
   r.in_state = in_state.get<size_t>();
   r.items = j["items"];
   if (r.in_state > r.items.size()) return Corrupt("in_state beyond the items");
+  // Optional: records written before these fields.
+  r.updated_at = r.created_at;
+  if (const json* updated = Field(j, "updated_at"); updated != nullptr) {
+    if (!updated->is_number_integer()) return Corrupt("updated_at is not an integer");
+    r.updated_at = updated->get<int64_t>();
+  }
+  if (const json* source = Field(j, "forked_from"); source != nullptr) {
+    const json* conversation = Field(*source, "conversation_id");
+    const json* item = Field(*source, "item_id");
+    if (conversation == nullptr || !conversation->is_string() || item == nullptr ||
+        !item->is_string()) {
+      return Corrupt("forked_from is not {conversation_id, item_id}");
+    }
+    r.forked_from = *source;
+  }
   for (const json& item : r.items) {
     if (!item.is_object() || !item["id"].is_string() || !item["role"].is_string() ||
         !item["content"].is_array() || item["content"].size() != 1 ||
@@ -90,7 +107,10 @@ json ConversationObject(const ConversationRecord& r) {
   return {{"id", r.id},
           {"object", "conversation"},
           {"created_at", r.created_at},
-          {"metadata", r.metadata}};
+          {"metadata", r.metadata},
+          {"model", r.model.empty() ? json(nullptr) : json(r.model)},
+          {"updated_at", r.updated_at},
+          {"forked_from", r.forked_from}};
 }
 
 json MessageItem(const std::string& id, const ChatMessage& message, const std::string& status,
@@ -189,6 +209,8 @@ absl::StatusOr<ConversationRecord> ForkAt(const ConversationRecord& source,
     fork.id = std::move(id);
     fork.tenant = source.tenant;
     fork.created_at = created_at;
+    fork.updated_at = created_at;
+    fork.forked_from = {{"conversation_id", source.id}, {"item_id", item_id}};
     fork.metadata = source.metadata;
     fork.model = source.model;
     fork.head = response->get<std::string>();

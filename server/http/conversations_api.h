@@ -32,19 +32,26 @@ struct ConversationRecord {
   std::string id;
   std::string tenant;  // who may read, continue, fork or delete it
   int64_t created_at = 0;
+  int64_t updated_at = 0;  // the last change: creation, metadata, a response's turn
   nlohmann::json metadata = nlohmann::json::object();
   std::string model;  // "" until its first response
   std::string head;   // the response whose state holds items[0, in_state); "" none
   size_t in_state = 0;
   nlohmann::json items = nlohmann::json::array();  // message items, oldest first
+  // A fork's source: {"conversation_id", "item_id"}; null for a conversation created as
+  // itself.
+  nlohmann::json forked_from = nullptr;
 };
 
 // {"format": "attnserve-conversation/1", ...} as JSON text.
 std::string EncodeConversation(const ConversationRecord& record);
-// DATA_LOSS naming what is wrong for bytes that are not a record.
+// DATA_LOSS naming what is wrong for bytes that are not a record. A record written
+// before `updated_at` and `forked_from` existed reads as never updated and not a fork.
 absl::StatusOr<ConversationRecord> DecodeConversation(const std::string& bytes);
 
-// {id, object: "conversation", created_at, metadata}.
+// {id, object: "conversation", created_at, metadata}, and attnserve's: `model` (the last
+// response's; null before the first), `updated_at`, `forked_from` (null, or the source
+// conversation and item of a fork).
 nlohmann::json ConversationObject(const ConversationRecord& record);
 
 // A message item {type: "message", id, status, role, content: [one text part]}: the part
@@ -70,7 +77,8 @@ absl::StatusOr<ConversationCreate> ParseConversationCreate(const std::string& bo
 // The `item_id` of POST /v1/conversations/{id}/fork's body.
 absl::StatusOr<std::string> ParseForkRequest(const std::string& body);
 // `source` forked at its assistant item `item_id`: a new record `id` (created now) with
-// the items up to and including it, continuing from that item's response. NOT_FOUND
+// the items up to and including it, continuing from that item's response, and
+// `forked_from` naming source and item. NOT_FOUND
 // (param "item_id") when the conversation has no such item; INVALID_ARGUMENT when it is
 // not an assistant item with a stored response.
 absl::StatusOr<ConversationRecord> ForkAt(const ConversationRecord& source,

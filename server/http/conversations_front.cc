@@ -31,6 +31,7 @@ void HttpFront::CreateConversation(const httplib::Request& req, httplib::Respons
   record.id = absl::StrCat("conv_", RandomId128());
   record.tenant = *tenant;
   record.created_at = absl::ToUnixSeconds(absl::Now());
+  record.updated_at = record.created_at;
   record.metadata = create->metadata;
   for (const ChatMessage& m : create->items) {
     record.items.push_back(MessageItem(absl::StrCat("msg_", RandomId128()), m, "completed"));
@@ -89,6 +90,7 @@ void HttpFront::UpdateConversation(const httplib::Request& req, httplib::Respons
   if (!change.ok()) return Fail(route_name, change.status(), res);
   ConversationRecord next = (*change)->record();
   next.metadata = *metadata;
+  next.updated_at = absl::ToUnixSeconds(absl::Now());
   if (absl::Status s = (*change)->Commit(next); !s.ok()) return Fail(route_name, s, res);
   Answer(res, 200, ConversationObject(next));
   Record(route_name, 200, next.model);

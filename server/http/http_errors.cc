@@ -1,5 +1,6 @@
 #include "server/http/http_errors.h"
 
+#include "absl/strings/numbers.h"
 #include "server/http/openai_request.h"
 #include "server/service/admission.h"
 
@@ -60,7 +61,12 @@ nlohmann::json ErrorBody(const absl::Status& status) {
 
 HttpError ToHttpError(const absl::Status& status) {
   const Kind kind = KindOf(status);
-  return {kind.status, ErrorBody(status), kind.retry_after_seconds};
+  int retry_after = kind.retry_after_seconds;
+  if (auto seconds = status.GetPayload(kRetryAfterPayload)) {
+    int parsed = 0;
+    if (absl::SimpleAtoi(std::string(*seconds), &parsed) && parsed > 0) retry_after = parsed;
+  }
+  return {kind.status, ErrorBody(status), retry_after};
 }
 
 std::string Dump(const nlohmann::json& j) {

@@ -9,10 +9,15 @@
 
 namespace attnserve::http {
 
+// The type URL of a payload (decimal seconds) telling the client when to retry a refusal
+// that is not 429 or 503: a conversation with a response in progress (409).
+inline constexpr char kRetryAfterPayload[] = "attnserve/retry-after-seconds";
+
 struct HttpError {
   int status = 500;
   nlohmann::json body;
-  // Set for 429 and 503: the client may retry after this many seconds.
+  // Set for 429 and 503, and from kRetryAfterPayload: the client may retry after this
+  // many seconds.
   int retry_after_seconds = 0;
 };
 

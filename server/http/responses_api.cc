@@ -259,6 +259,18 @@ std::string ResponsesAnswer::Tokens(std::vector<scheduler::TokenEvent> tokens) {
   return Delta();
 }
 
+json Timings(const scheduler::TurnResult& result, absl::Duration total) {
+  const bool any = result.generated_tokens > 0;
+  const absl::Duration decode = total - result.time_to_first_token;
+  const bool rate = result.generated_tokens > 1 && decode > absl::ZeroDuration();
+  return {{"time_to_first_token_ms",
+           any ? json(absl::ToDoubleMilliseconds(result.time_to_first_token)) : json(nullptr)},
+          {"total_ms", absl::ToDoubleMilliseconds(total)},
+          {"output_tokens_per_second",
+           rate ? json((result.generated_tokens - 1) / absl::ToDoubleSeconds(decode))
+                : json(nullptr)}};
+}
+
 json ResponsesAnswer::Complete(const scheduler::TurnResult& result,
                                const std::string& finish_reason) {
   text_ += TakeWholeCharacters(&held_, "", /*final=*/true);

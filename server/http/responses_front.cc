@@ -143,7 +143,7 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
   // After the turn (its session released): the response object, stored with the
   // session's state when asked, before anyone is told it is complete.
   auto conclude = [this, answer, own, store = request->store, tenant = *tenant, model = *model,
-                   conversation, input = request->input](
+                   conversation, input = request->input, arrival](
                       const scheduler::TurnResult& result) -> absl::StatusOr<json> {
     absl::Status error;
     const std::optional<std::string> reason = FinishReasonOf(result, &error);
@@ -155,6 +155,7 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
     // attnserve's: where the session is and what its state weighs there.
     response["session"] = {{"position", position},
                            {"state_bytes", model->model->StateBytes(position)}};
+    response["timings"] = Timings(result, absl::Now() - arrival);
     if (store) {
       auto state = own->Export();
       if (!state.ok()) return state.status();
@@ -185,6 +186,7 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
       item["response_id"] = answer->id();
       next.items.push_back(std::move(item));
       next.model = model_name;
+      next.updated_at = absl::ToUnixSeconds(absl::Now());
       next.head = answer->id();
       next.in_state = next.items.size();
       if (absl::Status s = conversation->Commit(next); !s.ok()) {

@@ -207,6 +207,11 @@ async function main() {
                             null, { timeout: 30_000 });
     expect(JSON.stringify(await answerTexts(b)) === JSON.stringify([first, second]),
            `on replica B: ${JSON.stringify(await answerTexts(b))}`);
+    // B's origin has none of the page's own figures: the first token is the server's.
+    const serverFigure = answers(b).first().locator(".figure", { hasText: "first token" });
+    await serverFigure.waitFor({ timeout: 30_000 });
+    const serverTitle = await serverFigure.getAttribute("title");
+    expect(/measured by the server/.test(serverTitle), `replica B's first-token figure: ${serverTitle}`);
     const stoppedB = await streamAndStop(b, "And the earth", 2, () => b.keyboard.press("Escape"));
     log(`replica B: Escape stopped a streaming answer at ${stoppedB.at(-1)} characters`);
     const third = await turn(b, "And the evening and the morning");
@@ -227,6 +232,9 @@ async function main() {
     await a.waitForFunction(() => document.querySelectorAll("[data-testid=message-assistant]").length === 1,
                             null, { timeout: 30_000 });
     expect(JSON.stringify(await answerTexts(a)) === JSON.stringify([first]), `the branch shows ${await answerTexts(a)}`);
+    // The server's forked_from names the source, which the page shows.
+    const note = await a.locator("#conversation-note").textContent();
+    expect(/^A branch of /.test(note) && !/another conversation/.test(note), `the branch's note: "${note}"`);
     const branched = await turn(a, "Let there be light", "60");
     const branchItems = await items(baseA, branch);
     expect(branchItems.length === 4 && branchItems[1].text === first && branchItems[2].text === "Let there be light",

@@ -23,6 +23,7 @@ ConversationRecord TwoTurns() {
   r.id = "conv_0123456789abcdef0123456789abcdef";
   r.tenant = "alice";
   r.created_at = 1700000000;
+  r.updated_at = 1700000100;
   r.metadata = {{"title", "t"}};
   r.model = "m";
   r.items.push_back(MessageItem("msg_u1", {"user", "Hi"}, "completed"));
@@ -41,6 +42,8 @@ TEST(ConversationRecordTest, RoundTripsAndRefusesWhatIsNotOne) {
   EXPECT_EQ(back->id, r.id);
   EXPECT_EQ(back->tenant, "alice");
   EXPECT_EQ(back->created_at, r.created_at);
+  EXPECT_EQ(back->updated_at, r.updated_at);
+  EXPECT_EQ(back->forked_from, nullptr);
   EXPECT_EQ(back->metadata, r.metadata);
   EXPECT_EQ(back->model, "m");
   EXPECT_EQ(back->head, "resp_2");
@@ -61,6 +64,26 @@ TEST(ConversationRecordTest, RoundTripsAndRefusesWhatIsNotOne) {
   item["items"][1]["content"] = "Hello";
   EXPECT_TRUE(absl::IsDataLoss(DecodeConversation(item.dump()).status()));
   EXPECT_TRUE(absl::IsDataLoss(DecodeConversation("attnserve-response/1\n").status()));
+  for (const json& bad : {json("conv_x"), json({{"conversation_id", "conv_x"}}),
+                          json({{"conversation_id", 1}, {"item_id", "msg_a"}})}) {
+    json fork = j;
+    fork["forked_from"] = bad;
+    EXPECT_TRUE(absl::IsDataLoss(DecodeConversation(fork.dump()).status())) << bad;
+  }
+  json updated = j;
+  updated["updated_at"] = "soon";
+  EXPECT_TRUE(absl::IsDataLoss(DecodeConversation(updated.dump()).status()));
+}
+
+// Records written before updated_at and forked_from read as never updated, not a fork.
+TEST(ConversationRecordTest, ReadsRecordsWithoutTheLaterFields) {
+  json j = json::parse(EncodeConversation(TwoTurns()));
+  j.erase("updated_at");
+  j.erase("forked_from");
+  auto back = DecodeConversation(j.dump());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->updated_at, 1700000000);
+  EXPECT_EQ(back->forked_from, nullptr);
 }
 
 TEST(ConversationRecordTest, ObjectAndItemsAreOpenAIs) {
@@ -68,7 +91,13 @@ TEST(ConversationRecordTest, ObjectAndItemsAreOpenAIs) {
   EXPECT_EQ(ConversationObject(r), json({{"id", r.id},
                                          {"object", "conversation"},
                                          {"created_at", r.created_at},
-                                         {"metadata", {{"title", "t"}}}}));
+                                         {"metadata", {{"title", "t"}}},
+                                         {"model", "m"},
+                                         {"updated_at", 1700000100},
+                                         {"forked_from", nullptr}}));
+  ConversationRecord fresh = r;
+  fresh.model = "";
+  EXPECT_EQ(ConversationObject(fresh)["model"], nullptr);
   EXPECT_EQ(r.items[0], json::parse(R"({"type":"message","id":"msg_u1","status":"completed",
       "role":"user","content":[{"type":"input_text","text":"Hi"}]})"));
   EXPECT_EQ(r.items[1], json::parse(R"({"type":"message","id":"msg_a1","status":"completed",
@@ -95,6 +124,9 @@ TEST(ConversationForkTest, ForksAtAnAssistantItemOnItsState) {
   EXPECT_EQ(fork->id, "conv_ffffffffffffffffffffffffffffffff");
   EXPECT_EQ(fork->tenant, "alice");
   EXPECT_EQ(fork->created_at, 1800000000);
+  EXPECT_EQ(fork->updated_at, 1800000000);
+  EXPECT_EQ(fork->forked_from, json({{"conversation_id", r.id}, {"item_id", "msg_a1"}}));
+  EXPECT_EQ(ConversationObject(*fork)["forked_from"], fork->forked_from);
   EXPECT_EQ(fork->model, "m");
   EXPECT_EQ(fork->metadata, r.metadata);
   EXPECT_EQ(fork->head, "resp_1");

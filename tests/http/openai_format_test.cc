@@ -88,6 +88,13 @@ TEST(ToHttpErrorTest, StatusesAndRetryAfter) {
   EXPECT_EQ(ToHttpError(absl::UnauthenticatedError("x")).status, 401);
   EXPECT_EQ(ToHttpError(absl::NotFoundError("x")).status, 404);
   EXPECT_EQ(ToHttpError(absl::FailedPreconditionError("busy")).status, 409);
+  EXPECT_EQ(ToHttpError(absl::FailedPreconditionError("busy")).retry_after_seconds, 0);
+  absl::Status busy = absl::FailedPreconditionError("a response in progress");
+  busy.SetPayload(kRetryAfterPayload, absl::Cord("1"));
+  EXPECT_EQ(ToHttpError(busy).status, 409);
+  EXPECT_EQ(ToHttpError(busy).retry_after_seconds, 1);
+  busy.SetPayload(kRetryAfterPayload, absl::Cord("soon"));
+  EXPECT_EQ(ToHttpError(busy).retry_after_seconds, 0);
   EXPECT_EQ(ToHttpError(absl::ResourceExhaustedError("x")).retry_after_seconds, 1);
   EXPECT_EQ(ToHttpError(absl::ResourceExhaustedError("x")).status, 429);
   EXPECT_EQ(ToHttpError(absl::UnavailableError("x")).status, 503);

@@ -496,11 +496,21 @@ async function conversations(model, baseB) {
   expect(/^conv_[0-9a-f]{32}$/.test(conv.id) && conv.object === "conversation" && conv.metadata.title === "sdk",
          `conversation object ${JSON.stringify(conv)}`);
   expect(JSON.stringify(await b.conversations.retrieve(conv.id)) === JSON.stringify(conv), "retrieve on B");
+  // attnserve's fields: no model before the first response, not a fork.
+  expect(conv.model === null && conv.updated_at === conv.created_at && conv.forked_from === null,
+         `a new conversation's model, updated_at, forked_from: ${JSON.stringify(conv)}`);
 
   const r1 = await a.responses.create({ ...greedy, conversation: conv.id, input: PROMPT });
   expect(r1.conversation?.id === conv.id, `r1.conversation ${JSON.stringify(r1.conversation)}`);
   expect(r1.usage.input_tokens_details.cached_tokens === 0 && r1.session?.position > 0 && r1.session?.state_bytes > 0,
          `r1 usage ${JSON.stringify(r1.usage)} session ${JSON.stringify(r1.session)}`);
+  // attnserve's server-side timings, stored with the response.
+  const t = r1.timings;
+  expect(t?.time_to_first_token_ms > 0 && t.total_ms >= t.time_to_first_token_ms && t.output_tokens_per_second > 0,
+         `r1 timings ${JSON.stringify(t)}`);
+  expect(JSON.stringify((await b.responses.retrieve(r1.id)).timings) === JSON.stringify(t), "r1's timings retrieved on B");
+  const afterR1 = await b.conversations.retrieve(conv.id);
+  expect(afterR1.model === model && afterR1.updated_at >= conv.created_at, `after r1: ${JSON.stringify(afterR1)}`);
   const r2 = await b.responses.create({ ...greedy, conversation: { id: conv.id }, input: "And then?" });
   const cached = r2.usage.input_tokens_details.cached_tokens;
   expect(cached === r1.session.position, `r2 cached ${cached} != r1's position ${r1.session.position}`);
@@ -528,6 +538,10 @@ async function conversations(model, baseB) {
     method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ item_id: items[2].id }) });
   const fork = await forkAnswer.json();
   expect(forkAnswer.status === 200 && /^conv_/.test(fork.id) && fork.id !== conv.id, `fork ${JSON.stringify(fork)}`);
+  expect(fork.forked_from?.conversation_id === conv.id && fork.forked_from?.item_id === items[2].id &&
+         fork.model === model, `the fork's source and model: ${JSON.stringify(fork)}`);
+  expect(JSON.stringify((await b.conversations.retrieve(fork.id)).forked_from) === JSON.stringify(fork.forked_from),
+         "the fork's source retrieved on B");
   const f1 = await b.responses.create({ ...greedy, conversation: fork.id, input: "Who spake?" });
   expect(f1.usage.input_tokens_details.cached_tokens === r1.session.position, `the fork's cached tokens ${JSON.stringify(f1.usage)}`);
   const f1Chat = await oracle(history.slice(0, 3).concat([{ role: "user", content: "Who spake?" }]));
@@ -577,7 +591,8 @@ async function conversationBusy(conv, items) {
   if (items === undefined) {
     const e = await errorOf(openai.responses.create({ conversation: conv, input: "x", max_output_tokens: 2 }), "busy");
     expectError(e, OpenAI.ConflictError, 409, "a second response in a conversation");
-    console.log(`conversation busy: 409 ${e.error.message}`);
+    expect(e.headers?.get("retry-after") === "1", `the busy 409's retry-after: ${e.headers?.get("retry-after")}`);
+    console.log(`conversation busy: 409 (retry-after 1) ${e.error.message}`);
   } else {
     const listed = (await openai.conversations.items.list(conv, { order: "asc" })).data;
     expect(listed.length === Number(items) && listed[listed.length - 1].role === "assistant",
