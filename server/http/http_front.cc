@@ -388,8 +388,7 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
 
   const std::string id =
       absl::StrCat(route == Route::kChat ? "chatcmpl-" : "cmpl-", RandomId128());
-  auto answer = std::make_shared<OpenAiAnswer>(*request, id, absl::ToUnixSeconds(arrival),
-                                               queue->model_name());
+  auto answer = std::make_shared<OpenAiAnswer>(*request, id, arrival, queue->model_name());
   if (chat) answer->set_cached_tokens(int64_t(chat->cached));
   // The generated ids join the prompt's in the kept state's key.
   auto add = [chat](std::vector<scheduler::TokenEvent>& tokens) {

@@ -51,13 +51,26 @@ std::optional<std::string> FinishReasonOf(const scheduler::TurnResult& result,
   return std::nullopt;
 }
 
-OpenAiAnswer::OpenAiAnswer(const OpenAiRequest& request, std::string id, int64_t created,
+json Timings(const scheduler::TurnResult& result, absl::Duration total) {
+  const bool any = result.generated_tokens > 0;
+  const absl::Duration decode = total - result.time_to_first_token;
+  const bool rate = result.generated_tokens > 1 && decode > absl::ZeroDuration();
+  return {{"time_to_first_token_ms",
+           any ? json(absl::ToDoubleMilliseconds(result.time_to_first_token)) : json(nullptr)},
+          {"total_ms", absl::ToDoubleMilliseconds(total)},
+          {"output_tokens_per_second",
+           rate ? json((result.generated_tokens - 1) / absl::ToDoubleSeconds(decode))
+                : json(nullptr)}};
+}
+
+OpenAiAnswer::OpenAiAnswer(const OpenAiRequest& request, std::string id, absl::Time arrival,
                            std::string model)
     : route_(request.route),
       logprobs_(request.generate.logprobs()),
       include_usage_(request.stream && request.include_usage),
       id_(std::move(id)),
-      created_(created),
+      arrival_(arrival),
+      created_(absl::ToUnixSeconds(arrival)),
       model_(std::move(model)),
       stops_(request.generate.sampling().stop().begin(), request.generate.sampling().stop().end()),
       completion_logprobs_(EmptyCompletionLogprobs()) {}
@@ -201,6 +214,7 @@ std::string OpenAiAnswer::Finish(const scheduler::TurnResult& result) {
     json j = Envelope(route_ == Route::kChat ? "chat.completion.chunk" : "text_completion");
     j["choices"] = json::array();
     j["usage"] = Usage(result);
+    j["timings"] = Timings(result, absl::Now() - arrival_);
     out += SseEvent(Dump(j));
   }
   out += SseEvent("[DONE]");
@@ -224,6 +238,7 @@ json OpenAiAnswer::Body(const scheduler::TurnResult& result, const std::string& 
   }
   j["choices"] = json::array({choice});
   j["usage"] = Usage(result);
+  j["timings"] = Timings(result, absl::Now() - arrival_);
   return j;
 }
 

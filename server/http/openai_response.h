@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 #include "server/http/openai_request.h"
 #include "server/scheduler/turn.h"
@@ -19,6 +20,13 @@ namespace attnserve::http {
 std::optional<std::string> FinishReasonOf(const scheduler::TurnResult& result,
                                           absl::Status* error);
 
+// attnserve's `timings` on a response or a chat completion, as the server measured them
+// from the request's arrival (`total`: to the end of the turn): {time_to_first_token_ms
+// (queueing and prefill; null with no token), total_ms, output_tokens_per_second (the
+// tokens after the first over the time after it; null with fewer than two)}. gRPC's usage
+// carries the same time to first token.
+nlohmann::json Timings(const scheduler::TurnResult& result, absl::Duration total);
+
 // One turn's answer, built as its tokens arrive. Content carries whole UTF-8 characters
 // only: the bytes of a character split between tokens are held until it completes; bytes
 // that are not valid UTF-8, and an incomplete character at the end, become U+FFFD.
@@ -27,9 +35,11 @@ std::optional<std::string> FinishReasonOf(const scheduler::TurnResult& result,
 // here ends before it. Bytes that may begin a stop string are held until they do not.
 class OpenAiAnswer {
  public:
-  // `id` is "chatcmpl-..." or "cmpl-...", `created` Unix seconds, `model` the model's
-  // name; the request says the route, logprobs and include_usage.
-  OpenAiAnswer(const OpenAiRequest& request, std::string id, int64_t created, std::string model);
+  // `id` is "chatcmpl-..." or "cmpl-...", `arrival` when the request came (`created`, and
+  // where Timings starts), `model` the model's name; the request says the route, logprobs
+  // and include_usage.
+  OpenAiAnswer(const OpenAiRequest& request, std::string id, absl::Time arrival,
+               std::string model);
 
   // Prompt tokens that were already in the session's state (a kept chat state): usage
   // counts them in prompt_tokens and reports them as prompt_tokens_details.cached_tokens.
@@ -40,14 +50,15 @@ class OpenAiAnswer {
   std::string Start();
   // Content chunks for `tokens` (none while only part of a character is known).
   std::string Tokens(std::vector<scheduler::TokenEvent> tokens);
-  // The end: held bytes, the chunk with finish_reason, the usage chunk when asked, then
+  // The end: held bytes, the chunk with finish_reason, the usage chunk (with `timings`)
+  // when asked, then
   // "data: [DONE]"; or, for a turn that did not end normally, one error event and no
   // [DONE].
   std::string Finish(const scheduler::TurnResult& result);
 
   // --- non-streaming ---
   void Add(std::vector<scheduler::TokenEvent> tokens);
-  // The whole body for a turn that ended normally.
+  // The whole body for a turn that ended normally, with `timings`.
   nlohmann::json Body(const scheduler::TurnResult& result, const std::string& finish_reason);
 
  private:
@@ -66,6 +77,7 @@ class OpenAiAnswer {
   const bool logprobs_;
   const bool include_usage_;
   const std::string id_;
+  const absl::Time arrival_;
   const int64_t created_;
   const std::string model_;
   const std::vector<std::string> stops_;

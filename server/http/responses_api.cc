@@ -9,6 +9,7 @@
 #include "server/common/random_id.h"
 #include "server/http/http_errors.h"
 #include "server/http/json_fields.h"
+#include "server/http/openai_response.h"
 #include "server/http/utf8.h"
 
 namespace attnserve::http {
@@ -257,18 +258,6 @@ std::string ResponsesAnswer::Delta() {
 std::string ResponsesAnswer::Tokens(std::vector<scheduler::TokenEvent> tokens) {
   Add(std::move(tokens));
   return Delta();
-}
-
-json Timings(const scheduler::TurnResult& result, absl::Duration total) {
-  const bool any = result.generated_tokens > 0;
-  const absl::Duration decode = total - result.time_to_first_token;
-  const bool rate = result.generated_tokens > 1 && decode > absl::ZeroDuration();
-  return {{"time_to_first_token_ms",
-           any ? json(absl::ToDoubleMilliseconds(result.time_to_first_token)) : json(nullptr)},
-          {"total_ms", absl::ToDoubleMilliseconds(total)},
-          {"output_tokens_per_second",
-           rate ? json((result.generated_tokens - 1) / absl::ToDoubleSeconds(decode))
-                : json(nullptr)}};
 }
 
 json ResponsesAnswer::Complete(const scheduler::TurnResult& result,

@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "attnserve/v1/attnserve.pb.h"
 #include "nlohmann/json.hpp"
 #include "server/http/chat_template.h"
@@ -73,13 +72,6 @@ struct ResponseRecord {
 std::string EncodeResponseRecord(const ResponseRecord& record);
 // DATA_LOSS naming what is wrong for bytes that are not a record.
 absl::StatusOr<ResponseRecord> DecodeResponseRecord(const std::string& bytes);
-
-// attnserve's `timings` on a response, as the server measured them from the request's
-// arrival (`total`: to the end of the turn): {time_to_first_token_ms (queueing and
-// prefill; null with no token), total_ms, output_tokens_per_second (the tokens after the
-// first over the time after it; null with fewer than two)}. gRPC's usage carries the
-// same time to first token.
-nlohmann::json Timings(const scheduler::TurnResult& result, absl::Duration total);
 
 // One response, built as its turn's tokens arrive: the response object and, streaming,
 // the events the SDKs parse ("event: TYPE\ndata: {...}\n\n", each with a

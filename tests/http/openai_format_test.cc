@@ -104,6 +104,23 @@ TEST(ToHttpErrorTest, StatusesAndRetryAfter) {
   EXPECT_EQ(ToHttpError(over).status, 413);
 }
 
+TEST(TimingsTest, FirstTokenTotalAndTheRateAfterTheFirst) {
+  scheduler::TurnResult result;
+  result.generated_tokens = 11;
+  result.time_to_first_token = absl::Milliseconds(40);
+  EXPECT_EQ(Timings(result, absl::Milliseconds(540)),
+            nlohmann::json({{"time_to_first_token_ms", 40.0},
+                  {"total_ms", 540.0},
+                  {"output_tokens_per_second", 20.0}}));  // 10 tokens in 0.5 s
+  result.generated_tokens = 1;
+  EXPECT_EQ(Timings(result, absl::Milliseconds(40))["output_tokens_per_second"], nullptr);
+  result.generated_tokens = 0;
+  result.time_to_first_token = absl::ZeroDuration();
+  const nlohmann::json none = Timings(result, absl::Milliseconds(7));
+  EXPECT_EQ(none["time_to_first_token_ms"], nullptr);
+  EXPECT_EQ(none["total_ms"], 7.0);
+}
+
 scheduler::TokenEvent Token(int32_t id, std::string bytes) {
   scheduler::TokenEvent t;
   t.id = id;
@@ -117,7 +134,7 @@ TEST(OpenAiAnswerTest, ChatEventsHoldSplitCharactersAndEndWithUsageAndDone) {
       R"({"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true}})",
       0);
   ASSERT_TRUE(request.ok());
-  OpenAiAnswer answer(*request, "chatcmpl-1", 1700000000, "m");
+  OpenAiAnswer answer(*request, "chatcmpl-1", absl::FromUnixSeconds(1700000000), "m");
   EXPECT_EQ(answer.Start(),
             "data: {\"choices\":[{\"delta\":{\"content\":\"\",\"role\":\"assistant\"},"
             "\"finish_reason\":null,\"index\":0,\"logprobs\":null}],\"created\":1700000000,"
@@ -130,19 +147,33 @@ TEST(OpenAiAnswerTest, ChatEventsHoldSplitCharactersAndEndWithUsageAndDone) {
   r.reason = scheduler::FinishReason::kLength;
   r.prompt_tokens = 5;
   r.generated_tokens = 3;
+  r.time_to_first_token = absl::Milliseconds(5);
   const std::string end = answer.Finish(r);
-  EXPECT_EQ(end,
-            "data: {\"choices\":[{\"delta\":{\"content\":\"\xEF\xBF\xBD\"},\"finish_reason\":null,"
-            "\"index\":0,\"logprobs\":null}],\"created\":1700000000,\"id\":\"chatcmpl-1\","
-            "\"model\":\"m\",\"object\":\"chat.completion.chunk\",\"usage\":null}\n\n"
-            "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\",\"index\":0,"
-            "\"logprobs\":null}],\"created\":1700000000,\"id\":\"chatcmpl-1\",\"model\":\"m\","
-            "\"object\":\"chat.completion.chunk\",\"usage\":null}\n\n"
-            "data: {\"choices\":[],\"created\":1700000000,\"id\":\"chatcmpl-1\",\"model\":\"m\","
-            "\"object\":\"chat.completion.chunk\",\"usage\":{\"completion_tokens\":3,"
-            "\"prompt_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":0},"
-            "\"total_tokens\":8}}\n\n"
-            "data: [DONE]\n\n");
+  const std::string chunks =
+      "data: {\"choices\":[{\"delta\":{\"content\":\"\xEF\xBF\xBD\"},\"finish_reason\":null,"
+      "\"index\":0,\"logprobs\":null}],\"created\":1700000000,\"id\":\"chatcmpl-1\","
+      "\"model\":\"m\",\"object\":\"chat.completion.chunk\",\"usage\":null}\n\n"
+      "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\",\"index\":0,"
+      "\"logprobs\":null}],\"created\":1700000000,\"id\":\"chatcmpl-1\",\"model\":\"m\","
+      "\"object\":\"chat.completion.chunk\",\"usage\":null}\n\n";
+  ASSERT_EQ(end.substr(0, chunks.size()), chunks);
+  const std::string done = "data: [DONE]\n\n";
+  ASSERT_GT(end.size(), chunks.size() + done.size());
+  ASSERT_EQ(end.substr(end.size() - done.size()), done);
+  // The usage chunk, with the server's timings (from the arrival: measured, so only their
+  // shape is fixed here).
+  const std::string usage = end.substr(chunks.size(), end.size() - chunks.size() - done.size());
+  ASSERT_EQ(usage.rfind("data: ", 0), 0u);
+  nlohmann::json j = nlohmann::json::parse(usage.substr(6));
+  EXPECT_EQ(j["timings"]["time_to_first_token_ms"], 5.0);
+  EXPECT_GT(j["timings"]["total_ms"].get<double>(), 5.0);
+  EXPECT_GT(j["timings"]["output_tokens_per_second"].get<double>(), 0.0);
+  j.erase("timings");
+  EXPECT_EQ(j, nlohmann::json::parse(
+                   R"({"choices":[],"created":1700000000,"id":"chatcmpl-1","model":"m",
+                       "object":"chat.completion.chunk","usage":{"completion_tokens":3,
+                       "prompt_tokens":5,"prompt_tokens_details":{"cached_tokens":0},
+                       "total_tokens":8}})"));
 }
 
 // As in the OpenAI API, the stop string is not content: bytes that may start it are held,
@@ -151,7 +182,7 @@ TEST(OpenAiAnswerTest, AStopStringIsNotContent) {
   auto request = ParseOpenAiRequest(Route::kCompletions,
                                     R"({"prompt":"x","stream":true,"stop":["the end","\n\n"]})", 0);
   ASSERT_TRUE(request.ok()) << request.status();
-  OpenAiAnswer answer(*request, "cmpl-1", 1, "m");
+  OpenAiAnswer answer(*request, "cmpl-1", absl::FromUnixSeconds(1), "m");
   std::string text;
   auto take = [&](const std::string& bytes) {
     const std::string events = answer.Tokens({Token(1, bytes)});
@@ -171,7 +202,7 @@ TEST(OpenAiAnswerTest, AStopStringIsNotContent) {
   EXPECT_THAT(answer.Finish(r), ::testing::Not(HasSubstr("end")));
 
   // A turn that ends for another reason gives back a held tail that never became a stop.
-  OpenAiAnswer other(*request, "cmpl-2", 1, "m");
+  OpenAiAnswer other(*request, "cmpl-2", absl::FromUnixSeconds(1), "m");
   other.Add({Token(1, "a\n")});
   r.reason = scheduler::FinishReason::kLength;
   EXPECT_EQ(other.Body(r, "length")["choices"][0]["text"], "a\n");
@@ -180,7 +211,7 @@ TEST(OpenAiAnswerTest, AStopStringIsNotContent) {
 TEST(OpenAiAnswerTest, ATurnThatDidNotEndNormallyEndsWithAnErrorEventAndNoDone) {
   auto request = ParseOpenAiRequest(Route::kCompletions, R"({"prompt":"x","stream":true})", 0);
   ASSERT_TRUE(request.ok());
-  OpenAiAnswer answer(*request, "cmpl-1", 1, "m");
+  OpenAiAnswer answer(*request, "cmpl-1", absl::FromUnixSeconds(1), "m");
   scheduler::TurnResult r;
   r.reason = scheduler::FinishReason::kShutdown;
   const std::string end = answer.Finish(r);
@@ -192,7 +223,7 @@ TEST(OpenAiAnswerTest, ATurnThatDidNotEndNormallyEndsWithAnErrorEventAndNoDone) 
 TEST(OpenAiAnswerTest, CompletionLogprobsCarryTokensOffsetsAndAlternatives) {
   auto request = ParseOpenAiRequest(Route::kCompletions, R"({"prompt":"x","logprobs":1})", 0);
   ASSERT_TRUE(request.ok());
-  OpenAiAnswer answer(*request, "cmpl-1", 1, "m");
+  OpenAiAnswer answer(*request, "cmpl-1", absl::FromUnixSeconds(1), "m");
   scheduler::TokenEvent a = Token(97, "a");
   a.logprob = -0.5f;
   a.top_logprobs = {{97, -0.5f}};
@@ -206,6 +237,8 @@ TEST(OpenAiAnswerTest, CompletionLogprobsCarryTokensOffsetsAndAlternatives) {
   r.reason = scheduler::FinishReason::kStop;
   nlohmann::json body = answer.Body(r, "stop");
   EXPECT_EQ(body["choices"][0]["text"], "abc");
+  EXPECT_TRUE(body["timings"].is_object());  // no token timed: first token null
+  EXPECT_EQ(body["timings"]["time_to_first_token_ms"], nullptr);
   const nlohmann::json& lp = body["choices"][0]["logprobs"];
   EXPECT_EQ(lp["tokens"], nlohmann::json({"a", "bc"}));
   EXPECT_EQ(lp["token_logprobs"], nlohmann::json({-0.5, -1.0}));

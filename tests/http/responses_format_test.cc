@@ -163,23 +163,6 @@ TEST(ResponsesAnswerTest, StreamsTheEventSequenceAndTheFinalObject) {
               HasSubstr("event: error\ndata: {\"code\""));
 }
 
-TEST(ResponsesTimingsTest, FirstTokenTotalAndTheRateAfterTheFirst) {
-  scheduler::TurnResult result;
-  result.generated_tokens = 11;
-  result.time_to_first_token = absl::Milliseconds(40);
-  EXPECT_EQ(Timings(result, absl::Milliseconds(540)),
-            json({{"time_to_first_token_ms", 40.0},
-                  {"total_ms", 540.0},
-                  {"output_tokens_per_second", 20.0}}));  // 10 tokens in 0.5 s
-  result.generated_tokens = 1;
-  EXPECT_EQ(Timings(result, absl::Milliseconds(40))["output_tokens_per_second"], nullptr);
-  result.generated_tokens = 0;
-  result.time_to_first_token = absl::ZeroDuration();
-  const json none = Timings(result, absl::Milliseconds(7));
-  EXPECT_EQ(none["time_to_first_token_ms"], nullptr);
-  EXPECT_EQ(none["total_ms"], 7.0);
-}
-
 TEST(PrefixCacheTest, AHitNeedsTheSameKeyAndEveryId) {
   store::CheckpointStore::Options o;
   o.memory_bytes = 1 << 20;

@@ -75,7 +75,7 @@ async function collect(stream, chat) {
   const { id, created } = chunks[0];
   expect(typeof id === "string" && id.length > 0, "no stream id");
   expect(Number.isInteger(created) && created > 1.7e9, `created ${created} is not a unix time`);
-  let text = "", finish = null, usage = null;
+  let text = "", finish = null, usage = null, timings = null;
   chunks.forEach((c, i) => {
     expect(c.id === id && c.created === created, `chunk ${i} has id ${c.id} created ${c.created}, the stream ${id} ${created}`);
     expect(c.object === (chat ? "chat.completion.chunk" : "text_completion"), `chunk ${i} object ${c.object}`);
@@ -83,6 +83,7 @@ async function collect(stream, chat) {
       expect(c.choices.length === 0, `the usage chunk has ${c.choices.length} choices`);
       expect(usage === null && i === chunks.length - 1, "the usage chunk is not the last, or not the only one");
       usage = c.usage;
+      timings = c.timings ?? null;
       return;
     }
     expect(c.choices.length === 1 && c.choices[0].index === 0, `chunk ${i}: choices ${JSON.stringify(c.choices)}`);
@@ -105,7 +106,7 @@ async function collect(stream, chat) {
     }
   });
   expect(finish !== null, "no chunk carries a finish_reason");
-  return { text, finish, usage, id };
+  return { text, finish, usage, timings, id };
 }
 
 function expectUsage(u, what) {
@@ -156,12 +157,17 @@ async function basic(model, grpcTextFile) {
   expect(message.role === "assistant" && typeof message.content === "string" && message.content.length > 0,
          `chat message ${JSON.stringify(message)}`);
   expectUsage(chat.usage, "chat usage");
+  // attnserve's server-side timings, beside usage.
+  const goodTimings = (t) => t?.time_to_first_token_ms > 0 && t.total_ms >= t.time_to_first_token_ms &&
+                             t.output_tokens_per_second > 0;
+  expect(goodTimings(chat.timings), `chat timings ${JSON.stringify(chat.timings)}`);
   const streamed = await collect(await openai.chat.completions.create({ ...chatRequest, stream: true }), true);
   expect(streamed.usage === null, "a usage chunk without stream_options.include_usage");
   expect(streamed.text === message.content, `streamed chat ${JSON.stringify(streamed.text)} differs from ${JSON.stringify(message.content)}`);
   const withUsage = await collect(await openai.chat.completions.create({ ...chatRequest, stream: true, stream_options: { include_usage: true } }), true);
   expect(withUsage.text === message.content, "streamed chat with usage differs");
   expectUsage(withUsage.usage, "streamed chat usage");
+  expect(goodTimings(withUsage.timings), `the usage chunk's timings ${JSON.stringify(withUsage.timings)}`);
   expect(withUsage.usage.prompt_tokens === chat.usage.prompt_tokens, "streamed and unstreamed prompt_tokens differ");
   console.log(`chat: ${chat.usage.prompt_tokens} prompt tokens, ${chat.usage.completion_tokens} generated, the same streamed and not: ${JSON.stringify(message.content)}`);
 
