@@ -78,9 +78,9 @@ absl::StatusOr<ConversationCreate> ParseConversationCreate(const std::string& bo
 absl::StatusOr<std::string> ParseForkRequest(const std::string& body);
 // `source` forked at its assistant item `item_id`: a new record `id` (created now) with
 // the items up to and including it, continuing from that item's response, and
-// `forked_from` naming source and item. NOT_FOUND
-// (param "item_id") when the conversation has no such item; INVALID_ARGUMENT when it is
-// not an assistant item with a stored response.
+// `forked_from` naming source and item. NOT_FOUND (param "item_id") when the
+// conversation has no such item; INVALID_ARGUMENT when it is not an assistant item with a
+// stored response.
 absl::StatusOr<ConversationRecord> ForkAt(const ConversationRecord& source,
                                           const std::string& item_id, std::string id,
                                           int64_t created_at);
