@@ -195,7 +195,8 @@ async function openConversation(id) {
   ]);
   if (seq !== state.loadSeq) return;
   state.current = conv;
-  state.model = conv.model ?? null;
+  state.model = conv.model ?? null;  // fixed by its first response
+  if (state.model && modelById(state.model)) $("model").value = state.model;
   state.messages = items.filter((i) => i.type === "message").map(messageFromItem);
   if (location.hash !== `#${id}`) history.replaceState(null, "", `#${id}`);
   if (!state.conversations.some((c) => c.id === id)) state.conversations.unshift(conv);
@@ -216,12 +217,6 @@ async function loadResponses(seq) {
   answers.forEach((m, i) => {
     if (responses[i]) m.stats = { ...m.stats, ...statsOf(responses[i]) };
   });
-  const model = responses.find((r) => r?.model)?.model;
-  if (model) {
-    state.model = model;
-    if (modelById(model)) $("model").value = model;
-  }
-  showModelInfo();
   refreshMessages();
 }
 
