@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "server/http/http_errors.h"
 #include "server/model/gguf_model.h"
 
 namespace attnserve::http {
@@ -155,8 +156,8 @@ absl::StatusOr<ChatTemplateKind> ChatTemplateForDirectory(const std::string& dir
     const nlohmann::json& m = (*reader)->file().metadata;
     std::optional<std::string> tokenizer_config;
     if (m.contains("tokenizer.chat_template")) {
-      tokenizer_config = nlohmann::json{{"chat_template", m["tokenizer.chat_template"]}}.dump(
-          -1, ' ', false, nlohmann::json::error_handler_t::replace);
+      // A file's strings are bytes: Dump replaces invalid UTF-8 where dump() would throw.
+      tokenizer_config = Dump(nlohmann::json{{"chat_template", m["tokenizer.chat_template"]}});
     }
     return ChooseChatTemplate(std::nullopt, tokenizer_config, tokenizer_kind);
   }

@@ -109,6 +109,10 @@ async function collect(stream, chat) {
   return { text, finish, usage, timings, id };
 }
 
+// attnserve's server-side `timings` of a turn that generated two tokens or more.
+const goodTimings = (t) => t?.time_to_first_token_ms > 0 && t.total_ms >= t.time_to_first_token_ms &&
+                           t.output_tokens_per_second > 0;
+
 function expectUsage(u, what) {
   expect(u && Number.isInteger(u.prompt_tokens) && u.prompt_tokens > 0, `${what}: prompt_tokens ${u?.prompt_tokens}`);
   expect(Number.isInteger(u.completion_tokens) && u.completion_tokens > 0, `${what}: completion_tokens ${u?.completion_tokens}`);
@@ -158,8 +162,6 @@ async function basic(model, grpcTextFile) {
          `chat message ${JSON.stringify(message)}`);
   expectUsage(chat.usage, "chat usage");
   // attnserve's server-side timings, beside usage.
-  const goodTimings = (t) => t?.time_to_first_token_ms > 0 && t.total_ms >= t.time_to_first_token_ms &&
-                             t.output_tokens_per_second > 0;
   expect(goodTimings(chat.timings), `chat timings ${JSON.stringify(chat.timings)}`);
   const streamed = await collect(await openai.chat.completions.create({ ...chatRequest, stream: true }), true);
   expect(streamed.usage === null, "a usage chunk without stream_options.include_usage");
@@ -511,10 +513,9 @@ async function conversations(model, baseB) {
   expect(r1.usage.input_tokens_details.cached_tokens === 0 && r1.session?.position > 0 && r1.session?.state_bytes > 0,
          `r1 usage ${JSON.stringify(r1.usage)} session ${JSON.stringify(r1.session)}`);
   // attnserve's server-side timings, stored with the response.
-  const t = r1.timings;
-  expect(t?.time_to_first_token_ms > 0 && t.total_ms >= t.time_to_first_token_ms && t.output_tokens_per_second > 0,
-         `r1 timings ${JSON.stringify(t)}`);
-  expect(JSON.stringify((await b.responses.retrieve(r1.id)).timings) === JSON.stringify(t), "r1's timings retrieved on B");
+  expect(goodTimings(r1.timings), `r1 timings ${JSON.stringify(r1.timings)}`);
+  expect(JSON.stringify((await b.responses.retrieve(r1.id)).timings) === JSON.stringify(r1.timings),
+         "r1's timings retrieved on B");
   const afterR1 = await b.conversations.retrieve(conv.id);
   expect(afterR1.model === model && afterR1.updated_at >= conv.created_at, `after r1: ${JSON.stringify(afterR1)}`);
   const r2 = await b.responses.create({ ...greedy, conversation: { id: conv.id }, input: "And then?" });
