@@ -11,6 +11,7 @@
 #include "attnserve/v1/attnserve.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/service/server.h"
+#include "server/store/snapshot_store.h"
 #include "tests/testing/tiny_model.h"
 
 namespace attnserve::service {
@@ -291,6 +292,48 @@ TEST_F(TenantsTest, TheOwnerSurvivesARestartOnADurableStore) {
   v1::Session loaded;
   ASSERT_TRUE(Get(kAlice, mine.id(), &loaded).ok());
   EXPECT_EQ(loaded.position(), saved.position());
+}
+
+// The store holds records of other kinds beside sessions (stored responses, kept chat
+// states, conversations and each tenant's list of them), under ids anyone can compute.
+// Named as a session, each answers exactly like an id that never existed, and stays.
+TEST_F(TenantsTest, ARecordOfAnotherKindIsNotFoundExactlyLikeOneThatNeverExisted) {
+  const std::string keys = absl::StrCat(kAlice, " alice\n", kBob, " bob\n");
+  const std::string spec = "dir:" + dir_ + "/store";
+  StartServer(keys, spec);
+  auto records = store::OpenSnapshotStore(spec);
+  ASSERT_TRUE(records.ok()) << records.status();
+  const std::string hex32 = "0123456789abcdef0123456789abcdef";
+  const std::vector<std::string> ids = {
+      "convs_" + hex32, "conv_" + hex32, "resp_" + hex32, "pfx_" + hex32 + hex32,
+      "resp_" + hex32 + "_" + hex32};
+  for (const std::string& id : ids) {
+    ASSERT_TRUE((*records)->Put(id, "{\"tenant\":\"alice\"}", absl::Minutes(5)).ok());
+  }
+  // Each RPC on a record's id, and on a twin of the same form that names nothing.
+  auto statuses = [&](const std::string& id, std::string* bytes) {
+    return std::vector<grpc::Status>{Get(kAlice, id), Close(kAlice, id), Fork(kAlice, id),
+                                     Generate(kAlice, id, " a time"),
+                                     Export(kAlice, id, bytes)};
+  };
+  for (const std::string& id : ids) {
+    std::string twin = id;
+    twin.back() = twin.back() == '0' ? '1' : '0';
+    std::string bytes, twin_bytes;
+    const std::vector<grpc::Status> got = statuses(id, &bytes);
+    const std::vector<grpc::Status> want = statuses(twin, &twin_bytes);
+    for (size_t i = 0; i < got.size(); ++i) {
+      std::string message = want[i].error_message();
+      if (size_t at = message.find(twin); at != std::string::npos) {
+        message.replace(at, twin.size(), id);
+      }
+      EXPECT_EQ(want[i].error_code(), grpc::StatusCode::NOT_FOUND) << message;
+      EXPECT_EQ(got[i].error_code(), want[i].error_code()) << id << ": " << got[i].error_message();
+      EXPECT_EQ(got[i].error_message(), message);
+    }
+    EXPECT_TRUE(bytes.empty());
+    EXPECT_TRUE((*records)->Get(id).ok()) << id << " was touched";
+  }
 }
 
 TEST_F(TenantsTest, AMalformedKeysFileStopsTheStartNamingItsLine) {
