@@ -67,6 +67,11 @@ class HookedStore : public store::SnapshotStore {
     absl::MutexLock lock(&mu_);
     return data_.size();
   }
+  // While true, Delete answers UNAVAILABLE and deletes nothing (a store blip).
+  void set_delete_fails(bool fails) {
+    absl::MutexLock lock(&mu_);
+    delete_fails_ = fails;
+  }
   // Makes `id`'s lease look held by another server (AcquireLease answers ABORTED).
   void HoldLeaseElsewhere(const std::string& id) {
     absl::MutexLock lock(&mu_);
@@ -91,6 +96,7 @@ class HookedStore : public store::SnapshotStore {
   absl::Status Delete(const std::string& id) override {
     Enter("Delete", id);
     absl::MutexLock lock(&mu_);
+    if (delete_fails_) return store::StoreUnavailable(name_, "Connection refused");
     data_.erase(id);
     return absl::OkStatus();
   }
@@ -174,6 +180,7 @@ class HookedStore : public store::SnapshotStore {
   std::map<std::string, Entry> data_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> leases_ ABSL_GUARDED_BY(mu_);
   int tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  bool delete_fails_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace attnserve::session::testing
