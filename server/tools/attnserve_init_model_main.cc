@@ -1,6 +1,6 @@
 // attnserve_init_model: writes a model directory (config.json + model.safetensors) with
-// freshly initialised, untrained weights. The build uses it to give the server a model
-// to load before trained checkpoints exist; tests use it for small models.
+// freshly initialised, untrained weights: the benchmarks' models of a chosen shape
+// (tests/bench), and any shape to try the server on before training one.
 #include <iostream>
 #include <string>
 
@@ -72,7 +72,6 @@ int main(int argc, char** argv) {
                          : c.attention.num_heads > 0 ? c.dim / c.attention.num_heads
                                                      : 0;
   c.attention.value_dim = c.attention.head_dim;
-  c.attention.num_kv_heads = c.attention.num_heads;
   c.tokenizer_class = attnserve::model::kByteTokenizerClass;
   auto model = attnserve::model::Model::Create(c, flags.seed);
   if (!model.ok()) {
