@@ -13,6 +13,7 @@
 #include "grpc/health/v1/health.pb.h"
 #include "server/service/tls_credentials.h"
 #include "server/store/memory_store.h"
+#include "server/store/record_kind.h"
 #include "server/store/snapshot_store.h"
 
 namespace attnserve::service {
@@ -140,7 +141,8 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
       // A connection of its own to the same store: records beside the sessions.
       auto durable = store::OpenSnapshotStore(options.session_store);
       if (!durable.ok()) return durable.status();
-      checkpoints.durable = *std::move(durable);
+      checkpoints.durable = store::ForKinds(
+          {store::RecordKind::kResponse, store::RecordKind::kPrefixState}, *std::move(durable));
     }
     s->checkpoints_ = std::make_unique<store::CheckpointStore>(std::move(checkpoints));
     deps.checkpoints = s->checkpoints_.get();
@@ -152,6 +154,9 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
       if (!durable.ok()) return durable.status();
       conversations = *std::move(durable);
     }
+    conversations = store::ForKinds(
+        {store::RecordKind::kConversation, store::RecordKind::kConversationList},
+        std::move(conversations));
     s->conversations_ = std::make_unique<http::ConversationStore>(std::move(conversations),
                                                                   options.conversation_ttl);
     deps.conversations = s->conversations_.get();

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/common/random_id.h"
 #include "server/session/session_store_internal.h"
+#include "server/store/record_kind.h"
 
 namespace attnserve::session {
 using internal::ChargeFor;
@@ -65,8 +66,22 @@ absl::StatusOr<std::unique_ptr<SessionStore>> SessionStore::Create(Options optio
   return std::make_unique<SessionStore>(std::move(options));
 }
 
+namespace {
+
+// The durable store as the registry sees it: sessions only. The store holds other
+// records beside them (stored responses, conversations, ...) under ids anyone can
+// compute; named as a session, each must answer as an id that never existed, in every
+// method, without being read.
+SessionStore::Options OnlySessions(SessionStore::Options options) {
+  options.durable =
+      store::ForKinds({store::RecordKind::kSession}, std::move(options.durable));
+  return options;
+}
+
+}  // namespace
+
 SessionStore::SessionStore(Options options)
-    : options_(std::move(options)),
+    : options_(OnlySessions(std::move(options))),
       residency_(Residency::Limits{options_.max_sessions, options_.memory_budget_bytes,
                                    options_.tenant_limits}) {
   int64_t largest = 0;
