@@ -27,8 +27,9 @@ class OwnSession {
   // Closes it; later calls do nothing. May wait on the durable store.
   void Close() {
     if (closed_.exchange(true)) return;
-    // NOT_FOUND: it expired, or a drain took it; nothing is left either way.
-    (void)store_->Close(tenant_, id_);
+    // Freed from memory whatever the store says (a failed delete is retried by the
+    // store's housekeeping); NOT_FOUND: it expired, or a drain took it.
+    (void)store_->Discard(tenant_, id_);
   }
 
  private:

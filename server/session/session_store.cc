@@ -467,6 +467,7 @@ int SessionStore::ExpireIdle() {
   }
   for (const auto& [id, token] : leases) leases_->Release(id, token);
   if (options_.durable) (void)options_.durable->RemoveExpired();
+  RetryDeletes();
   return expired;
 }
 

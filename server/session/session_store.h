@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -153,6 +154,14 @@ class SessionStore {
   // UNAVAILABLE and nothing changes. May wait on the store.
   absl::Status Close(std::string_view tenant, const std::string& id);
 
+  // Close for a session nobody else names (the HTTP front's own, OwnSession): the
+  // session leaves memory and its charge is freed even when its stored copy cannot be
+  // deleted now (a store blip), so an outage cannot hold a tenant's limits for a TTL;
+  // that delete is then retried by ExpireIdle until it succeeds or the copy has expired
+  // by itself, and the id never loads again meanwhile. Returns Close's status. May wait
+  // on the store.
+  absl::Status Discard(std::string_view tenant, const std::string& id);
+
   // Loads the session if it is not in memory (errors as BeginTurn). With a durable
   // store, a copy in memory that another server has since written past is replaced by
   // the stored one first (one generation read). May wait on the store.
@@ -179,7 +188,8 @@ class SessionStore {
   absl::StatusOr<std::shared_ptr<Session>> Fork(std::string_view tenant, const std::string& id,
                                                 absl::Duration ttl);
 
-  // Closes every idle session whose TTL has passed; returns how many left memory. Their
+  // Closes every idle session whose TTL has passed, and retries the deletes Discard
+  // could not finish; returns how many sessions left memory. Their
   // stored copies expire by themselves (a copy's TTL runs from its last write, never
   // later than the session's last use), so a session another server still uses is not
   // deleted from under it. May wait on the store.
@@ -258,6 +268,8 @@ class SessionStore {
   bool SpillOne(std::optional<std::string_view> owner = std::nullopt);
   absl::Status Write(const std::string& id, const std::string& bytes, absl::Duration ttl);
   absl::Status DeleteStored(const std::string& id);
+  // Retries the deletes of Discard's pending_deletes_ (session_store_discard.cc).
+  void RetryDeletes();
   // Runs `work` on the writer thread, after the work queued before it.
   void Enqueue(std::function<void()> work);
   void WriterLoop();
@@ -274,6 +286,8 @@ class SessionStore {
   // Sessions this process spilled and has not loaded back (a load of any other stored
   // session is a migration in).
   std::set<std::string> spilled_ ABSL_GUARDED_BY(mu_);
+  // Stored copies Discard could not delete, with the time each expires by itself.
+  std::map<std::string, absl::Time> pending_deletes_ ABSL_GUARDED_BY(mu_);
 
   // The writer thread: saves after turns (PersistMode::kEachTurn, drain) and store-lease
   // releases the engine must not wait for, in submission order. std::mutex, not

@@ -77,6 +77,11 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(std::string_view ten
   // The store holds other records beside sessions (stored responses): only a session's
   // id form names a session.
   if (!IsRandomId128(id)) return NotFound(id);
+  {
+    // Discarded here; its stored copy awaits deletion.
+    absl::ReaderMutexLock lock(&mu_);
+    if (pending_deletes_.count(id) != 0) return NotFound(id);
+  }
   // No lease: stored copies are replaced atomically, and a claim compares generations
   // under the lease before it runs anything.
   const absl::Time start = absl::Now();
