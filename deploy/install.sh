@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs every system package attnserve needs on Debian 12, then points LibTorch's BLAS
+# Installs the system packages attnserve needs on Debian 12, then points LibTorch's BLAS
 # at OpenBLAS (serial build). Idempotent and non-interactive; run as root (or via sudo).
 #
-#   deploy/install.sh            build + test dependencies
+#   deploy/install.sh            build + test dependencies (tests/run.sh)
+#   deploy/install.sh --server   only what building attnserve_server and attnserve_client
+#                                needs (deploy/run.sh, the container's build stage)
 #   deploy/install.sh --runtime  only the shared libraries the two binaries load (the
 #                                container's runtime stage, deploy/Dockerfile)
 #
@@ -15,7 +17,9 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
-PACKAGES=(
+# What configuring and building attnserve_server and attnserve_client needs (CMake
+# configured with -DATTNSERVE_BUILD_TESTS=OFF -DATTNSERVE_BUILD_BENCHMARKS=OFF).
+SERVER_PACKAGES=(
   # toolchain
   build-essential cmake ninja-build ccache pkg-config git dpkg-dev
   # gRPC + Protobuf + abseil
@@ -29,6 +33,19 @@ PACKAGES=(
   libtorch-dev libopenblas0-serial libopenblas-serial-dev
   # metrics
   prometheus-cpp-dev
+  # model directories from elsewhere (server/DESIGN.md §8): config.json and the
+  # safetensors header (JSON), SentencePiece tokenizers
+  nlohmann-json3-dev libsentencepiece-dev
+  # byte-level BPE tokenizers (tokenizer.json): the pre-tokenizer's split patterns
+  libpcre2-dev
+  # the OpenAI-compatible HTTP front (server/http): a header-only HTTP/1.1 server
+  libcpp-httplib-dev
+  # session store: the Redis backend's client library
+  libhiredis-dev
+)
+
+# Everything else a full build and the tests need (tests/run.sh).
+TEST_PACKAGES=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # tests/sanitizers/run.sh: libFuzzer targets need clang and its runtimes
@@ -36,7 +53,8 @@ PACKAGES=(
   # clang-14); llvm-14 has llvm-symbolizer for readable sanitizer stacks. The GCC
   # sanitizer runtimes (libasan8, libubsan1, libtsan2) come with build-essential's gcc-12.
   clang-14 libclang-rt-14-dev llvm-14
-  # training corpus: the King James Bible (public domain), printed by `bible`
+  # training corpus: the King James Bible (public domain), printed by `bible` (the
+  # attnserve_corpus target of a full build)
   bible-kjv bible-kjv-text
   # tests/e2e: a real Prometheus, compose-file validation, the Python client
   prometheus docker-compose python3-grpcio python3-protobuf
@@ -48,8 +66,8 @@ PACKAGES=(
   openssl
   # tests/openai: SSE framing checked byte for byte
   curl
-  # session store: the Redis backend (client library) and its tests (a real redis-server)
-  libhiredis-dev redis-server
+  # the session store's tests: a real redis-server
+  redis-server
   # tests/e2e: the gRPC proxies in front of several replicas (deploy/haproxy, deploy/nginx)
   haproxy nginx
   # tests/e2e/container_test.sh: deploy/Dockerfile built and run with podman (rootful, host
@@ -57,13 +75,6 @@ PACKAGES=(
   podman runc debootstrap
   # deploy/models/plot.sh: the training-curve plot
   gnuplot-nox
-  # model directories from elsewhere (server/DESIGN.md §8): config.json and the
-  # safetensors header (JSON), SentencePiece tokenizers
-  nlohmann-json3-dev libsentencepiece-dev
-  # byte-level BPE tokenizers (tokenizer.json): the pre-tokenizer's split patterns
-  libpcre2-dev
-  # the OpenAI-compatible HTTP front (server/http): a header-only HTTP/1.1 server
-  libcpp-httplib-dev
   # tests/hf: the oracles we did not write: PyTorch (the same 1.13 as our LibTorch) trains
   # and records the reference models, spm_train makes their vocabularies,
   # python3-sentencepiece tokenizes the reference prompts
@@ -78,10 +89,12 @@ RUNTIME_PACKAGES=(
   libssl3 libhiredis0.14 libsentencepiece0 libcpp-httplib0.11 libpcre2-8-0
 )
 
-case "${1:-}" in
-  "") ;;
+mode=${1:-}
+case $mode in
+  "") PACKAGES=("${SERVER_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  --server) PACKAGES=("${SERVER_PACKAGES[@]}") ;;
   --runtime) PACKAGES=("${RUNTIME_PACKAGES[@]}") ;;
-  *) echo "usage: deploy/install.sh [--runtime]" >&2; exit 2 ;;
+  *) echo "usage: deploy/install.sh [--server | --runtime]" >&2; exit 2 ;;
 esac
 
 missing=()
@@ -101,8 +114,8 @@ fi
 
 # Test dependencies from npm: each directory below is pinned by its package-lock.json and
 # installed into its own node_modules, so the tests download nothing when they run. Node
-# and npm come from Debian when the machine has none. Only where the tests are: the
-# image's build stage runs this script before it copies the sources (deploy/Dockerfile).
+# and npm come from Debian when the machine has none. Only in the full mode, and only
+# where the tests are.
 # npm_packages DIR NPM_ARGS...: runs `npm NPM_ARGS` in DIR unless `npm ls` finds every
 # package of its lock file there already.
 npm_packages() {
@@ -123,7 +136,7 @@ npm_packages() {
   fi
 }
 
-if [ "${1:-}" != "--runtime" ]; then
+if [ -z "$mode" ]; then
   repo_dir=$(cd "$(dirname "$0")/.." && pwd)
   # The official openai SDK (tests/openai/sdk_test.sh).
   npm_packages "$repo_dir/tests/openai" ci

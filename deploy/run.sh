@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# The README's first command: installs the system packages, builds, starts the server on
-# the shipped default model, and shows the sample client streaming from it. The server
-# then keeps serving in the foreground until Ctrl-C (SIGINT) or SIGTERM.
+# The README's first command: installs the packages the server and the client need to
+# build, builds those two binaries, starts the server on the shipped default model
+# (committed in deploy/models/kjv-taylor2-decay, nothing to train), and shows the sample
+# client streaming from it. The server then keeps serving in the foreground until Ctrl-C
+# (SIGINT) or SIGTERM. tests/run.sh installs and builds everything else.
 # Server flags may be passed through, e.g. deploy/run.sh --listen=127.0.0.1:6000
 set -euo pipefail
 cd "$(dirname "$0")/.."
-deploy/install.sh
-deploy/build.sh build
+deploy/install.sh --server
+# A first configure leaves out the test and benchmark suites, whose libraries
+# `install.sh --server` does not install; a build directory configured before (by
+# tests/run.sh) keeps its options.
+options=()
+[ -f build/CMakeCache.txt ] || options=(-DATTNSERVE_BUILD_TESTS=OFF -DATTNSERVE_BUILD_BENCHMARKS=OFF)
+ATTNSERVE_BUILD_TARGETS="attnserve_server attnserve_client" deploy/build.sh build "${options[@]}"
 
 server=build/server/attnserve_server
 client=build/client/attnserve_client

@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install.sh
-deploy/build.sh build
+# Explicitly on: deploy/run.sh may have configured build/ without them.
+deploy/build.sh build -DATTNSERVE_BUILD_TESTS=ON -DATTNSERVE_BUILD_BENCHMARKS=ON
 (cd build && ctest --output-on-failure --timeout 900)
 tests/sanitizers/run.sh
