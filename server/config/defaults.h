@@ -41,5 +41,9 @@ inline constexpr int64_t kCheckpointMemoryBytes = int64_t{256} << 20;
 // Conversations (/v1/conversations): how long one lives after its last change (its
 // responses' states as long).
 inline constexpr absl::Duration kConversationTtl = absl::Hours(24 * 30);
+// Most conversations one tenant keeps; bytes of conversation records a server without a
+// durable store keeps in memory.
+inline constexpr int kMaxConversationsPerTenant = 1000;
+inline constexpr int64_t kConversationMemoryBytes = int64_t{256} << 20;
 
 }  // namespace attnserve::config::defaults

@@ -14,7 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kFormat[] = "attnserve-conversation/1";
+constexpr char kFormat[] = "attnserve-conversation/2";
 
 bool IsHex32(const std::string& s, size_t from) {
   return s.size() == from + 32 && std::all_of(s.begin() + from, s.end(), [](char c) {
@@ -48,7 +48,9 @@ std::string EncodeConversation(const ConversationRecord& r) {
               {"model", r.model},
               {"head", r.head},
               {"in_state", r.in_state},
-              {"items", r.items},
+              {"item_count", r.item_count},
+              {"pages", r.pages},
+              {"inherited", r.inherited},
               {"forked_from", r.forked_from}}
       .dump();
 }
@@ -56,51 +58,58 @@ std::string EncodeConversation(const ConversationRecord& r) {
 absl::StatusOr<ConversationRecord> DecodeConversation(const std::string& bytes) {
   json j = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Corrupt("not a JSON object");
-  if (j.value("format", "") != kFormat) return Corrupt("not attnserve-conversation/1");
+  if (j.value("format", "") != kFormat) return Corrupt("not attnserve-conversation/2");
+  for (const char* field : {"id", "tenant", "model", "head"}) {
+    if (!j[field].is_string()) return Corrupt(absl::StrCat(field, " is not a string"));
+  }
+  for (const char* field : {"created_at", "updated_at"}) {
+    if (!j[field].is_number_integer()) return Corrupt(absl::StrCat(field, " is not an integer"));
+  }
+  for (const char* field : {"in_state", "item_count", "pages", "inherited"}) {
+    if (!j[field].is_number_unsigned()) return Corrupt(absl::StrCat(field, " is not a count"));
+  }
+  if (!j["metadata"].is_object()) return Corrupt("metadata is not an object");
   ConversationRecord r;
-  const json& id = j["id"];
-  const json& tenant = j["tenant"];
-  const json& created = j["created_at"];
-  const json& model = j["model"];
-  const json& head = j["head"];
-  const json& in_state = j["in_state"];
-  if (!id.is_string() || !tenant.is_string() || !created.is_number_integer() ||
-      !j["metadata"].is_object() || !model.is_string() || !head.is_string() ||
-      !in_state.is_number_unsigned() || !j["items"].is_array()) {
-    return Corrupt("a field is missing or of the wrong type");
-  }
-  r.id = id.get<std::string>();
-  r.tenant = tenant.get<std::string>();
-  r.created_at = created.get<int64_t>();
+  r.id = j["id"].get<std::string>();
+  r.tenant = j["tenant"].get<std::string>();
+  r.created_at = j["created_at"].get<int64_t>();
+  r.updated_at = j["updated_at"].get<int64_t>();
   r.metadata = j["metadata"];
-  r.model = model.get<std::string>();
-  r.head = head.get<std::string>();
-  r.in_state = in_state.get<size_t>();
-  r.items = j["items"];
-  if (r.in_state > r.items.size()) return Corrupt("in_state beyond the items");
-  // Optional: records written before these fields.
-  r.updated_at = r.created_at;
-  if (const json* updated = Field(j, "updated_at"); updated != nullptr) {
-    if (!updated->is_number_integer()) return Corrupt("updated_at is not an integer");
-    r.updated_at = updated->get<int64_t>();
+  r.model = j["model"].get<std::string>();
+  r.head = j["head"].get<std::string>();
+  r.in_state = j["in_state"].get<size_t>();
+  r.item_count = j["item_count"].get<size_t>();
+  r.pages = j["pages"].get<int64_t>();
+  r.inherited = j["inherited"].get<size_t>();
+  if (r.in_state > r.item_count || r.inherited > r.item_count) {
+    return Corrupt("in_state or inherited beyond the items");
   }
-  if (const json* source = Field(j, "forked_from"); source != nullptr) {
-    const json* conversation = Field(*source, "conversation_id");
-    const json* item = Field(*source, "item_id");
+  const json& source = j["forked_from"];
+  if (!source.is_null()) {
+    const json* conversation = Field(source, "conversation_id");
+    const json* item = Field(source, "item_id");
     if (conversation == nullptr || !conversation->is_string() || item == nullptr ||
         !item->is_string()) {
       return Corrupt("forked_from is not {conversation_id, item_id}");
     }
-    r.forked_from = *source;
+    r.forked_from = source;
   }
-  for (const json& item : r.items) {
+  return r;
+}
+
+std::string EncodeItemPage(const json& items) { return items.dump(); }
+
+absl::StatusOr<json> DecodeItemPage(const std::string& bytes) {
+  json items = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  if (items.is_discarded() || !items.is_array()) return Corrupt("an item page is not a list");
+  for (const json& item : items) {
     if (!item.is_object() || !item["id"].is_string() || !item["role"].is_string() ||
         !item["content"].is_array() || item["content"].size() != 1 ||
         !item["content"][0]["text"].is_string()) {
       return Corrupt("an item is not a text message");
     }
   }
-  return r;
+  return items;
 }
 
 json ConversationObject(const ConversationRecord& r) {
@@ -215,6 +224,8 @@ absl::StatusOr<ConversationRecord> ForkAt(const ConversationRecord& source,
     fork.model = source.model;
     fork.head = response->get<std::string>();
     fork.in_state = i + 1;
+    fork.item_count = i + 1;
+    fork.inherited = i + 1;
     fork.items = json(std::vector<json>(source.items.begin(), source.items.begin() + i + 1));
     return fork;
   }

@@ -1,15 +1,18 @@
 // The Conversations API (POST /v1/conversations, GET / DELETE /v1/conversations/{id},
 // GET /v1/conversations/{id}/items, `conversation` on /v1/responses) without the server:
-// the stored record, its JSON objects and the request bodies. attnserve's extensions:
+// the stored records, their JSON objects and the request bodies. attnserve's extensions:
 // GET /v1/conversations (the caller's conversations, newest first), POST
 // /v1/conversations/{id}/fork, and `response_id` on assistant items.
 //
-// A conversation is a session that lives in the store between turns: its record holds
-// the items (the turns' text, for listing) and `head`, the stored response (a checkpoint:
-// responses_api.h) whose state holds the first `in_state` items. A response in the
-// conversation continues from head's state, prefills only the items after it and its own
-// input, and moves head to itself. A fork is a new record whose head is an earlier
-// assistant item's response: nothing is prefilled again. Records are small JSON texts.
+// A conversation is a session that lives in the store between turns. Its items (the
+// turns' text, for listing) are stored as immutable pages, one per change that adds
+// items; its head record is the only part that changes: the counts of items and pages,
+// and `head`, the stored response (a checkpoint: responses_api.h) whose state holds the
+// first `in_state` items. A response in the conversation continues from head's state,
+// prefills only the items after it and its own input, writes one page and moves head to
+// itself. A fork is a new conversation whose head is an earlier assistant item's
+// response: nothing is prefilled again. Records are small JSON texts
+// (conversation_store.h says where they live).
 #pragma once
 
 #include <cstdint>
@@ -37,17 +40,28 @@ struct ConversationRecord {
   std::string model;  // "" until its first response
   std::string head;   // the response whose state holds items[0, in_state); "" none
   size_t in_state = 0;
-  nlohmann::json items = nlohmann::json::array();  // message items, oldest first
+  size_t item_count = 0;  // items in its pages
+  int64_t pages = 0;      // item pages stored: 0 .. pages - 1
+  // The first `inherited` items are a fork's copy of its source's: their responses are
+  // the source's (deleting this conversation leaves them alone).
+  size_t inherited = 0;
   // A fork's source: {"conversation_id", "item_id"}; null for a conversation created as
   // itself.
   nlohmann::json forked_from = nullptr;
+  // Its message items, oldest first, when read (ConversationStore::ReadItems) or made
+  // (creation, ForkAt); not part of the head record.
+  nlohmann::json items = nlohmann::json::array();
 };
 
-// {"format": "attnserve-conversation/1", ...} as JSON text.
+// The head record, {"format": "attnserve-conversation/2", ...} as JSON text (items
+// excluded).
 std::string EncodeConversation(const ConversationRecord& record);
-// DATA_LOSS naming what is wrong for bytes that are not a record. A record written
-// before `updated_at` and `forked_from` existed reads as never updated and not a fork.
+// DATA_LOSS naming what is wrong for bytes that are not a head record.
 absl::StatusOr<ConversationRecord> DecodeConversation(const std::string& bytes);
+// A page of items (a JSON array of message items) as JSON text, and back: DATA_LOSS for
+// bytes that are not one.
+std::string EncodeItemPage(const nlohmann::json& items);
+absl::StatusOr<nlohmann::json> DecodeItemPage(const std::string& bytes);
 
 // {id, object: "conversation", created_at, metadata}, and attnserve's: `model` (the last
 // response's; null before the first), `updated_at`, `forked_from` (null, or the source
@@ -59,7 +73,8 @@ nlohmann::json ConversationObject(const ConversationRecord& record);
 // added to it.
 nlohmann::json MessageItem(const std::string& id, const ChatMessage& message,
                            const std::string& status, const std::string& response_id = "");
-// The messages of items[in_state:], the part of the conversation not in head's state.
+// The messages of items[in_state:], the part of the conversation not in head's state
+// (its items must have been read).
 std::vector<ChatMessage> MessagesNotInState(const ConversationRecord& record);
 
 // OpenAI's metadata limits: an object of at most 16 string values, keys of at most 64
@@ -76,9 +91,9 @@ absl::StatusOr<ConversationCreate> ParseConversationCreate(const std::string& bo
 
 // The `item_id` of POST /v1/conversations/{id}/fork's body.
 absl::StatusOr<std::string> ParseForkRequest(const std::string& body);
-// `source` forked at its assistant item `item_id`: a new record `id` (created now) with
-// the items up to and including it, continuing from that item's response, and
-// `forked_from` naming source and item. NOT_FOUND (param "item_id") when the
+// `source` (its items read) forked at its assistant item `item_id`: a new record `id`
+// (created now) with the items up to and including it, all inherited, continuing from
+// that item's response, and `forked_from` naming source and item. NOT_FOUND (param "item_id") when the
 // conversation has no such item; INVALID_ARGUMENT when it is not an assistant item with a
 // stored response.
 absl::StatusOr<ConversationRecord> ForkAt(const ConversationRecord& source,

@@ -91,7 +91,9 @@ void HttpFront::UpdateConversation(const httplib::Request& req, httplib::Respons
   ConversationRecord next = (*change)->record();
   next.metadata = *metadata;
   next.updated_at = absl::ToUnixSeconds(absl::Now());
-  if (absl::Status s = (*change)->Commit(next); !s.ok()) return Fail(route_name, s, res);
+  if (absl::Status s = (*change)->Commit(next, json::array()); !s.ok()) {
+    return Fail(route_name, s, res);
+  }
   Answer(res, 200, ConversationObject(next));
   Record(route_name, 200, next.model);
 }
@@ -114,6 +116,9 @@ void HttpFront::ListConversationItems(const httplib::Request& req, httplib::Resp
   if (!tenant.ok()) return Fail(route_name, tenant.status(), res);
   auto record = deps_.conversations->Get(*tenant, req.matches[1]);
   if (!record.ok()) return Fail(route_name, record.status(), res);
+  if (absl::Status s = deps_.conversations->ReadItems(&*record); !s.ok()) {
+    return Fail(route_name, s, res, record->model);
+  }
   auto query = ParsePageQuery(Query(req, "limit"), Query(req, "order"), Query(req, "after"));
   if (!query.ok()) return Fail(route_name, query.status(), res, record->model);
   auto page = ListPage(record->items, *query);
@@ -128,6 +133,9 @@ void HttpFront::ForkConversation(const httplib::Request& req, httplib::Response&
   if (!tenant.ok()) return Fail(route_name, tenant.status(), res);
   auto source = deps_.conversations->Get(*tenant, req.matches[1]);
   if (!source.ok()) return Fail(route_name, source.status(), res);
+  if (absl::Status s = deps_.conversations->ReadItems(&*source); !s.ok()) {
+    return Fail(route_name, s, res, source->model);
+  }
   auto item = ParseForkRequest(req.body);
   if (!item.ok()) return Fail(route_name, item.status(), res, source->model);
   auto fork = ForkAt(*source, *item, absl::StrCat("conv_", RandomId128()),

@@ -79,8 +79,14 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
       generate.set_model(c.model);
     }
     if (!c.head.empty()) previous_id = c.head;
-    messages = MessagesNotInState(c);
-    messages.insert(messages.end(), request->input.begin(), request->input.end());
+    if (c.in_state < c.item_count) {  // items given at creation, not prefilled yet
+      ConversationRecord read = c;
+      if (absl::Status s = deps_.conversations->ReadItems(&read); !s.ok()) {
+        return Fail(route_name, s, res, c.model);
+      }
+      messages = MessagesNotInState(read);
+      messages.insert(messages.end(), request->input.begin(), request->input.end());
+    }
   }
 
   // The state to continue from, and the model it ran on.
@@ -169,7 +175,7 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
       auto bytes = std::make_shared<const std::string>(EncodeResponseRecord(record));
       // A conversation's responses live as long as it may fork at them.
       const absl::Duration ttl =
-          conversation != nullptr ? std::max(options_.response_ttl, deps_.conversations->ttl())
+          conversation != nullptr ? std::max(options_.response_ttl, deps_.conversations->held_ttl())
                                   : options_.response_ttl;
       absl::Status s = deps_.checkpoints->Put(answer->id(), std::move(bytes), ttl);
       if (!s.ok()) {
@@ -178,20 +184,24 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
       }
     }
     if (conversation != nullptr) {
-      ConversationRecord next = conversation->record();
+      const ConversationRecord& last = conversation->record();
+      json added = json::array();
       for (const ChatMessage& m : input) {
-        next.items.push_back(MessageItem(absl::StrCat("msg_", RandomId128()), m, "completed"));
+        added.push_back(MessageItem(absl::StrCat("msg_", RandomId128()), m, "completed"));
       }
       json item = response["output"][0];
       item["response_id"] = answer->id();
-      next.items.push_back(std::move(item));
+      added.push_back(std::move(item));
+      ConversationRecord next = last;
       next.model = model_name;
       next.updated_at = absl::ToUnixSeconds(absl::Now());
       next.head = answer->id();
-      next.in_state = next.items.size();
-      if (absl::Status s = conversation->Commit(next); !s.ok()) {
+      next.in_state = last.item_count + added.size();
+      if (absl::Status s = conversation->Commit(next, added); !s.ok()) {
+        // Not in the conversation (deleted meanwhile, or the store failed): not kept.
+        if (store) deps_.checkpoints->Delete(answer->id()).IgnoreError();
         return absl::Status(s.code(), absl::StrCat("response '", answer->id(),
-                                                   "' is stored, but ", s.message()));
+                                                   "' is not stored: ", s.message()));
       }
     }
     own->Close();

@@ -146,19 +146,19 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     }
     s->checkpoints_ = std::make_unique<store::CheckpointStore>(std::move(checkpoints));
     deps.checkpoints = s->checkpoints_.get();
-    std::unique_ptr<store::SnapshotStore> conversations;
+    http::ConversationStore::Options conversation_options;
+    conversation_options.ttl = options.conversation_ttl;
+    conversation_options.responses = http::CheckpointResponses(s->checkpoints_.get());
     if (options.session_store == "memory") {
-      conversations = std::make_unique<store::MemorySnapshotStore>();
+      s->conversations_ = http::ConversationStore::InMemory(std::move(conversation_options));
     } else {
       auto durable = store::OpenSnapshotStore(options.session_store);
       if (!durable.ok()) return durable.status();
-      conversations = *std::move(durable);
+      s->conversations_ = std::make_unique<http::ConversationStore>(
+          store::ForKinds({store::RecordKind::kConversation, store::RecordKind::kConversationList},
+                          *std::move(durable)),
+          std::move(conversation_options));
     }
-    conversations = store::ForKinds(
-        {store::RecordKind::kConversation, store::RecordKind::kConversationList},
-        std::move(conversations));
-    s->conversations_ = std::make_unique<http::ConversationStore>(std::move(conversations),
-                                                                  options.conversation_ttl);
     deps.conversations = s->conversations_.get();
     auto front = http::HttpFront::Start(std::move(http_options), deps);
     if (!front.ok()) return front.status();

@@ -97,6 +97,12 @@ absl::StatusOr<std::shared_ptr<const std::string>> CheckpointStore::Get(const st
   return bytes;
 }
 
+absl::Status CheckpointStore::Renew(const std::string& key, absl::Duration ttl) {
+  auto bytes = Get(key);
+  if (!bytes.ok()) return bytes.status();
+  return Put(key, *std::move(bytes), ttl);
+}
+
 absl::Status CheckpointStore::Delete(const std::string& key) {
   if (ValidateSnapshotId(key).ok() && options_.durable) {
     if (absl::Status s = options_.durable->Delete(key); !s.ok()) return s;

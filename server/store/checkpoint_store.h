@@ -52,6 +52,9 @@ class CheckpointStore {
   absl::StatusOr<std::shared_ptr<const std::string>> Get(const std::string& key);
   // Removes `key` everywhere; OK if absent. UNAVAILABLE when the store is unreachable.
   absl::Status Delete(const std::string& key);
+  // Keeps `key` for `ttl` from now (a durable store's copy is written again); NOT_FOUND
+  // and UNAVAILABLE as Get.
+  absl::Status Renew(const std::string& key, absl::Duration ttl);
 
   // "memory" or the durable store's name.
   std::string name() const;

@@ -106,7 +106,13 @@ class ConversationStoreTest : public testing::Test {
  protected:
   ConversationStoreTest()
       : log_(std::make_shared<CountingStore::Log>()),
-        store_(std::make_unique<CountingStore>(log_), absl::Hours(24)) {}
+        store_(std::make_unique<CountingStore>(log_), Options()) {}
+
+  static ConversationStore::Options Options() {
+    ConversationStore::Options o;
+    o.ttl = absl::Hours(24);
+    return o;
+  }
 
   // A new conversation of `tenant` with one user item.
   std::string Create(const std::string& tenant) {
@@ -123,12 +129,13 @@ class ConversationStoreTest : public testing::Test {
     auto change = store_.Begin(tenant, id);
     if (!change.ok()) return change.status();
     ConversationRecord next = (*change)->record();
-    next.items.push_back(MessageItem(absl::StrCat("msg_u", n), {"user", "And then?"}, "completed"));
-    next.items.push_back(MessageItem(absl::StrCat("msg_a", n), {"assistant", "Then it went on."},
-                                     "completed", absl::StrCat("resp_", n)));
+    json added = json::array();
+    added.push_back(MessageItem(absl::StrCat("msg_u", n), {"user", "And then?"}, "completed"));
+    added.push_back(MessageItem(absl::StrCat("msg_a", n), {"assistant", "Then it went on."},
+                                "completed", absl::StrCat("resp_", n)));
     next.head = absl::StrCat("resp_", n);
-    next.in_state = next.items.size();
-    return (*change)->Commit(next);
+    next.in_state = next.item_count + added.size();
+    return (*change)->Commit(next, added);
   }
   std::set<std::string> KeysSoFar() {
     absl::MutexLock lock(&log_->mu);
@@ -199,6 +206,10 @@ TEST_F(ConversationStoreTest, ATurnWritesAsMuchAtTurn100AsAtTurn1) {
   EXPECT_LE(per_turn[99], per_turn[0] + 16);
   auto record = store_.Get("acme", id);
   ASSERT_TRUE(record.ok()) << record.status();
+  ASSERT_TRUE(store_.ReadItems(&*record).ok());
+  ASSERT_EQ(record->items.size(), 201u);
+  EXPECT_EQ(record->items[200]["id"], "msg_a100");
+  EXPECT_EQ(record->in_state, 201u);
 }
 
 TEST_F(ConversationStoreTest, CreatingWritesAsMuchForTheTenants300thAsForItsFirst) {

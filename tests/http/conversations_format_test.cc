@@ -32,11 +32,14 @@ ConversationRecord TwoTurns() {
   r.items.push_back(MessageItem("msg_a2", {"assistant", "Then"}, "incomplete", "resp_2"));
   r.head = "resp_2";
   r.in_state = 4;
+  r.item_count = 4;
+  r.pages = 2;
   return r;
 }
 
 TEST(ConversationRecordTest, RoundTripsAndRefusesWhatIsNotOne) {
-  const ConversationRecord r = TwoTurns();
+  ConversationRecord r = TwoTurns();
+  r.inherited = 2;
   auto back = DecodeConversation(EncodeConversation(r));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->id, r.id);
@@ -48,11 +51,16 @@ TEST(ConversationRecordTest, RoundTripsAndRefusesWhatIsNotOne) {
   EXPECT_EQ(back->model, "m");
   EXPECT_EQ(back->head, "resp_2");
   EXPECT_EQ(back->in_state, 4u);
-  EXPECT_EQ(back->items, r.items);
+  EXPECT_EQ(back->item_count, 4u);
+  EXPECT_EQ(back->pages, 2);
+  EXPECT_EQ(back->inherited, 2u);
+  EXPECT_TRUE(back->items.empty());  // items live in pages, not in the head
 
   json j = json::parse(EncodeConversation(r));
-  for (const char* field : {"format", "id", "tenant", "created_at", "metadata", "model", "head",
-                            "in_state", "items"}) {
+  EXPECT_FALSE(j.contains("items"));
+  for (const char* field : {"format", "id", "tenant", "created_at", "updated_at", "metadata",
+                            "model", "head", "in_state", "item_count", "pages",
+                            "inherited"}) {
     json broken = j;
     broken.erase(field);
     EXPECT_TRUE(absl::IsDataLoss(DecodeConversation(broken.dump()).status())) << field;
@@ -60,9 +68,6 @@ TEST(ConversationRecordTest, RoundTripsAndRefusesWhatIsNotOne) {
   json beyond = j;
   beyond["in_state"] = 5;
   EXPECT_THAT(DecodeConversation(beyond.dump()).status().message(), HasSubstr("in_state"));
-  json item = j;
-  item["items"][1]["content"] = "Hello";
-  EXPECT_TRUE(absl::IsDataLoss(DecodeConversation(item.dump()).status()));
   EXPECT_TRUE(absl::IsDataLoss(DecodeConversation("attnserve-response/1\n").status()));
   for (const json& bad : {json("conv_x"), json({{"conversation_id", "conv_x"}}),
                           json({{"conversation_id", 1}, {"item_id", "msg_a"}})}) {
@@ -75,15 +80,16 @@ TEST(ConversationRecordTest, RoundTripsAndRefusesWhatIsNotOne) {
   EXPECT_TRUE(absl::IsDataLoss(DecodeConversation(updated.dump()).status()));
 }
 
-// Records written before updated_at and forked_from read as never updated, not a fork.
-TEST(ConversationRecordTest, ReadsRecordsWithoutTheLaterFields) {
-  json j = json::parse(EncodeConversation(TwoTurns()));
-  j.erase("updated_at");
-  j.erase("forked_from");
-  auto back = DecodeConversation(j.dump());
+TEST(ConversationRecordTest, ItemPagesRoundTripAndRefuseWhatIsNotOne) {
+  const ConversationRecord r = TwoTurns();
+  auto back = DecodeItemPage(EncodeItemPage(r.items));
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->updated_at, 1700000000);
-  EXPECT_EQ(back->forked_from, nullptr);
+  EXPECT_EQ(*back, r.items);
+  json item = r.items;
+  item[1]["content"] = "Hello";
+  EXPECT_TRUE(absl::IsDataLoss(DecodeItemPage(item.dump()).status()));
+  EXPECT_TRUE(absl::IsDataLoss(DecodeItemPage("{}").status()));
+  EXPECT_TRUE(absl::IsDataLoss(DecodeItemPage("[").status()));
 }
 
 TEST(ConversationRecordTest, ObjectAndItemsAreOpenAIs) {
@@ -131,6 +137,8 @@ TEST(ConversationForkTest, ForksAtAnAssistantItemOnItsState) {
   EXPECT_EQ(fork->metadata, r.metadata);
   EXPECT_EQ(fork->head, "resp_1");
   EXPECT_EQ(fork->in_state, 2u);
+  EXPECT_EQ(fork->item_count, 2u);
+  EXPECT_EQ(fork->inherited, 2u);
   ASSERT_EQ(fork->items.size(), 2u);
   EXPECT_EQ(fork->items[1]["id"], "msg_a1");
 
