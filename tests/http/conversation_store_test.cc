@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/http/conversation_store.h"
+#include "server/common/clock.h"
 #include "server/store/memory_store.h"
 
 namespace attnserve::http {
@@ -227,6 +228,67 @@ TEST_F(ConversationStoreTest, CreatingWritesAsMuchForTheTenants300thAsForItsFirs
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->size(), 100u);
   EXPECT_EQ((*listed)[0].id, IdOf(300));
+}
+
+// Memory mode (no --session_store): a tenant's quota and the byte budget refuse new
+// conversations (RESOURCE_EXHAUSTED, HTTP 429) without evicting anyone's, and expired
+// records are swept, so what they held is free again.
+class ConversationStoreInMemoryTest : public testing::Test {
+ protected:
+  std::unique_ptr<ConversationStore> Store(int max_per_tenant, int64_t memory_bytes) {
+    ConversationStore::Options o;
+    o.ttl = absl::Hours(1);
+    o.max_per_tenant = max_per_tenant;
+    o.memory_bytes = memory_bytes;
+    o.clock = &clock_;
+    return ConversationStore::InMemory(std::move(o));
+  }
+  absl::Status Create(ConversationStore& store, const std::string& tenant, size_t text_bytes) {
+    ConversationRecord r;
+    r.id = IdOf(++next_id_);
+    r.tenant = tenant;
+    r.items.push_back(MessageItem("msg_first", {"user", std::string(text_bytes, 'x')}, "completed"));
+    return store.Create(r);
+  }
+
+  ManualClock clock_;
+  uint64_t next_id_ = 0;
+};
+
+TEST_F(ConversationStoreInMemoryTest, ATenantPastItsQuotaIsRefusedAndNoOneElseLosesAny) {
+  auto store = Store(/*max_per_tenant=*/3, /*memory_bytes=*/int64_t{1} << 30);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Create(*store, "acme", 10).ok()) << i;
+  const absl::Status refused = Create(*store, "acme", 10);
+  EXPECT_TRUE(absl::IsResourceExhausted(refused)) << refused;
+  EXPECT_NE(refused.message().find("max_conversations_per_tenant"), std::string::npos) << refused;
+  EXPECT_TRUE(Create(*store, "bob", 10).ok());
+  auto acme = store->List("acme", 100);
+  ASSERT_TRUE(acme.ok()) << acme.status();
+  EXPECT_EQ(acme->size(), 3u);
+  // A deleted one makes room; so does an expired one.
+  ASSERT_TRUE(store->Delete("acme", (*acme)[0].id).ok());
+  EXPECT_TRUE(Create(*store, "acme", 10).ok());
+  clock_.Advance(absl::Hours(1) + absl::Seconds(1));
+  EXPECT_TRUE(Create(*store, "acme", 10).ok());
+}
+
+TEST_F(ConversationStoreInMemoryTest, TheBudgetRefusesNewOnesAndFreesWhatExpired) {
+  auto store = Store(/*max_per_tenant=*/1000, /*memory_bytes=*/64 << 10);
+  int created = 0;
+  absl::Status last;
+  while ((last = Create(*store, "acme", 4096)).ok() && created < 100) ++created;
+  EXPECT_TRUE(absl::IsResourceExhausted(last)) << last;
+  EXPECT_NE(last.message().find("conversation_memory_bytes"), std::string::npos) << last;
+  EXPECT_GE(created, 5);
+  EXPECT_LT(created, 100);
+  // Nobody's conversation was evicted for the refused one.
+  auto listed = store->List("acme", 100);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(int(listed->size()), created);
+  EXPECT_TRUE(absl::IsResourceExhausted(Create(*store, "bob", 4096)));
+  // Past their lifetime (and their pages' and list's), what they held is swept.
+  clock_.Advance(absl::Hours(2) + absl::Seconds(1));
+  EXPECT_TRUE(Create(*store, "bob", 4096).ok());
 }
 
 }  // namespace
