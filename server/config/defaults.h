@@ -38,6 +38,14 @@ inline constexpr int kHttpSpareThreads = 8;
 // memory (all of them without a durable store).
 inline constexpr absl::Duration kResponseTtl = absl::Hours(24);
 inline constexpr int64_t kCheckpointMemoryBytes = int64_t{256} << 20;
+// Each tenant's stored responses at most (a quarter of the memory above: four tenants
+// at their quota fit; 37 states of the default model).
+inline constexpr int kTenantMaxResponses = 1000;
+inline constexpr int64_t kTenantResponseBytes = int64_t{64} << 20;
+// Kept chat states (the prefix cache): the bytes of them in memory, and the most one
+// tenant keeps (its oldest go first, in memory and in a durable store).
+inline constexpr int64_t kPrefixCacheBytes = int64_t{256} << 20;
+inline constexpr int64_t kTenantPrefixBytes = int64_t{64} << 20;
 // Conversations (/v1/conversations): how long one lives after its last change (its
 // responses' states as long).
 inline constexpr absl::Duration kConversationTtl = absl::Hours(24 * 30);

@@ -44,10 +44,25 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
                 "change, with the states of its responses (so it can be continued and "
                 "forked at any answer).");
   f.AddByteSize("checkpoint_memory_bytes", &o->checkpoint_memory_bytes,
-                "Memory for stored responses and for the chat states kept for "
-                "clients that resend their history, least recently used out "
-                "first: a cache of the durable --session_store, or (memory store) "
-                "all there is, so an evicted response is gone.");
+                "Memory for stored responses (/v1/responses, conversations' states): "
+                "a cache of the durable --session_store, or (memory store) all there "
+                "is: a response that does not fit is refused (429), never another "
+                "evicted.");
+  f.AddIntAtLeast("tenant_max_responses", &o->tenant_max_responses, 0,
+                  "Stored responses one tenant may keep at once (0: no limit); one more "
+                  "is refused with 429 until some expire or are deleted. Counted by this "
+                  "server: with a shared --session_store, each replica counts the "
+                  "records it wrote.");
+  f.AddByteSize("tenant_response_bytes", &o->tenant_response_bytes,
+                "Bytes of stored responses one tenant may keep at once, counted like "
+                "--tenant_max_responses; one more is refused with 429.");
+  f.AddByteSize("prefix_cache_bytes", &o->prefix_cache_bytes,
+                "Memory for the chat states kept for clients that resend their "
+                "history (a hit prefills only the new messages): least recently used "
+                "out first, taken from the tenant holding the most.");
+  f.AddByteSize("tenant_prefix_bytes", &o->tenant_prefix_bytes,
+                "Bytes of kept chat states one tenant may hold: past it its oldest go, "
+                "in memory and in the --session_store.");
   f.Add("web_dir", &o->web_dir,
         "Serve the playground page at / on the HTTP port from this directory's files "
         "(index.html, *.js, *.css, *.svg) instead of the copy built into the server "

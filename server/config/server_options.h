@@ -34,9 +34,17 @@ struct ServerOptions {
   absl::Duration response_ttl = defaults::kResponseTtl;
   // How long a conversation lives after its last change (--conversation_ttl).
   absl::Duration conversation_ttl = defaults::kConversationTtl;
-  // Bytes of stored responses and kept chat states in memory; without a durable store,
-  // all there is (--checkpoint_memory_bytes).
+  // Bytes of stored responses in memory; without a durable store, all there is (a
+  // write past it is refused, never another's evicted) (--checkpoint_memory_bytes).
   int64_t checkpoint_memory_bytes = defaults::kCheckpointMemoryBytes;
+  // Each tenant's stored responses at most, by count (0: no limit) and bytes, counted
+  // by this server (--tenant_max_responses, --tenant_response_bytes).
+  int tenant_max_responses = defaults::kTenantMaxResponses;
+  int64_t tenant_response_bytes = defaults::kTenantResponseBytes;
+  // Bytes of kept chat states in memory (--prefix_cache_bytes), and the most one tenant
+  // keeps (--tenant_prefix_bytes).
+  int64_t prefix_cache_bytes = defaults::kPrefixCacheBytes;
+  int64_t tenant_prefix_bytes = defaults::kTenantPrefixBytes;
   // A directory whose files replace the built-in playground page at / (--web_dir);
   // empty: the built-in page.
   std::string web_dir;

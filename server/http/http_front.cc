@@ -106,8 +106,9 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(HttpFrontOptions opt
     f->templates_.emplace_back(m->name, kind);
     for (const auto& v : m->variants) f->templates_.emplace_back(v->name, kind);
   }
-  if (f->deps_.checkpoints != nullptr) {
-    f->prefix_cache_ = std::make_unique<PrefixCache>(f->deps_.checkpoints, f->options_.prefix_ttl);
+  if (f->deps_.prefix_states != nullptr) {
+    f->prefix_cache_ =
+        std::make_unique<PrefixCache>(f->deps_.prefix_states, f->options_.prefix_ttl);
   }
   if (!f->options_.web_dir.empty() &&
       !std::filesystem::is_regular_file(f->options_.web_dir + "/index.html")) {

@@ -87,9 +87,11 @@ struct HttpFrontDeps {
   scheduler::Scheduler* scheduler = nullptr;
   metrics::Metrics* metrics = nullptr;
   const service::ApiKeys* keys = nullptr;
-  // Stored responses (/v1/responses) and the chat states kept for clients that resend
-  // their history (prefix_cache.h); null turns both off (/v1/responses is then 404).
+  // Stored responses (/v1/responses); null turns them off (404).
   store::CheckpointStore* checkpoints = nullptr;
+  // The chat states kept for clients that resend their history (prefix_cache.h); null
+  // turns the prefix cache off.
+  store::CheckpointStore* prefix_states = nullptr;
   // Conversations (/v1/conversations, `conversation` on /v1/responses); needs
   // checkpoints (their states are stored responses). Null turns them off (404).
   ConversationStore* conversations = nullptr;

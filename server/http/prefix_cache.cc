@@ -94,7 +94,7 @@ std::optional<PrefixCache::Hit> PrefixCache::Lookup(const PrefixKey& key,
   for (size_t length : lengths) {
     if (length == 0 || length > ids.size()) continue;
     const absl::Span<const int32_t> prefix = ids.subspan(0, length);
-    auto record = checkpoints_->Get(KeyOf(key, prefix));
+    auto record = checkpoints_->Get(key.tenant, KeyOf(key, prefix));
     if (!record.ok()) continue;
     if (auto state = Match(**record, key, prefix)) {
       return Hit{length, std::make_shared<const std::string>(*std::move(state))};
@@ -106,7 +106,7 @@ std::optional<PrefixCache::Hit> PrefixCache::Lookup(const PrefixKey& key,
 absl::Status PrefixCache::Save(const PrefixKey& key, absl::Span<const int32_t> ids,
                                std::shared_ptr<const std::string> state) const {
   auto record = std::make_shared<const std::string>(Encode(key, ids, *state));
-  return checkpoints_->Put(KeyOf(key, ids), std::move(record), ttl_);
+  return checkpoints_->Put(key.tenant, KeyOf(key, ids), std::move(record), ttl_);
 }
 
 }  // namespace attnserve::http

@@ -37,7 +37,7 @@ absl::Status ResponseNotFound(const std::string& id) {
 absl::StatusOr<ResponseRecord> ReadResponse(store::CheckpointStore& checkpoints,
                                             const std::string& tenant, const std::string& id) {
   if (!IsResponseId(id)) return ResponseNotFound(id);
-  auto bytes = checkpoints.Get(id);
+  auto bytes = checkpoints.Get(tenant, id);
   if (absl::IsNotFound(bytes.status())) return ResponseNotFound(id);
   if (!bytes.ok()) return bytes.status();
   auto record = DecodeResponseRecord(**bytes);
@@ -177,7 +177,7 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
       const absl::Duration ttl =
           conversation != nullptr ? std::max(options_.response_ttl, deps_.conversations->held_ttl())
                                   : options_.response_ttl;
-      absl::Status s = deps_.checkpoints->Put(answer->id(), std::move(bytes), ttl);
+      absl::Status s = deps_.checkpoints->Put(tenant, answer->id(), std::move(bytes), ttl);
       if (!s.ok()) {
         return absl::Status(s.code(),
                             absl::StrCat("the response could not be stored: ", s.message()));

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.pb.h"
+#include "server/service/record_stores.h"
 #include "server/service/tls_credentials.h"
 #include "server/store/memory_store.h"
 #include "server/store/record_kind.h"
@@ -135,17 +136,12 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     deps.metrics = s->metrics_.get();
     deps.keys = &s->api_keys_;
     deps.limits = limits;
-    store::CheckpointStore::Options checkpoints;
-    checkpoints.memory_bytes = options.checkpoint_memory_bytes;
-    if (options.session_store != "memory") {
-      // A connection of its own to the same store: records beside the sessions.
-      auto durable = store::OpenSnapshotStore(options.session_store);
-      if (!durable.ok()) return durable.status();
-      checkpoints.durable = store::ForKinds(
-          {store::RecordKind::kResponse, store::RecordKind::kPrefixState}, *std::move(durable));
-    }
-    s->checkpoints_ = std::make_unique<store::CheckpointStore>(std::move(checkpoints));
+    auto records = OpenRecordStores(options);
+    if (!records.ok()) return records.status();
+    s->checkpoints_ = std::move(records->responses);
+    s->prefix_states_ = std::move(records->prefix_states);
     deps.checkpoints = s->checkpoints_.get();
+    deps.prefix_states = s->prefix_states_.get();
     http::ConversationStore::Options conversation_options;
     conversation_options.ttl = options.conversation_ttl;
     conversation_options.responses = http::CheckpointResponses(s->checkpoints_.get());

@@ -74,6 +74,7 @@ class AttnServer {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::unique_ptr<store::CheckpointStore> checkpoints_;  // stored responses; outlives http_
+  std::unique_ptr<store::CheckpointStore> prefix_states_;  // kept chat states; outlives http_
   std::unique_ptr<http::ConversationStore> conversations_;  // outlives http_
   std::unique_ptr<http::HttpFront> http_;  // stopped before the scheduler goes
 

@@ -1,30 +1,40 @@
 // Immutable checkpoints: byte records written once under a key and read back, by this
 // process or by any replica sharing the durable store, until they expire or are deleted.
-// The HTTP front keeps a stored response here (the state after it plus the response
-// object): "continue from response X" reads X and never changes it, so two
-// continuations of one response fork.
+// The HTTP front keeps two kinds here, each in a store of its own with its own budget:
+//   - stored responses (the state after a response plus the response object): durable to
+//     the user, who may continue one any time within its TTL, so never evicted to make
+//     room; a write past a budget or a tenant's quota is refused (RESOURCE_EXHAUSTED);
+//   - kept chat states (prefix_cache.h): disposable, a miss costs only prefill time, so
+//     the least recently used go first, taken from the tenant holding the most bytes (a
+//     tenant cannot push another below its fair share).
 //
 // Where they live: with a durable SnapshotStore, there (the shared truth, with a TTL)
-// and also in this process's memory as a cache; without one, only in memory. Memory is
-// bounded by bytes, least recently used out first: memory-only checkpoints evicted that
-// way are gone (Get answers NOT_FOUND, as for one that never existed).
+// and also in this process's memory as a cache (any record may leave the cache); without
+// one, only in memory, where memory_bytes bounds them.
 //
-// A cached copy is served only after the durable store confirms the key still exists
-// (one generation read, a few bytes): a delete on another replica is seen at once.
-// Thread-safe. Bytes only: what a record holds is its writer's business.
+// Each store holds one RecordKind: a key of another form reads as absent without
+// touching anything (record_kind.h). A cached copy is served only after the durable
+// store confirms the key still exists (one generation read, a few bytes): a delete on
+// another replica is seen at once. Thread-safe. Bytes only: what a record holds is its
+// writer's business.
 #pragma once
 
 #include <cstdint>
 #include <list>
+#include <map>
+#include <optional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/common/clock.h"
+#include "server/store/record_kind.h"
 #include "server/store/snapshot_store.h"
 
 namespace attnserve::store {
@@ -32,28 +42,46 @@ namespace attnserve::store {
 class CheckpointStore {
  public:
   struct Options {
-    // Bytes of checkpoints kept in this process's memory (a record larger than this is
-    // not cached; without a durable store it cannot be kept at all: RESOURCE_EXHAUSTED).
+    // What the store holds: keys of this kind only.
+    RecordKind kind = RecordKind::kResponse;
+    // Disposable records may be evicted (fairly, see above); others never are while
+    // memory is their only home (a write that does not fit is refused instead).
+    bool disposable = false;
+    // Bytes of records kept in this process's memory.
     int64_t memory_bytes = 0;
+    // Each tenant's most records and bytes (0: no limit), counted by this process: what
+    // it holds in memory, or, with a durable store, the records it wrote there that have
+    // neither expired nor been deleted (so each replica counts its own writes, and a
+    // restarted one starts from zero). Past them a durable record is refused, a
+    // disposable one makes room by evicting its tenant's oldest.
+    int tenant_max_records = 0;
+    int64_t tenant_max_bytes = 0;
+    // How refusals name the limits, e.g. "--checkpoint_memory_bytes".
+    std::string memory_flag, records_flag, bytes_flag;
+    // What a refusal suggests, e.g. "delete stored responses (DELETE /v1/responses/{id})".
+    std::string remedy;
     // The shared home; null: memory only.
     std::unique_ptr<SnapshotStore> durable;
-    // Not owned; expires memory entries.
+    // Not owned; expires memory entries and the tenants' counts.
     const Clock* clock = RealClock::Get();
   };
   explicit CheckpointStore(Options options);
 
-  // Writes `bytes` under `key` (a SnapshotStore id: 1..128 of [0-9a-zA-Z_-]) for `ttl`
-  // (positive). With a durable store, OK only once it is written there (UNAVAILABLE
-  // naming the store otherwise).
-  absl::Status Put(const std::string& key, std::shared_ptr<const std::string> bytes,
-                   absl::Duration ttl);
-  // The bytes under `key`; NOT_FOUND if absent, expired, deleted or (memory only)
-  // evicted; UNAVAILABLE naming the store when it cannot be read.
-  absl::StatusOr<std::shared_ptr<const std::string>> Get(const std::string& key);
+  // Writes `bytes` as `tenant`'s record `key` (a key of the store's kind) for `ttl`
+  // (positive). RESOURCE_EXHAUSTED naming the flag when it would pass the tenant's quota
+  // or (memory only, not disposable) the memory; nothing is written then. With a durable
+  // store, OK only once it is written there (UNAVAILABLE naming the store otherwise).
+  absl::Status Put(std::string_view tenant, const std::string& key,
+                   std::shared_ptr<const std::string> bytes, absl::Duration ttl);
+  // The bytes under `key`; NOT_FOUND if absent, expired, deleted, evicted or of another
+  // kind; UNAVAILABLE naming the store when it cannot be read. `tenant` is the reader,
+  // whom a copy cached now is charged to.
+  absl::StatusOr<std::shared_ptr<const std::string>> Get(std::string_view tenant,
+                                                         const std::string& key);
   // Removes `key` everywhere; OK if absent. UNAVAILABLE when the store is unreachable.
   absl::Status Delete(const std::string& key);
   // Keeps `key` for `ttl` from now (a durable store's copy is written again); NOT_FOUND
-  // and UNAVAILABLE as Get.
+  // and UNAVAILABLE as Get. Its tenant's counts do not change.
   absl::Status Renew(const std::string& key, absl::Duration ttl);
 
   // "memory" or the durable store's name.
@@ -62,22 +90,62 @@ class CheckpointStore {
   // Bytes and records in this process's memory now.
   int64_t memory_bytes_used() const;
   int memory_records() const;
+  // What `tenant` holds as its quota counts it.
+  struct Usage {
+    int records = 0;
+    int64_t bytes = 0;
+  };
+  Usage usage(std::string_view tenant) const;
 
  private:
-  struct Entry {
+  struct Entry {  // a copy in memory
+    std::string tenant;
     std::shared_ptr<const std::string> bytes;
     absl::Time expires;
-    std::list<std::string>::iterator lru;  // position in lru_
+    std::list<std::string>::iterator lru;  // position in its tenant's list
   };
-  void CacheLocked(const std::string& key, std::shared_ptr<const std::string> bytes,
-                   absl::Time expires) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct Cached {  // one tenant's copies in memory
+    int64_t bytes = 0;
+    std::list<std::string> lru;  // most recently used first
+  };
+  struct Held {  // a record the quota counts
+    std::string tenant;
+    int64_t bytes = 0;
+    absl::Time expires;
+  };
+  // Counts a write of `size` bytes under `key` by `tenant`, or refuses it
+  // (RESOURCE_EXHAUSTED) past the tenant's quota or, for durable records kept only
+  // here, the memory. A disposable record makes room in its tenant's quota by evicting
+  // the tenant's oldest, whose keys go to `evicted` (to delete from the durable store).
+  absl::Status ReserveLocked(const std::string& tenant, const std::string& key, int64_t size,
+                             absl::Time expires, std::vector<std::string>* evicted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a write would pass the tenant's quota / the memory; nullopt if it would not.
+  std::optional<std::string> OverQuotaLocked(const std::string& tenant, const std::string& key,
+                                             int64_t size) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<std::string> OverMemoryLocked(const std::string& key, int64_t size) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tenant's counted record that expires first ("" if none).
+  std::string OldestLocked(const std::string& tenant) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UncountLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CacheLocked(const std::string& tenant, const std::string& key,
+                   std::shared_ptr<const std::string> bytes, absl::Time expires)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts the least recently used copy of the tenant caching the most bytes.
+  void EvictOneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropExpiredLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool memory_only() const { return options_.durable == nullptr; }
 
   const Options options_;
   mutable absl::Mutex mu_;
   std::unordered_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
-  std::list<std::string> lru_ ABSL_GUARDED_BY(mu_);  // most recently used first
+  std::map<std::string, Cached, std::less<>> cached_ ABSL_GUARDED_BY(mu_);
   int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  // What the quotas count, by key and by tenant.
+  std::unordered_map<std::string, Held> held_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Usage, std::less<>> usage_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace attnserve::store
