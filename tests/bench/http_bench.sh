@@ -42,6 +42,7 @@ test_name=http_bench
 # py, free_port, stop, start_server (server_pid, $work/server.log) from the e2e tests.
 server_bin=$build/server/attnserve_server client_bin=$build/client/attnserve_client
 source "$here/../e2e/lib.sh"
+source "$here/../node/node.sh"  # Node 20 or later first on PATH
 cleanup() { stop "$server_pid"; rm -rf "$work"; }
 trap cleanup EXIT
 

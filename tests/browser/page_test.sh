@@ -14,6 +14,7 @@ out=${3:-$(mktemp -d -t attnserve_page.XXXXXX)}
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 source "$repo/tests/e2e/lib.sh"
+source "$repo/tests/node/node.sh"  # Node 20 or later first on PATH
 r1_pid="" r2_pid="" k_pid="" redis_pid=""
 trap 'stop "$r1_pid"; stop "$r2_pid"; stop "$k_pid"; stop "$redis_pid"; rm -rf "$work"' EXIT
 logs="r1 r2 k"

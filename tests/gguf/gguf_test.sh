@@ -15,6 +15,7 @@ work=$(mktemp -d)
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 source "$repo/tests/e2e/lib.sh"
+source "$repo/tests/node/node.sh"  # Node 20 or later first on PATH
 a_pid=""
 trap 'stop "$a_pid"; rm -rf "$work"' EXIT
 logs="a"

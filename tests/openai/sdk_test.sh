@@ -21,6 +21,7 @@ work=$(mktemp -d)
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 source "$repo/tests/e2e/lib.sh"
+source "$repo/tests/node/node.sh"  # Node 20 or later first on PATH
 a_pid="" b_pid="" c_pid="" r1_pid="" r2_pid="" redis_pid="" held_pid="" held_pids=""
 trap 'stop "$a_pid"; stop "$b_pid"; stop "$c_pid"; stop "$r1_pid"; stop "$r2_pid"; stop "$redis_pid"; for p in $held_pids; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 logs="a b c r1 r2"
