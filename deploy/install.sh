@@ -34,7 +34,7 @@ SERVER_PACKAGES=(
   libtorch-dev libopenblas0-serial libopenblas-serial-dev
   # metrics
   prometheus-cpp-dev
-  # model directories from elsewhere (server/DESIGN.md §8): config.json and the
+  # models trained elsewhere (server/DESIGN.md §3): config.json and the
   # safetensors header (JSON), SentencePiece tokenizers
   nlohmann-json3-dev libsentencepiece-dev
   # byte-level BPE tokenizers (tokenizer.json): the pre-tokenizer's split patterns
