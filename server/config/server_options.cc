@@ -43,6 +43,14 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
                 "How long a conversation of /v1/conversations is kept after its last "
                 "change, with the states of its responses (so it can be continued and "
                 "forked at any answer).");
+  f.AddIntAtLeast("max_conversations_per_tenant", &o->max_conversations_per_tenant, 1,
+                  "Most conversations one tenant (API key) keeps; creating or forking "
+                  "one more is answered 429 until one is deleted or expires.");
+  f.AddByteSize("conversation_memory_bytes", &o->conversation_memory_bytes,
+                "Without a durable --session_store: memory for conversation records "
+                "(their items and lists; their responses' states count in "
+                "--checkpoint_memory_bytes). Past it, new conversations and responses "
+                "in them are answered 429; expired records are swept.");
   f.AddByteSize("checkpoint_memory_bytes", &o->checkpoint_memory_bytes,
                 "Memory for stored responses (/v1/responses, conversations' states): "
                 "a cache of the durable --session_store, or (memory store) all there "

@@ -34,6 +34,12 @@ struct ServerOptions {
   absl::Duration response_ttl = defaults::kResponseTtl;
   // How long a conversation lives after its last change (--conversation_ttl).
   absl::Duration conversation_ttl = defaults::kConversationTtl;
+  // Most conversations one tenant keeps (--max_conversations_per_tenant); one more is
+  // refused (HTTP 429), never another's evicted.
+  int max_conversations_per_tenant = defaults::kMaxConversationsPerTenant;
+  // Without a durable store: bytes of conversation records kept in memory
+  // (--conversation_memory_bytes); past them new conversations and turns are refused.
+  int64_t conversation_memory_bytes = defaults::kConversationMemoryBytes;
   // Bytes of stored responses in memory; without a durable store, all there is (a
   // write past it is refused, never another's evicted) (--checkpoint_memory_bytes).
   int64_t checkpoint_memory_bytes = defaults::kCheckpointMemoryBytes;

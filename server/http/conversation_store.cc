@@ -1,7 +1,6 @@
 #include "server/http/conversation_store.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -49,12 +48,12 @@ ConversationStore::Responses CheckpointResponses(store::CheckpointStore* checkpo
   // The key a tenant's stored response is kept under: as ReadResponse in
   // responses_front.cc reads it.
   ConversationStore::Responses r;
-  r.renew = [checkpoints](const std::string&, const std::string& id, absl::Duration ttl) {
-    absl::Status s = checkpoints->Renew(id, ttl);
+  r.renew = [checkpoints](const std::string& tenant, const std::string& id, absl::Duration ttl) {
+    absl::Status s = checkpoints->Renew(store::ResponseKey(tenant, id), ttl);
     return absl::IsNotFound(s) ? absl::OkStatus() : s;
   };
-  r.remove = [checkpoints](const std::string&, const std::string& id) {
-    return checkpoints->Delete(id);
+  r.remove = [checkpoints](const std::string& tenant, const std::string& id) {
+    return checkpoints->Delete(store::ResponseKey(tenant, id));
   };
   return r;
 }
@@ -67,7 +66,23 @@ std::string ConversationStore::PageKey(const ConversationRecord& r, int64_t page
   return HashedKey("conv_", {"page", r.tenant, r.id, absl::StrCat(page)});
 }
 
-absl::Status ConversationStore::CheckMemory(bool force) { return absl::OkStatus(); }
+absl::Status ConversationStore::CheckMemory(bool force) {
+  if (memory_ == nullptr) return absl::OkStatus();
+  const absl::Time now = options_.clock->Now();
+  {
+    absl::MutexLock lock(&mu_);
+    force = force || memory_->bytes() > options_.memory_bytes;
+    if (!force && now - last_sweep_ < kSweepEvery) return absl::OkStatus();
+    last_sweep_ = now;
+  }
+  memory_->RemoveExpired().IgnoreError();  // the memory store cannot fail
+  const int64_t held = memory_->bytes();
+  if (held <= options_.memory_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "conversations in this server's memory hold ", held,
+      " bytes, more than --conversation_memory_bytes=", options_.memory_bytes,
+      "; delete conversations or wait for old ones to expire"));
+}
 
 std::string ConversationStore::RenewedKey(const ConversationRecord& r) const {
   return HashedKey("conv_", {"renewed", r.tenant, r.id});
@@ -104,7 +119,7 @@ absl::Status ConversationStore::Create(ConversationRecord record) {
   if (absl::Status s = CheckMemory(); !s.ok()) return s;
   const std::string head_key = HeadKey(record.tenant, record.id);
   absl::Status listed = list_.Add(
-      record.tenant, record.id, std::numeric_limits<int>::max(),
+      record.tenant, record.id, options_.max_per_tenant,
       "--max_conversations_per_tenant", [&](const std::string& id) -> absl::StatusOr<bool> {
         auto generation = store_->GetGeneration(HeadKey(record.tenant, id));
         if (!generation.ok()) return generation.status();

@@ -144,6 +144,8 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     deps.prefix_states = s->prefix_states_.get();
     http::ConversationStore::Options conversation_options;
     conversation_options.ttl = options.conversation_ttl;
+    conversation_options.max_per_tenant = options.max_conversations_per_tenant;
+    conversation_options.memory_bytes = options.conversation_memory_bytes;
     conversation_options.responses = http::CheckpointResponses(s->checkpoints_.get());
     if (options.session_store == "memory") {
       s->conversations_ = http::ConversationStore::InMemory(std::move(conversation_options));

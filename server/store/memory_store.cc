@@ -10,6 +10,7 @@ MemorySnapshotStore::Snapshot* MemorySnapshotStore::FindLocked(const std::string
   auto it = snapshots_.find(id);
   if (it == snapshots_.end()) return nullptr;
   if (it->second.expires <= clock_->Now()) {
+    bytes_ -= int64_t(it->second.bytes.size());
     snapshots_.erase(it);
     return nullptr;
   }
@@ -30,6 +31,7 @@ void MemorySnapshotStore::WriteLocked(const std::string& id, std::string_view by
                                       absl::Duration ttl) {
   Snapshot* old = FindLocked(id);
   const int64_t generation = old == nullptr ? 1 : old->generation + 1;
+  bytes_ += int64_t(bytes.size()) - (old == nullptr ? 0 : int64_t(old->bytes.size()));
   snapshots_[id] = Snapshot{std::string(bytes), generation, clock_->Now() + RoundTtl(ttl)};
 }
 
@@ -51,7 +53,10 @@ absl::StatusOr<std::string> MemorySnapshotStore::Get(const std::string& id) {
 absl::Status MemorySnapshotStore::Delete(const std::string& id) {
   if (absl::Status s = ValidateSnapshotId(id); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  snapshots_.erase(id);
+  if (auto it = snapshots_.find(id); it != snapshots_.end()) {
+    bytes_ -= int64_t(it->second.bytes.size());
+    snapshots_.erase(it);
+  }
   return absl::OkStatus();
 }
 
@@ -61,6 +66,7 @@ absl::StatusOr<int> MemorySnapshotStore::RemoveExpired() {
   int removed = 0;
   for (auto it = snapshots_.begin(); it != snapshots_.end();) {
     if (it->second.expires <= now) {
+      bytes_ -= int64_t(it->second.bytes.size());
       snapshots_.erase(it++);
       ++removed;
     } else {
@@ -135,6 +141,11 @@ absl::StatusOr<std::pair<std::string, int64_t>> MemorySnapshotStore::GetWithGene
   const Snapshot* snapshot = FindLocked(id);
   if (snapshot == nullptr) return absl::NotFoundError(absl::StrCat("session ", id, ": no snapshot in ", name_));
   return std::make_pair(snapshot->bytes, snapshot->generation);
+}
+
+int64_t MemorySnapshotStore::bytes() {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
 }
 
 absl::StatusOr<int64_t> MemorySnapshotStore::GetGeneration(const std::string& id) {

@@ -37,6 +37,9 @@ class MemorySnapshotStore : public SnapshotStore {
       const std::string& id) override;
   absl::StatusOr<int64_t> GetGeneration(const std::string& id) override;
   const std::string& name() const override { return name_; }
+  // Bytes of the snapshots held, expired ones included until a read or RemoveExpired
+  // drops them: what a budget on this store counts.
+  int64_t bytes();
 
  private:
   struct Snapshot {
@@ -60,6 +63,7 @@ class MemorySnapshotStore : public SnapshotStore {
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Snapshot> snapshots_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of snapshots_
 };
 
 }  // namespace attnserve::store
