@@ -8,6 +8,7 @@
 #include "server/http/conversations_api.h"
 #include "server/http/http_front.h"
 #include "server/http/json_fields.h"
+#include "server/http/responses_api.h"
 
 namespace attnserve::http {
 namespace {
@@ -142,7 +143,7 @@ void HttpFront::ForkConversation(const httplib::Request& req, httplib::Response&
                      absl::ToUnixSeconds(absl::Now()));
   if (!fork.ok()) return Fail(route_name, fork.status(), res, source->model);
   // The fork continues from that item's stored state: it must still be there.
-  if (auto state = deps_.checkpoints->Get(*tenant, fork->head); !state.ok()) {
+  if (auto state = ReadStoredResponse(*deps_.checkpoints, *tenant, fork->head); !state.ok()) {
     absl::Status s = state.status();
     if (absl::IsNotFound(s)) {
       s = absl::FailedPreconditionError(absl::StrCat(

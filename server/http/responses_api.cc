@@ -11,6 +11,7 @@
 #include "server/http/json_fields.h"
 #include "server/http/openai_response.h"
 #include "server/http/utf8.h"
+#include "server/store/record_kind.h"
 
 namespace attnserve::http {
 namespace {
@@ -165,6 +166,29 @@ absl::StatusOr<ResponseRecord> DecodeResponseRecord(const std::string& bytes) {
   }
   r.state = std::make_shared<const std::string>(bytes.substr(start + n));
   return r;
+}
+
+absl::StatusOr<StoredResponse> ReadStoredResponse(store::CheckpointStore& responses,
+                                                  const std::string& tenant,
+                                                  const std::string& id) {
+  auto not_found = [&] {
+    return absl::NotFoundError(absl::StrCat("response '", id, "' not found"));
+  };
+  if (!IsResponseId(id)) return not_found();
+  StoredResponse out;
+  out.key = store::ResponseKey(tenant, id);
+  auto bytes = responses.Get(tenant, out.key);
+  if (absl::IsNotFound(bytes.status())) {
+    out.key = id;  // a record of the first version
+    bytes = responses.Get(tenant, out.key);
+  }
+  if (absl::IsNotFound(bytes.status())) return not_found();
+  if (!bytes.ok()) return bytes.status();
+  auto record = DecodeResponseRecord(**bytes);
+  if (!record.ok()) return out.key == id ? not_found() : record.status();
+  if (record->tenant != tenant) return not_found();
+  out.record = *std::move(record);
+  return out;
 }
 
 ResponsesAnswer::ResponsesAnswer(const ResponsesRequest& request, std::string id,

@@ -21,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "server/http/chat_template.h"
 #include "server/scheduler/turn.h"
+#include "server/store/checkpoint_store.h"
 
 namespace attnserve::http {
 
@@ -72,6 +73,23 @@ struct ResponseRecord {
 std::string EncodeResponseRecord(const ResponseRecord& record);
 // DATA_LOSS naming what is wrong for bytes that are not a record.
 absl::StatusOr<ResponseRecord> DecodeResponseRecord(const std::string& bytes);
+
+// A stored response as read back, and the store key it was found under (for Delete).
+struct StoredResponse {
+  ResponseRecord record;
+  std::string key;
+};
+// `tenant`'s stored response `id` from `responses` (a store of RecordKind::kResponse).
+// NOT_FOUND "response '<id>' not found", exactly as for an id that never existed, for
+// another tenant's, a deleted, an expired or a malformed id. The record's key holds its
+// tenant (store::ResponseKey), so another tenant's lookup names another key and reads
+// nothing. A record of the first version (keyed by the id alone, its tenant inside) is
+// read when no keyed one exists, until it expires: for those the tenant is compared
+// after the read. UNAVAILABLE when the store cannot be read; DATA_LOSS for a damaged
+// record of this tenant.
+absl::StatusOr<StoredResponse> ReadStoredResponse(store::CheckpointStore& responses,
+                                                  const std::string& tenant,
+                                                  const std::string& id);
 
 // One response, built as its turn's tokens arrive: the response object and, streaming,
 // the events the SDKs parse ("event: TYPE\ndata: {...}\n\n", each with a

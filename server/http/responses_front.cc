@@ -18,6 +18,7 @@
 #include "server/http/own_session.h"
 #include "server/http/responses_api.h"
 #include "server/http/turn_queue.h"
+#include "server/store/record_kind.h"
 
 namespace attnserve::http {
 namespace {
@@ -28,22 +29,12 @@ using nlohmann::json;
 // if the process dies before closing it (a durable store then expires it).
 constexpr absl::Duration kResponseSessionTtl = absl::Minutes(10);
 
-absl::Status ResponseNotFound(const std::string& id) {
-  return absl::NotFoundError(absl::StrCat("response '", id, "' not found"));
-}
-
-// `tenant`'s stored response `id`: NOT_FOUND, with the message of an id that never
-// existed, for another tenant's, a deleted, an expired or a malformed one.
+// `tenant`'s stored response `id` (ReadStoredResponse: another tenant's reads nothing).
 absl::StatusOr<ResponseRecord> ReadResponse(store::CheckpointStore& checkpoints,
                                             const std::string& tenant, const std::string& id) {
-  if (!IsResponseId(id)) return ResponseNotFound(id);
-  auto bytes = checkpoints.Get(tenant, id);
-  if (absl::IsNotFound(bytes.status())) return ResponseNotFound(id);
-  if (!bytes.ok()) return bytes.status();
-  auto record = DecodeResponseRecord(**bytes);
-  if (!record.ok()) return record.status();
-  if (record->tenant != tenant) return ResponseNotFound(id);
-  return record;
+  auto stored = ReadStoredResponse(checkpoints, tenant, id);
+  if (!stored.ok()) return stored.status();
+  return std::move(stored->record);
 }
 
 }  // namespace
@@ -177,7 +168,8 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
       const absl::Duration ttl =
           conversation != nullptr ? std::max(options_.response_ttl, deps_.conversations->held_ttl())
                                   : options_.response_ttl;
-      absl::Status s = deps_.checkpoints->Put(tenant, answer->id(), std::move(bytes), ttl);
+      absl::Status s = deps_.checkpoints->Put(tenant, store::ResponseKey(tenant, answer->id()),
+                                              std::move(bytes), ttl);
       if (!s.ok()) {
         return absl::Status(s.code(),
                             absl::StrCat("the response could not be stored: ", s.message()));
@@ -244,13 +236,14 @@ void HttpFront::DeleteResponse(const httplib::Request& req, httplib::Response& r
   auto tenant = deps_.keys->AuthenticateHeader(Header(req, "authorization"));
   if (!tenant.ok()) return Fail(route_name, tenant.status(), res);
   const std::string id = req.matches[1];
-  auto record = ReadResponse(*deps_.checkpoints, *tenant, id);
-  if (!record.ok()) return Fail(route_name, record.status(), res);
-  if (absl::Status s = deps_.checkpoints->Delete(id); !s.ok()) {
-    return Fail(route_name, s, res, record->model);
+  auto stored = ReadStoredResponse(*deps_.checkpoints, *tenant, id);
+  if (!stored.ok()) return Fail(route_name, stored.status(), res);
+  const std::string& model = stored->record.model;
+  if (absl::Status s = deps_.checkpoints->Delete(stored->key); !s.ok()) {
+    return Fail(route_name, s, res, model);
   }
   Answer(res, 200, {{"id", id}, {"object", "response"}, {"deleted", true}});
-  Record(route_name, 200, record->model);
+  Record(route_name, 200, model);
 }
 
 }  // namespace attnserve::http

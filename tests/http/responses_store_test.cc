@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_replace.h"
+#include "server/store/record_kind.h"
 #include "server/store/snapshot_store.h"
 #include "tests/http/responses_testing.h"
 
@@ -76,6 +77,32 @@ TEST_F(StoredResponsesTest, AnotherTenantsIdReadsNothingOfTheRecord) {
   EXPECT_EQ(Named(del, id, kNever), never_delete.body.dump());
   EXPECT_EQ(next.status, 404);
   EXPECT_EQ(Named(next, id, kNever), never_next.body.dump());
+}
+
+// A record of the first version, keyed by the response id alone (its tenant inside),
+// is still read, by its tenant only.
+TEST_F(StoredResponsesTest, ARecordOfTheFirstVersionIsStillItsTenants) {
+  config::ServerOptions o;
+  o.session_store = "dir:" + dir_ + "/store";
+  server_ = StartFront(o, dir_, taylor_);
+  ASSERT_NE(server_, nullptr);
+  const Reply made = Call(*server_, "POST", "/v1/responses", kAlice, Ask("Once upon"));
+  ASSERT_EQ(made.status, 200) << made.body;
+  const std::string id = made.body["id"];
+  auto records = store::OpenSnapshotStore(o.session_store);
+  ASSERT_TRUE(records.ok());
+  auto bytes = (*records)->Get(store::ResponseKey("alice", id));
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  const std::string old_id = "resp_00000000000000000000000000000001";
+  ASSERT_TRUE((*records)->Put(old_id, *bytes, absl::Minutes(5)).ok());
+  const Reply mine = Call(*server_, "GET", "/v1/responses/" + old_id, kAlice);
+  EXPECT_EQ(mine.status, 200) << mine.body;
+  EXPECT_EQ(mine.body["id"], id);
+  EXPECT_EQ(Call(*server_, "GET", "/v1/responses/" + old_id, kBob).status, 404);
+  EXPECT_EQ(Call(*server_, "DELETE", "/v1/responses/" + old_id, kBob).status, 404);
+  EXPECT_EQ(Call(*server_, "POST", "/v1/responses", kAlice, Ask(" a", old_id)).status, 200);
+  EXPECT_EQ(Call(*server_, "DELETE", "/v1/responses/" + old_id, kAlice).status, 200);
+  EXPECT_FALSE((*records)->Get(old_id).ok());
 }
 
 TEST_F(StoredResponsesTest, AnotherTenantsChatsNeverEvictAStoredResponse) {
