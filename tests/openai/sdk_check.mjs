@@ -585,7 +585,15 @@ async function conversations(model, baseB) {
   const gone = await errorOf(a.responses.create({ ...greedy, conversation: fork.id, input: "x" }), "respond in deleted");
   expectError(gone, OpenAI.NotFoundError, 404, "a response in a deleted conversation");
   expect(gone.error.param === "conversation", `param ${gone.error.param}`);
+  // Its responses went with it, on both replicas; its source's answers are the source's.
+  expectError(await errorOf(b.responses.retrieve(f1.id), "a deleted conversation's response"),
+              OpenAI.NotFoundError, 404, "a response of a deleted conversation");
+  const orphan = await errorOf(a.responses.create({ ...greedy, previous_response_id: f1.id, input: "x" }), "continue deleted");
+  expectError(orphan, OpenAI.NotFoundError, 404, "continuing a response of a deleted conversation");
+  expect((await a.responses.retrieve(r1.id)).id === r1.id, "the source's answer went with its fork");
   await a.conversations.delete(conv.id);
+  expectError(await errorOf(b.responses.retrieve(r1.id), "r1 after its conversation"), OpenAI.NotFoundError, 404,
+              "a response of a deleted conversation");
   console.log(`conversations: 3 turns over both replicas (cached ${cached}, ${r1.session.state_bytes} state bytes), ` +
               `5 items paged, a fork equal to its oracle, the original unchanged; update, delete, 400s and 404s`);
   console.log("conversations: PASS");

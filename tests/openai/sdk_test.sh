@@ -173,7 +173,7 @@ sdk prefix "http://$r1_http" "$model" "http://$r2_http" "http://$a_http"
 # own session is closed once its state is recorded.
 # Deleted conversations leave only their tenant's (empty) list.
 left=$(redis-cli -p "$redis_port" --scan |
-  grep -v -e ':resp_[0-9a-f]*$' -e ':pfx_[0-9a-f]*$' -e ':convs_[0-9a-f]*$' -e '^$' || true)
+  grep -v -e ':resp_[0-9a-f_]*$' -e ':pfx_[0-9a-f]*$' -e ':convs_[0-9a-f]*$' -e '^$' || true)
 [ -z "$left" ] || fail "keys left in redis besides stored responses, chat states and conversation lists: $left"
 
 stop "$a_pid"; a_pid=""
