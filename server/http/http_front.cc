@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "server/attention/options.h"
 #include "server/common/random_id.h"
+#include "server/common/sha256.h"
 #include "server/http/http_errors.h"
 #include "server/http/openai_request.h"
 #include "server/http/openai_response.h"
@@ -428,7 +429,9 @@ absl::StatusOr<std::shared_ptr<HttpFront::KeptChat>> HttpFront::StartKeptChat(
     ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
     v1::GenerateRequest* generate) {
   auto chat = std::make_shared<KeptChat>();
-  chat->key = PrefixKey{tenant, model->name, ChatTemplateName(kind)};
+  // Keyed by what the state belongs to (weights, config, attention), not the model's
+  // name: a replica on other weights of the same name misses instead of failing.
+  chat->key = PrefixKey{tenant, DigestHex(model->model->Fingerprint()), ChatTemplateName(kind)};
   // The prompt's ids exactly as admission would encode the text at a session's start.
   auto ids = model->tokenizer->Encode(generate->text(), /*continuation=*/false);
   if (!ids.ok()) return ids.status();
@@ -451,6 +454,11 @@ absl::StatusOr<std::shared_ptr<HttpFront::KeptChat>> HttpFront::StartKeptChat(
   auto session = hit.has_value()
                      ? deps_.store->Import(tenant, hit->state, options_.prefix_ttl)
                      : deps_.store->Create(tenant, model, options_.prefix_ttl);
+  if (hit.has_value() && absl::IsFailedPrecondition(session.status())) {
+    // A kept state this server cannot import (a model it does not serve) is a miss.
+    hit.reset();
+    session = deps_.store->Create(tenant, model, options_.prefix_ttl);
+  }
   if (!session.ok()) return session.status();
   chat->session = std::make_shared<OwnSession>(deps_.store, tenant, (*session)->id());
   chat->cached = hit.has_value() ? hit->tokens : 0;

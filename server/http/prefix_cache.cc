@@ -11,7 +11,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kMagic[] = "attnserve-prefix/1\n";
+constexpr char kMagic[] = "attnserve-prefix/2\n";
 constexpr size_t kMagicBytes = sizeof(kMagic) - 1;
 
 void PutU64(std::string* out, uint64_t v) {
@@ -28,7 +28,7 @@ uint64_t GetU64(const std::string& s, size_t at) {
 std::string PrefixCache::KeyOf(const PrefixKey& key, absl::Span<const int32_t> ids) {
   Sha256 h;
   // Each field with its length first, so that no two keys hash the same bytes.
-  for (const std::string* field : {&key.tenant, &key.model, &key.chat_template}) {
+  for (const std::string* field : {&key.tenant, &key.fingerprint, &key.chat_template}) {
     std::string length;
     PutU64(&length, field->size());
     h.Update(length);
@@ -46,7 +46,7 @@ std::string PrefixCache::KeyOf(const PrefixKey& key, absl::Span<const int32_t> i
 std::string PrefixCache::Encode(const PrefixKey& key, absl::Span<const int32_t> ids,
                                 const std::string& state) {
   const std::string header = json{{"tenant", key.tenant},
-                                  {"model", key.model},
+                                  {"fingerprint", key.fingerprint},
                                   {"chat_template", key.chat_template},
                                   {"tokens", ids.size()}}
                                  .dump();
@@ -71,7 +71,7 @@ std::optional<std::string> PrefixCache::Match(const std::string& record, const P
   json header = json::parse(record.substr(at, n), nullptr, /*allow_exceptions=*/false);
   at += n;
   if (!header.is_object() || header.value("tenant", "") != key.tenant ||
-      header.value("model", "") != key.model ||
+      header.value("fingerprint", "") != key.fingerprint ||
       header.value("chat_template", "") != key.chat_template ||
       header.value("tokens", uint64_t{0}) != ids.size() ||
       ids.size() * 4 > record.size() - at) {

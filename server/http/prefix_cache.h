@@ -4,10 +4,13 @@
 //
 // After a chat turn that ran on no session of the client's, the state after the prompt
 // and the generated tokens is kept (CheckpointStore: this process's memory and the
-// durable store), keyed by SHA-256 of (tenant, model, chat template, token ids). A later
+// durable store), keyed by SHA-256 of (tenant, model fingerprint, chat template, token
+// ids): the fingerprint (Model::Fingerprint: config, attention and weights), not the
+// model's name, so a replica serving other weights under the same name (a rolling
+// upgrade, --weights_bf16) simply misses. A later
 // request looks up the prefixes of its own ids that end where one of its history's last
 // few assistant messages ends (the candidates the front computes), longest first. A hit is used only if the
-// record's tenant, model, template and every id equal the request's: an exact prefix,
+// record's tenant, fingerprint, template and every id equal the request's: an exact prefix,
 // never a guess. The next turn then imports the state and prefills ids[hit:].
 //
 // Not kept: the state after the prompt alone (a regenerate of the same history misses),
@@ -30,13 +33,15 @@ namespace attnserve::http {
 
 struct PrefixKey {
   std::string tenant;
-  std::string model;          // the served model or variant
+  // Hex of the served model's (or variant's) Model::Fingerprint().
+  std::string fingerprint;
   std::string chat_template;  // ChatTemplateName
 };
 
 class PrefixCache {
  public:
-  // `checkpoints` is not owned and must outlive the cache; kept states live `ttl`.
+  // `checkpoints` (a store of RecordKind::kPrefixState, disposable) is not owned and
+  // must outlive the cache; kept states live `ttl`.
   PrefixCache(store::CheckpointStore* checkpoints, absl::Duration ttl)
       : checkpoints_(checkpoints), ttl_(ttl) {}
 
@@ -55,8 +60,8 @@ class PrefixCache {
 
   // "pfx_" + 64 hex digits.
   static std::string KeyOf(const PrefixKey& key, absl::Span<const int32_t> ids);
-  // The record: "attnserve-prefix/1\n", a JSON header's length (8 bytes little-endian),
-  // the header {tenant, model, chat_template, tokens}, the ids (4 bytes each,
+  // The record: "attnserve-prefix/2\n", a JSON header's length (8 bytes little-endian),
+  // the header {tenant, fingerprint, chat_template, tokens}, the ids (4 bytes each,
   // little-endian), then the state.
   static std::string Encode(const PrefixKey& key, absl::Span<const int32_t> ids,
                             const std::string& state);
