@@ -42,7 +42,7 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
   f.AddDuration("conversation_ttl", &o->conversation_ttl, absl::Seconds(1),
                 "How long a conversation of /v1/conversations is kept after its last "
                 "change, with the states of its responses (so it can be continued and "
-                "forked at any answer).");
+                "forked at any answer; deleting it deletes them).");
   f.AddIntAtLeast("max_conversations_per_tenant", &o->max_conversations_per_tenant, 1,
                   "Most conversations one tenant (API key) keeps; creating or forking "
                   "one more is answered 429 until one is deleted or expires.");
