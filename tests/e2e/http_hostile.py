@@ -1,0 +1,199 @@
+"""Hostile HTTP clients against a running attnserve_server's OpenAI-compatible front.
+
+Each check is one attack from issue 29 and what a serious server answers instead:
+  - bodies nested 100,000 deep (metadata, a message field, conversation items): 400, and
+    the server lives on;
+  - a chat of 60,000 empty assistant messages: 400 at once, naming messages;
+  - fields the server would ignore (tools with tool_choice "required", response_format
+    json_schema, text.format, an unknown field): 400 naming the field, never 200;
+  - 80 connections from one address, and then from 80 addresses, each sending a header
+    line every 2 s: /health keeps answering within 2 s, and the slow connections are
+    closed once --http_request_timeout has passed.
+Driven by http_hostile_test.sh, which starts the server.
+
+Usage: http_hostile.py HTTP_PORT REQUEST_TIMEOUT_SECONDS [SECTION,...]
+(sections: deep, messages, fields, slow; all by default)
+"""
+import http.client
+import json
+import socket
+import sys
+import threading
+import time
+
+failures = []
+checked = 0
+
+
+def check(ok, what):
+    global checked
+    checked += 1
+    if not ok:
+        failures.append(what)
+        print(f"FAIL: {what}", file=sys.stderr)
+
+
+def request(port, method, path, body=None, timeout=20, source="127.0.0.1"):
+    """(status, parsed JSON body or text, seconds taken)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
+                                      source_address=(source, 0))
+    start = time.monotonic()
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    conn.request(method, path, body=data, headers={"content-type": "application/json"})
+    resp = conn.getresponse()
+    raw = resp.read()
+    conn.close()
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = raw.decode(errors="replace")
+    return resp.status, parsed, time.monotonic() - start
+
+
+def param_of(body):
+    return body.get("error", {}).get("param") if isinstance(body, dict) else None
+
+
+def health_ok(port, source="127.0.0.1", within=2.0):
+    try:
+        status, _, took = request(port, "GET", "/health", timeout=within, source=source)
+        return status == 200 and took <= within, f"{status} in {took:.2f} s"
+    except OSError as e:
+        return False, f"no answer ({e})"
+
+
+def deep_bodies(port):
+    deep = "[" * 100000 + "]" * 100000
+    bodies = [
+        ("/v1/responses", '{"input":"hi","metadata":{"k":%s}}' % deep),
+        ("/v1/chat/completions", '{"messages":[{"role":"user","content":%s}]}' % deep),
+        ("/v1/chat/completions", '{"messages":[{"role":"user","content":"x","y":%s}]}' % deep),
+        ("/v1/conversations", '{"items":%s}' % deep),
+        ("/v1/completions", '{"prompt":"x","stop":%s}' % deep),
+    ]
+    for path, body in bodies:
+        try:
+            status, parsed, _ = request(port, "POST", path, body.encode())
+        except OSError as e:
+            status, parsed = None, f"no answer ({e})"
+        check(status == 400 and "nests deeper" in json.dumps(parsed),
+              f"{path} with a body nested 100,000 deep: {status} {str(parsed)[:200]}")
+        ok, how = health_ok(port)
+        check(ok, f"/health after a deep body on {path}: {how}")
+
+
+def many_messages(port):
+    messages = [{"role": "user", "content": "hi"}] + [{"role": "assistant"}] * 60000
+    try:
+        status, parsed, took = request(port, "POST", "/v1/chat/completions",
+                                       {"messages": messages, "max_tokens": 1}, timeout=25)
+    except OSError as e:
+        status, parsed, took = None, f"no answer ({e})", 25.0
+    check(status == 400 and param_of(parsed) == "messages",
+          f"60,000 empty assistant messages: {status} {str(parsed)[:200]}")
+    print(f"60,000 empty assistant messages: {status} in {took:.3f} s")
+
+
+def ignored_fields(port):
+    tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    user = [{"role": "user", "content": "In the beginning"}]
+    cases = [
+        ("/v1/chat/completions",
+         {"messages": user, "tools": tool, "tool_choice": "required", "max_tokens": 2}, "tools"),
+        ("/v1/chat/completions",
+         {"messages": user, "max_tokens": 2, "response_format":
+          {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}},
+         "response_format"),
+        ("/v1/responses",
+         {"input": "hi", "max_output_tokens": 2, "text":
+          {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}}, "text"),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "frobnicate": True}, "frobnicate"),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "presence_penalty": 1.5},
+         "presence_penalty"),
+    ]
+    for path, body, param in cases:
+        status, parsed, _ = request(port, "POST", path, body)
+        check(status == 400 and param_of(parsed) == param,
+              f"{path} with {param}: {status} {str(parsed)[:200]}")
+    # The same requests without those fields are served.
+    status, parsed, _ = request(port, "POST", "/v1/chat/completions",
+                                {"messages": user, "max_tokens": 2, "tools": [],
+                                 "response_format": {"type": "text"}})
+    check(status == 200, f"a chat with no-op tools and response_format: {status} {str(parsed)[:200]}")
+
+
+class SlowClient:
+    """A connection that sends a request head one header line every 2 s, never ending it."""
+
+    def __init__(self, port, source):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5,
+                                             source_address=(source, 0))
+        self.sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+        self.closed_at = None
+
+    def tick(self, now):
+        if self.closed_at is not None:
+            return
+        try:
+            self.sock.sendall(b"x-slow: %d\r\n" % int(now))
+            self.sock.setblocking(False)
+            try:
+                if self.sock.recv(4096) == b"":
+                    self.closed_at = now
+            except BlockingIOError:
+                pass
+            finally:
+                self.sock.setblocking(True)
+        except OSError:
+            self.closed_at = now
+
+
+def slow_clients(port, sources, request_timeout, label):
+    clients = [SlowClient(port, s) for s in sources]
+    start = time.monotonic()
+    worst = 0.0
+    answered = 0
+    # Longer than the request deadline, so the closing is seen too.
+    while time.monotonic() - start < request_timeout + 4:
+        now = time.monotonic()
+        for c in clients:
+            c.tick(now)
+        ok, how = health_ok(port, within=2.0)
+        check(ok, f"/health beside {len(clients)} slow clients ({label}) at "
+                  f"{now - start:.1f} s: {how}")
+        answered += ok
+        try:
+            worst = max(worst, float(how.split(" in ")[1].split()[0]))
+        except (IndexError, ValueError):
+            worst = 99.0
+        time.sleep(max(0.0, 2.0 - (time.monotonic() - now)))
+    open_after = sum(1 for c in clients if c.closed_at is None)
+    check(open_after == 0,
+          f"{open_after} of {len(clients)} slow connections ({label}) still open "
+          f"{request_timeout + 4:.0f} s after their first byte")
+    print(f"{len(clients)} slow clients ({label}): /health answered {answered} times, "
+          f"slowest {worst:.3f} s; {open_after} slow connections left open")
+    for c in clients:
+        c.sock.close()
+
+
+def main():
+    port, request_timeout = int(sys.argv[1]), float(sys.argv[2])
+    sections = sys.argv[3].split(",") if len(sys.argv) > 3 else ["deep", "messages", "fields", "slow"]
+    if "deep" in sections:
+        deep_bodies(port)
+    if "messages" in sections:
+        many_messages(port)
+    if "fields" in sections:
+        ignored_fields(port)
+    if "slow" in sections:
+        slow_clients(port, ["127.0.0.2"] * 80, request_timeout, "one address")
+        slow_clients(port, [f"127.0.1.{i}" for i in range(1, 81)], request_timeout, "80 addresses")
+    ok, how = health_ok(port)
+    check(ok, f"/health at the end: {how}")
+    print(f"{checked - len(failures)} passed, {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
