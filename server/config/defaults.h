@@ -34,6 +34,11 @@ inline constexpr char kHttpListen[] = "127.0.0.1:8000";
 inline constexpr int kHttpMaxStreams = 64;
 // Threads beyond the stream slots: /health, /v1/models and refusals while every slot streams.
 inline constexpr int kHttpSpareThreads = 8;
+// Threads kept from connections: they serve connections over a cap (/health only, each
+// within a short deadline), so no number of clients can starve /health.
+inline constexpr int kHttpReservedThreads = 4;
+// How long one HTTP request's head and body may take to arrive.
+inline constexpr absl::Duration kHttpRequestTimeout = absl::Seconds(30);
 // Stored responses (/v1/responses): how long one lives, and the bytes of them cached in
 // memory (all of them without a durable store).
 inline constexpr absl::Duration kResponseTtl = absl::Hours(24);

@@ -36,6 +36,22 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
                   "--http_max_streams + 8; the spare threads answer /health, "
                   "/v1/models and refusals while every stream slot is busy). An "
                   "idle keep-alive connection holds its thread for at most 5 s.");
+  f.AddIntAtLeast("http_max_connections", &o->http_max_connections, 0,
+                  "HTTP connections served at once (0: --http_threads - 4). A "
+                  "connection over it, or over --http_max_connections_per_peer, is "
+                  "answered only on /health, sent within 0.25 s; anything else gets "
+                  "503 with "
+                  "retry-after. The threads left over serve those, so /health stays "
+                  "answerable however many clients connect. Plain HTTP only (not "
+                  "with --tls_cert).");
+  f.AddIntAtLeast("http_max_connections_per_peer", &o->http_max_connections_per_peer, 0,
+                  "HTTP connections served at once from one client address (0: half "
+                  "of --http_max_connections, or all of them up to 8). Behind a proxy "
+                  "every client is the proxy: set it to --http_max_connections there.");
+  f.AddDuration("http_request_timeout", &o->http_request_timeout, absl::Milliseconds(1),
+                "How long one HTTP request may take to arrive whole (request line, "
+                "headers and body, from its first byte; a new connection's from its "
+                "accept); a slower one's connection is closed.");
   f.AddDuration("response_ttl", &o->response_ttl, absl::Seconds(1),
                 "How long a stored response of /v1/responses (the state after "
                 "it, for previous_response_id) is kept.");
@@ -227,6 +243,14 @@ absl::Status CheckCrossFlagLimits(const ServerOptions& options,
         flags.Describe("http_threads"), " must exceed ",
         flags.Describe("http_max_streams"),
         ": /health and refusals need threads while every stream slot is busy"));
+  }
+  const int http_threads = options.http_threads > 0
+                               ? options.http_threads
+                               : options.http_max_streams + defaults::kHttpSpareThreads;
+  if (options.http_max_connections >= http_threads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flags.Describe("http_max_connections"), " must be below the HTTP threads (",
+        http_threads, "): connections over the cap need threads to be answered"));
   }
   if (options.tls_cert.empty() != options.tls_key.empty()) {
     return absl::InvalidArgumentError(

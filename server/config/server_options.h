@@ -30,6 +30,15 @@ struct ServerOptions {
   // cpp-httplib's worker threads, one per open connection (--http_threads); 0 means
   // http_max_streams + kHttpSpareThreads. Must exceed http_max_streams.
   int http_threads = 0;
+  // HTTP connections served at once (--http_max_connections); 0 means http_threads -
+  // kHttpReservedThreads. Must be below http_threads.
+  int http_max_connections = 0;
+  // Of them from one peer address (--http_max_connections_per_peer); 0 means half of
+  // http_max_connections.
+  int http_max_connections_per_peer = 0;
+  // How long one HTTP request's head and body may take to arrive
+  // (--http_request_timeout).
+  absl::Duration http_request_timeout = defaults::kHttpRequestTimeout;
   // How long a stored response (/v1/responses, store: true) lives (--response_ttl).
   absl::Duration response_ttl = defaults::kResponseTtl;
   // How long a conversation lives after its last change (--conversation_ttl).

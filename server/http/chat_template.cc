@@ -1,5 +1,6 @@
 #include "server/http/chat_template.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -213,14 +214,20 @@ absl::StatusOr<std::string> RenderAfterAssistant(ChatTemplateKind kind,
 }
 
 std::vector<std::string> AssistantTurnEnds(ChatTemplateKind kind,
-                                           const std::vector<ChatMessage>& messages) {
+                                           const std::vector<ChatMessage>& messages,
+                                           size_t max_turns) {
   constexpr char kMarker[] = "\x1f\x1e attnserve turn end \x1e\x1f";
   const char* end_of_turn = kind == ChatTemplateKind::kChatml   ? "<|im_end|>"
                             : kind == ChatTemplateKind::kLlama2 ? " </s>"
                                                                 : "";
+  // The last max_turns assistant messages, oldest first.
+  std::vector<size_t> assistant;
+  for (size_t k = messages.size(); k-- > 0 && assistant.size() < max_turns;) {
+    if (messages[k].role == "assistant") assistant.push_back(k);
+  }
+  std::reverse(assistant.begin(), assistant.end());
   std::vector<std::string> out;
-  for (size_t k = 0; k < messages.size(); ++k) {
-    if (messages[k].role != "assistant") continue;
+  for (size_t k : assistant) {
     // The conversation up to this message, its content marked, and a user message after
     // it (the templates render an assistant message only before another turn).
     std::vector<ChatMessage> upto(messages.begin(), messages.begin() + k + 1);

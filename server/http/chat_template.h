@@ -69,9 +69,12 @@ absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind,
 // llama2) that text followed by the template's end-of-turn marker too (a turn that ended
 // on an end-of-sequence token holds it). These are the states a chat client that
 // resends its history may find kept from an earlier turn (prefix_cache.h). Empty when
-// the messages do not render.
+// the messages do not render. Only the last `max_turns` assistant messages count: each
+// costs a render of the history up to it, so all of a long history's would cost its
+// length squared.
 std::vector<std::string> AssistantTurnEnds(ChatTemplateKind kind,
-                                           const std::vector<ChatMessage>& messages);
+                                           const std::vector<ChatMessage>& messages,
+                                           size_t max_turns = 8);
 
 absl::StatusOr<std::string> RenderAfterAssistant(ChatTemplateKind kind,
                                                  const std::vector<ChatMessage>& messages,

@@ -145,32 +145,12 @@ std::vector<ChatMessage> MessagesNotInState(const ConversationRecord& r) {
   return out;
 }
 
-absl::Status CheckMetadata(const json& metadata) {
-  if (!metadata.is_object()) return WrongType("metadata", "an object");
-  if (metadata.size() > 16) return InvalidParam("metadata", "must have at most 16 keys");
-  for (const auto& [key, value] : metadata.items()) {
-    if (key.size() > 64) {
-      return InvalidParam("metadata", absl::StrCat("key '", key.substr(0, 64),
-                                                   "...' is longer than 64 characters"));
-    }
-    if (!value.is_string()) {
-      return InvalidParam("metadata", absl::StrCat("value of '", key, "' must be a string"));
-    }
-    if (value.get<std::string>().size() > 512) {
-      return InvalidParam("metadata",
-                          absl::StrCat("value of '", key, "' is longer than 512 characters"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<ConversationCreate> ParseConversationCreate(const std::string& body_text) {
   ConversationCreate out;
   if (body_text.empty()) return out;  // the SDK's create() with no arguments
-  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) {
-    return absl::InvalidArgumentError("the request body must be a JSON object");
-  }
+  auto parsed = ParseRequestBody(body_text, RequestKind::kConversationCreate);
+  if (!parsed.ok()) return parsed.status();
+  const json& body = *parsed;
   if (const json* metadata = Field(body, "metadata")) {
     if (absl::Status s = CheckMetadata(*metadata); !s.ok()) return s;
     out.metadata = *metadata;
@@ -192,10 +172,9 @@ absl::StatusOr<ConversationCreate> ParseConversationCreate(const std::string& bo
 }
 
 absl::StatusOr<std::string> ParseForkRequest(const std::string& body_text) {
-  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) {
-    return absl::InvalidArgumentError("the request body must be a JSON object");
-  }
+  auto parsed = ParseRequestBody(body_text, RequestKind::kConversationFork);
+  if (!parsed.ok()) return parsed.status();
+  const json& body = *parsed;
   const json* item = Field(body, "item_id");
   if (item == nullptr) return InvalidParam("item_id", "is required");
   if (!item->is_string()) return WrongType("item_id", "a string");

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "server/http/chat_template.h"
+#include "server/http/request_gate.h"
 
 namespace attnserve::http {
 
@@ -76,10 +77,6 @@ nlohmann::json MessageItem(const std::string& id, const ChatMessage& message,
 // The messages of items[in_state:], the part of the conversation not in head's state
 // (its items must have been read).
 std::vector<ChatMessage> MessagesNotInState(const ConversationRecord& record);
-
-// OpenAI's metadata limits: an object of at most 16 string values, keys of at most 64
-// characters, values of at most 512. INVALID_ARGUMENT (param "metadata") otherwise.
-absl::Status CheckMetadata(const nlohmann::json& metadata);
 
 // The body of POST /v1/conversations: `metadata` and `items` (message items, which the
 // first response prefills before its own input).

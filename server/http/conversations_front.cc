@@ -79,12 +79,9 @@ void HttpFront::UpdateConversation(const httplib::Request& req, httplib::Respons
   const std::string route_name = "POST /v1/conversations/{id}";
   auto tenant = deps_.keys->AuthenticateHeader(Header(req, "authorization"));
   if (!tenant.ok()) return Fail(route_name, tenant.status(), res);
-  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) {
-    return Fail(route_name, absl::InvalidArgumentError("the request body must be a JSON object"),
-                res);
-  }
-  const json* metadata = Field(body, "metadata");
+  auto body = ParseRequestBody(req.body, RequestKind::kConversationUpdate);
+  if (!body.ok()) return Fail(route_name, body.status(), res);
+  const json* metadata = Field(*body, "metadata");
   if (metadata == nullptr) return Fail(route_name, InvalidParam("metadata", "is required"), res);
   if (absl::Status s = CheckMetadata(*metadata); !s.ok()) return Fail(route_name, s, res);
   auto change = deps_.conversations->Begin(*tenant, req.matches[1]);

@@ -15,6 +15,7 @@
 #include "server/attention/options.h"
 #include "server/common/random_id.h"
 #include "server/common/sha256.h"
+#include "server/http/connection_guard.h"
 #include "server/http/http_errors.h"
 #include "server/http/openai_request.h"
 #include "server/http/openai_response.h"
@@ -117,7 +118,14 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(HttpFrontOptions opt
         absl::StrCat("--web_dir ", f->options_.web_dir, ": no index.html there"));
   }
   if (f->options_.tls_cert.empty()) {
-    f->server_ = std::make_unique<httplib::Server>();
+    ConnectionLimits limits = f->options_.connections;
+    limits.write_timeout = f->options_.write_timeout;
+    if (limits.max_connections >= f->options_.threads) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the HTTP front's ", f->options_.threads, " threads must exceed its ",
+          limits.max_connections, " connections"));
+    }
+    f->server_ = std::make_unique<GuardedServer>(limits);
   } else {
     const std::string& ca = f->options_.tls_client_ca;
     f->server_ = std::make_unique<httplib::SSLServer>(
@@ -247,6 +255,17 @@ void HttpFront::Fail(const std::string& route_name, const absl::Status& status,
 
 void HttpFront::AddRoutes() {
   httplib::Server& s = *server_;
+  // A connection over a cap (connection_guard.h) is answered only on /health.
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!GuardedServer::OverLimit() || (req.method == "GET" && req.path == "/health")) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.set_header("connection", "close");
+    Fail("connection", absl::UnavailableError(
+                           "too many connections (from this address or in total); retry"),
+         res);
+    return httplib::Server::HandlerResponse::Handled;
+  });
   s.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
     Health(req, res);
   });
@@ -435,13 +454,15 @@ absl::StatusOr<std::shared_ptr<HttpFront::KeptChat>> HttpFront::StartKeptChat(
   // The prompt's ids exactly as admission would encode the text at a session's start.
   auto ids = model->tokenizer->Encode(generate->text(), /*continuation=*/false);
   if (!ids.ok()) return ids.status();
+  // A history the context cannot hold is refused before anything is looked up or made.
+  if (absl::Status s = service::CheckFitsContext(0, ids->size(), *model); !s.ok()) return s;
   // Where the history's assistant turns end, in ids: the states an earlier turn may
   // have kept. Only the prefixes of the prompt's own ids count.
   // The latest few are enough: a client resending its history extends the state its
   // previous call kept, and each candidate costs an encode of the history so far.
+  // (Up to two ends per assistant message: with and without its end-of-turn marker.)
   constexpr size_t kMaxCandidates = 8;
-  std::vector<std::string> ends = AssistantTurnEnds(kind, messages);
-  if (ends.size() > kMaxCandidates) ends.erase(ends.begin(), ends.end() - kMaxCandidates);
+  std::vector<std::string> ends = AssistantTurnEnds(kind, messages, kMaxCandidates / 2);
   std::vector<size_t> lengths;
   for (const std::string& end : ends) {
     auto end_ids = model->tokenizer->Encode(end, /*continuation=*/false);
@@ -451,6 +472,12 @@ absl::StatusOr<std::shared_ptr<HttpFront::KeptChat>> HttpFront::StartKeptChat(
     }
   }
   std::optional<PrefixCache::Hit> hit = prefix_cache_->Lookup(chat->key, *ids, lengths);
+  // The part not in a kept state is the turn's prompt: admission's limit, checked before
+  // a session is made or imported for it.
+  const size_t cached = hit.has_value() ? hit->tokens : 0;
+  if (absl::Status s = service::CheckPromptSize(ids->size() - cached, deps_.limits); !s.ok()) {
+    return s;
+  }
   auto session = hit.has_value()
                      ? deps_.store->Import(tenant, hit->state, options_.prefix_ttl)
                      : deps_.store->Create(tenant, model, options_.prefix_ttl);

@@ -32,6 +32,7 @@
 #include "server/catalogue/model_catalogue.h"
 #include "server/config/defaults.h"
 #include "server/http/chat_template.h"
+#include "server/http/connection_limits.h"
 #include "server/http/conversation_store.h"
 #include "server/http/own_session.h"
 #include "server/http/prefix_cache.h"
@@ -58,8 +59,11 @@ struct HttpFrontOptions {
   std::string listen;
   // Generating requests in flight at once (ServerOptions::http_max_streams).
   int max_streams = 64;
-  // cpp-httplib's threads; must exceed max_streams.
+  // cpp-httplib's threads; must exceed max_streams and connections.max_connections.
   int threads = 72;
+  // Caps on open connections and the deadline of one request's arrival
+  // (connection_guard.h); its write_timeout is write_timeout below.
+  ConnectionLimits connections;
   // A write that cannot proceed this long (the client stopped reading) fails, which
   // cancels the turn.
   absl::Duration write_timeout = absl::Seconds(60);

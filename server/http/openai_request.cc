@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "server/http/json_fields.h"
+#include "server/http/request_gate.h"
 
 namespace attnserve::http {
 namespace {
@@ -113,10 +114,10 @@ absl::Status ReadSampling(const json& body, uint64_t random_seed, v1::SamplingPa
 
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(Route route, const std::string& body_text,
                                                  uint64_t random_seed) {
-  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) {
-    return absl::InvalidArgumentError("the request body must be a JSON object");
-  }
+  auto parsed = ParseRequestBody(
+      body_text, route == Route::kChat ? RequestKind::kChat : RequestKind::kCompletions);
+  if (!parsed.ok()) return parsed.status();
+  const json& body = *parsed;
   OpenAiRequest out;
   out.route = route;
   if (const json* model = Field(body, "model")) {

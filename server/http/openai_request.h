@@ -30,7 +30,9 @@ struct OpenAiRequest {
 // Parses `body` for `route`. INVALID_ARGUMENT naming the field for: a body that is not a
 // JSON object, a field of the wrong type, n other than 1, a prompt that is neither a
 // string, a list of one string, nor a list of token ids, a chat without messages or with
-// a message content that is not text. Fields attnserve does not use are ignored.
+// a message content that is not text; and whatever ParseRequestBody (request_gate.h)
+// refuses first: a body nested too deep or over a count limit, a field this server does
+// not honour (never accepted and ignored).
 // `seed` absent draws a random seed (`random_seed`), as OpenAI's sampling is random
 // unless a seed is given.
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(Route route, const std::string& body,

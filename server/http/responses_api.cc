@@ -10,6 +10,7 @@
 #include "server/http/http_errors.h"
 #include "server/http/json_fields.h"
 #include "server/http/openai_response.h"
+#include "server/http/request_gate.h"
 #include "server/http/utf8.h"
 #include "server/store/record_kind.h"
 
@@ -72,17 +73,13 @@ json Usage(const scheduler::TurnResult& r, int64_t cached_tokens) {
 
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body_text,
                                                        uint64_t random_seed) {
-  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) {
-    return absl::InvalidArgumentError("the request body must be a JSON object");
-  }
+  auto parsed = ParseRequestBody(body_text, RequestKind::kResponses);
+  if (!parsed.ok()) return parsed.status();
+  const json& body = *parsed;
   ResponsesRequest out;
   if (const json* model = Field(body, "model")) {
     if (!model->is_string()) return WrongType("model", "a string");
     out.generate.set_model(model->get<std::string>());
-  }
-  if (const json* tools = Field(body, "tools"); tools != nullptr && !tools->empty()) {
-    return InvalidParam("tools", "tools are not supported");
   }
   if (const json* instructions = Field(body, "instructions")) {
     if (!instructions->is_string()) return WrongType("instructions", "a string");
@@ -112,8 +109,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body_t
   if (absl::Status s = ReadBool(body, "stream", &out.stream); !s.ok()) return s;
   out.metadata = json::object();
   if (const json* metadata = Field(body, "metadata")) {
-    if (!metadata->is_object()) return WrongType("metadata", "an object");
-    out.metadata = *metadata;
+    out.metadata = *metadata;  // within OpenAI's limits (ParseRequestBody)
   }
   if (absl::Status s = ReadSampling(body, random_seed, &out); !s.ok()) return s;
   return out;

@@ -48,6 +48,12 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
   if (!slot.ok()) return Fail(route_name, slot.status(), res);
   auto request = ParseResponsesRequest(req.body, RandomSeed());
   if (!request.ok()) return Fail(route_name, request.status(), res);
+  // A tenant at its quota of stored responses is refused before its turn runs.
+  if (request->store) {
+    if (absl::Status s = deps_.checkpoints->CheckRoom(*tenant); !s.ok()) {
+      return Fail(route_name, s, res);
+    }
+  }
   v1::GenerateRequest& generate = request->generate;
 
   // A conversation: held for this response until it ends (a second one meanwhile is
@@ -120,6 +126,11 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
                 model_name);
   }
   generate.set_text(*std::move(text));
+  // Admission's limit on the prompt (its bytes bound its tokens), before a session is
+  // made or imported for it.
+  if (absl::Status s = service::CheckPromptSize(generate.text().size(), deps_.limits); !s.ok()) {
+    return Fail(route_name, s, res, model_name);
+  }
 
   // The turn's own session: the previous response's state, or a new one.
   auto session = previous.has_value()

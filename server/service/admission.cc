@@ -98,13 +98,7 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
                       : r.prompt_case() == v1::GenerateRequest::kTokens
                           ? size_t(r.tokens().ids_size())
                           : 0;
-  if (size > size_t(limits.max_prompt_tokens)) {
-    absl::Status over = Invalid(absl::StrCat("prompt: ", size,
-                                             " tokens is over the server's limit of ",
-                                             limits.max_prompt_tokens));
-    over.SetPayload(kPromptOverLimitPayload, absl::Cord("max_prompt_tokens"));
-    return over;
-  }
+  if (absl::Status s = CheckPromptSize(size, limits); !s.ok()) return s;
   switch (r.prompt_case()) {
     case v1::GenerateRequest::kText:
       // Without a session the turn starts a fresh one (position 0); a session's text is
@@ -153,6 +147,27 @@ bool IsPromptOverLimit(const absl::Status& status) {
   return status.GetPayload(kPromptOverLimitPayload).has_value();
 }
 
+absl::Status CheckPromptSize(size_t tokens, const RequestLimits& limits) {
+  if (tokens <= size_t(limits.max_prompt_tokens)) return absl::OkStatus();
+  absl::Status over = Invalid(absl::StrCat("prompt: ", tokens,
+                                           " tokens is over the server's limit of ",
+                                           limits.max_prompt_tokens));
+  over.SetPayload(kPromptOverLimitPayload, absl::Cord("max_prompt_tokens"));
+  return over;
+}
+
+absl::Status CheckFitsContext(int64_t position, size_t prompt_tokens,
+                              const catalogue::ServedModel& model) {
+  const int64_t context = model.model->config().max_context;
+  // The prompt, and then at least one generated token, must fit.
+  if (position + int64_t(prompt_tokens) + 1 > context) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "prompt: the session is at position ", position, "; ", prompt_tokens,
+        " more tokens and one generated would pass the model's context of ", context));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckTurnFits(ParsedGenerate& request, const session::Session& session) {
   const catalogue::ServedModel& served = session.served();
   if (!request.model_name.empty() && request.model_name != served.name) {
@@ -166,12 +181,8 @@ absl::Status CheckTurnFits(ParsedGenerate& request, const session::Session& sess
   }
   if (absl::Status s = CheckPromptFits(request.turn, served); !s.ok()) return s;
   const int64_t position = session.position();  // the pending token included
-  const int64_t context = served.model->config().max_context;
-  // The prompt, and then at least one generated token, must fit.
-  if (position + int64_t(request.turn.prompt.size()) + 1 > context) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "prompt: the session is at position ", position, "; ", request.turn.prompt.size(),
-        " more tokens and one generated would pass the model's context of ", context));
+  if (absl::Status s = CheckFitsContext(position, request.turn.prompt.size(), served); !s.ok()) {
+    return s;
   }
   if (request.turn.prompt.empty() && position == 0) {
     return Invalid("prompt: empty, and the session has no token to continue from");

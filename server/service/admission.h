@@ -59,6 +59,14 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& request,
 inline constexpr char kPromptOverLimitPayload[] = "attnserve/prompt-over-limit";
 // True for ParseGenerate's status of a prompt over the server's limit.
 bool IsPromptOverLimit(const absl::Status& status);
+// OK if a prompt of `tokens` new tokens is within limits.max_prompt_tokens, else the
+// INVALID_ARGUMENT (with kPromptOverLimitPayload) ParseGenerate answers for it. For an
+// edge that encodes a prompt itself, to refuse it before making a session for it.
+absl::Status CheckPromptSize(size_t tokens, const RequestLimits& limits);
+// OK if `prompt_tokens` more tokens and one generated fit `model`'s context from
+// `position`, else CheckTurnFits's OUT_OF_RANGE.
+absl::Status CheckFitsContext(int64_t position, size_t prompt_tokens,
+                              const catalogue::ServedModel& model);
 
 // The checks that need the session (after it is claimed), after encoding a pending text
 // prompt with the session's tokenizer (EncodePrompt): the requested model is the

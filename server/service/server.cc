@@ -5,6 +5,7 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -123,6 +124,19 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
                                ? options.http_threads
                                : options.http_max_streams + config::defaults::kHttpSpareThreads;
     http_options.write_timeout = options.stream_idle_timeout;
+    http::ConnectionLimits& connections = http_options.connections;
+    connections.max_connections =
+        options.http_max_connections > 0
+            ? options.http_max_connections
+            : std::max(1, http_options.threads - config::defaults::kHttpReservedThreads);
+    // Half, so one address cannot hold every connection; a small server's whole (a
+    // client of it may well need all of its few).
+    connections.max_per_peer =
+        options.http_max_connections_per_peer > 0
+            ? options.http_max_connections_per_peer
+            : std::max(connections.max_connections / 2, std::min(connections.max_connections, 8));
+    connections.request_timeout = options.http_request_timeout;
+    connections.write_timeout = options.stream_idle_timeout;
     http_options.response_ttl = options.response_ttl;
     http_options.prefix_ttl = options.default_ttl;
     http_options.web_dir = options.web_dir;

@@ -174,6 +174,24 @@ absl::Status CheckpointStore::ReserveLocked(const std::string& tenant, const std
   return absl::OkStatus();
 }
 
+absl::Status CheckpointStore::CheckRoom(std::string_view tenant_view) {
+  if (options_.disposable) return absl::OkStatus();  // makes room by itself
+  const std::string tenant(tenant_view);
+  absl::MutexLock lock(&mu_);
+  auto refusal = [&] {
+    std::optional<std::string> why = OverQuotaLocked(tenant, "", 1);
+    return why.has_value() ? why : OverMemoryLocked("", 1);
+  };
+  std::optional<std::string> why = refusal();
+  if (why.has_value()) {
+    DropExpiredLocked(options_.clock->Now());
+    why = refusal();
+  }
+  if (!why.has_value()) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat(*why, options_.remedy.empty() ? "" : "; ", options_.remedy));
+}
+
 absl::Status CheckpointStore::Put(std::string_view tenant_view, const std::string& key,
                                   std::shared_ptr<const std::string> bytes, absl::Duration ttl) {
   if (KindOf(key) != options_.kind) {

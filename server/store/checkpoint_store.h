@@ -73,6 +73,11 @@ class CheckpointStore {
   // store, OK only once it is written there (UNAVAILABLE naming the store otherwise).
   absl::Status Put(std::string_view tenant, const std::string& key,
                    std::shared_ptr<const std::string> bytes, absl::Duration ttl);
+  // OK if `tenant` may write one more record now as far as the counts known before its
+  // bytes tell (its record quota, bytes already at its quota, a full memory where that
+  // refuses), else the RESOURCE_EXHAUSTED Put would answer: to refuse before the work
+  // that makes a record. Put still decides.
+  absl::Status CheckRoom(std::string_view tenant);
   // The bytes under `key`; NOT_FOUND if absent, expired, deleted, evicted or of another
   // kind; UNAVAILABLE naming the store when it cannot be read. `tenant` is the reader,
   // whom a copy cached now is charged to.

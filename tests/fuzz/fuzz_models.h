@@ -1,16 +1,15 @@
 // What the fuzz targets and their seed generator share: a catalogue of two tiny models
 // (a fixed-state module and a KV-cache one, 64 positions of context so snapshot states
-// stay small), the request limits the admission target checks against, and a
-// crash-with-message check that works in a libFuzzer binary (no GoogleTest runner).
+// stay small), the request limits the admission target checks against, and FUZZ_CHECK
+// (fuzz_check.h).
 #pragma once
 
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 
 #include <google/protobuf/stubs/logging.h>
 
 #include "server/catalogue/model_catalogue.h"
+#include "tests/fuzz/fuzz_check.h"
 #include "tests/testing/tiny_model.h"
 
 namespace attnserve::fuzz {
@@ -28,18 +27,5 @@ inline const catalogue::ModelCatalogue& Catalogue() {
   }();
   return *catalogue;
 }
-
-// A violated invariant: print it and abort, which libFuzzer reports as a crash and
-// saves the input.
-#define FUZZ_CHECK(cond, ...)                                              \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK(%s) failed: ", __FILE__,     \
-                   __LINE__, #cond);                                       \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-      std::abort();                                                        \
-    }                                                                      \
-  } while (0)
 
 }  // namespace attnserve::fuzz

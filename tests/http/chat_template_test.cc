@@ -1,6 +1,7 @@
 #include "server/http/chat_template.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -147,6 +148,21 @@ TEST(AssistantTurnEndsTest, EndWhereEachAssistantContentEnds) {
   auto chatml_whole = RenderChat(ChatTemplateKind::kChatml, chat);
   for (const std::string& end : chatml) EXPECT_EQ(chatml_whole->rfind(end, 0), 0u) << end;
   EXPECT_TRUE(AssistantTurnEnds(ChatTemplateKind::kPlain, {{"user", "Hi"}}).empty());
+}
+
+// Only the last few assistant turns are rendered: each costs a render of the history up
+// to it, so all of a long history's would cost its length squared.
+TEST(AssistantTurnEndsTest, OnlyTheLastTurnsOfALongHistory) {
+  std::vector<ChatMessage> chat;
+  for (int i = 0; i < 20; ++i) {
+    chat.push_back({"user", absl::StrCat("U", i)});
+    chat.push_back({"assistant", absl::StrCat("A", i)});
+  }
+  chat.push_back({"user", "Last"});
+  auto ends = AssistantTurnEnds(ChatTemplateKind::kPlain, chat, 3);
+  ASSERT_EQ(ends.size(), 3u);
+  EXPECT_TRUE(absl::EndsWith(ends[0], "A17"));
+  EXPECT_TRUE(absl::EndsWith(ends[2], "A19"));
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 # prints what it runs and how long it took, and fails on any finding:
 #
 #   asan  build-asan  GCC -O1 -fsanitize=address,undefined   scheduler_test, service_test
-#   fuzz  build-fuzz  clang-14 libFuzzer + ASan + UBSan      admission_fuzz, snapshot_fuzz, safetensors_fuzz, gguf_fuzz
+#   fuzz  build-fuzz  clang-14 libFuzzer + ASan + UBSan      admission_fuzz, snapshot_fuzz, safetensors_fuzz, gguf_fuzz,
+#                                                            request_fuzz
 #   tsan  build-tsan  GCC -O1 -fsanitize=thread               scheduler_test, session_test
 #
 # service_test is not run under TSan: it drives the service through Debian's gRPC, which
@@ -95,12 +96,13 @@ stage_fuzz() {
   step fuzz-configure configure build-fuzz -DCMAKE_CXX_COMPILER=clang++-14 \
     -DATTNSERVE_SANITIZE=address,undefined -DATTNSERVE_FUZZ=ON
   step fuzz-build cmake --build build-fuzz -j "$jobs" --target fuzz_seeds admission_fuzz \
-    snapshot_fuzz safetensors_fuzz gguf_fuzz
+    snapshot_fuzz safetensors_fuzz gguf_fuzz request_fuzz
   step fuzz-seeds build-fuzz/tests/fuzz/fuzz_seeds build-fuzz/seeds
   step fuzz-admission fuzz_one admission_fuzz
   step fuzz-snapshot fuzz_one snapshot_fuzz
   step fuzz-safetensors fuzz_one safetensors_fuzz
   step fuzz-gguf fuzz_one gguf_fuzz
+  step fuzz-request fuzz_one request_fuzz
 }
 
 t0=$(seconds)

@@ -114,6 +114,8 @@ TEST(CheckpointStoreTest, TenantQuotasRefuseDurableAndRecycleDisposableRecords) 
   CheckpointStore responses(std::move(o));
   ASSERT_TRUE(responses.Put("b", Resp(1), Bytes(100, 'b'), absl::Hours(1)).ok());
   ASSERT_TRUE(responses.Put("b", Resp(2), Bytes(100, 'b'), absl::Hours(1)).ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(responses.CheckRoom("b")));
+  EXPECT_TRUE(responses.CheckRoom("a").ok());
   absl::Status count = responses.Put("b", Resp(3), Bytes(10, 'b'), absl::Hours(1));
   EXPECT_TRUE(absl::IsResourceExhausted(count)) << count;
   EXPECT_THAT(count.message(), HasSubstr("--tenant_max_responses=2"));
