@@ -106,6 +106,8 @@ absl::Status ConversationStore::RenewIfDue(const ConversationRecord& r, bool for
     if (!items.ok()) return items.status();
     for (std::string& id : ResponsesOf(*items, 0)) responses.push_back(std::move(id));
   }
+  std::sort(responses.begin(), responses.end());  // head is an item's response too
+  responses.erase(std::unique(responses.begin(), responses.end()), responses.end());
   if (options_.responses.renew) {
     for (const std::string& id : responses) {
       if (absl::Status s = options_.responses.renew(r.tenant, id, held_ttl()); !s.ok()) return s;
