@@ -202,7 +202,9 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
       next.in_state = last.item_count + added.size();
       if (absl::Status s = conversation->Commit(next, added); !s.ok()) {
         // Not in the conversation (deleted meanwhile, or the store failed): not kept.
-        if (store) deps_.checkpoints->Delete(answer->id()).IgnoreError();
+        if (store) {
+          deps_.checkpoints->Delete(store::ResponseKey(tenant, answer->id())).IgnoreError();
+        }
         return absl::Status(s.code(), absl::StrCat("response '", answer->id(),
                                                    "' is not stored: ", s.message()));
       }
