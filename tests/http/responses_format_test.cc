@@ -165,6 +165,8 @@ TEST(ResponsesAnswerTest, StreamsTheEventSequenceAndTheFinalObject) {
 
 TEST(PrefixCacheTest, AHitNeedsTheSameKeyAndEveryId) {
   store::CheckpointStore::Options o;
+  o.kind = store::RecordKind::kPrefixState;
+  o.disposable = true;
   o.memory_bytes = 1 << 20;
   store::CheckpointStore checkpoints(std::move(o));
   PrefixCache cache(&checkpoints, absl::Minutes(5));
@@ -176,7 +178,7 @@ TEST(PrefixCacheTest, AHitNeedsTheSameKeyAndEveryId) {
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(hit->tokens, 4u);
   EXPECT_EQ(*hit->state, "state after 4");
-  // Another tenant, model or template, or other ids: no hit.
+  // Another tenant, model fingerprint or template, or other ids: no hit.
   EXPECT_FALSE(cache.Lookup({"bob", "m", "plain"}, ids, {4}).has_value());
   EXPECT_FALSE(cache.Lookup({"alice", "n", "plain"}, ids, {4}).has_value());
   EXPECT_FALSE(cache.Lookup({"alice", "m", "chatml"}, ids, {4}).has_value());
