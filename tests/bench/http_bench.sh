@@ -57,7 +57,8 @@ start_server "$addr" "127.0.0.1:$(free_port)" --http_listen="$http" \
   --model_dirs="$work/mid-taylor,$models/kjv-taylor2-decay,$models/kjv-taylor2,$models/kjv-softmax" \
   --max_prompt_tokens=$((largest + 1024)) \
   --max_generated_tokens=$((max_tokens > 2048 ? max_tokens : 2048)) \
-  --checkpoint_memory_bytes=2GiB --memory_budget=4GiB
+  --checkpoint_memory_bytes=2GiB --prefix_cache_bytes=2GiB --tenant_prefix_bytes=2GiB \
+  --memory_budget=4GiB
 
 echo "http_bench: time to first token (sizes $sizes, $reps reps each)" >&2
 for model in $ttft_models; do
