@@ -40,18 +40,17 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
                   "HTTP connections served at once (0: --http_threads - 4). A "
                   "connection over it, or over --http_max_connections_per_peer, is "
                   "answered only on /health, sent within 0.25 s; anything else gets "
-                  "503 with "
-                  "retry-after. The threads left over serve those, so /health stays "
-                  "answerable however many clients connect. Plain HTTP only (not "
-                  "with --tls_cert).");
+                  "503 with retry-after. The threads left over serve those, so "
+                  "/health stays answerable however many clients connect.");
   f.AddIntAtLeast("http_max_connections_per_peer", &o->http_max_connections_per_peer, 0,
                   "HTTP connections served at once from one client address (0: half "
                   "of --http_max_connections, or all of them up to 8). Behind a proxy "
                   "every client is the proxy: set it to --http_max_connections there.");
   f.AddDuration("http_request_timeout", &o->http_request_timeout, absl::Milliseconds(1),
                 "How long one HTTP request may take to arrive whole (request line, "
-                "headers and body, from its first byte; a new connection's from its "
-                "accept); a slower one's connection is closed.");
+                "headers and body, from its first byte; a new connection's, its TLS "
+                "handshake included, from its accept); a slower one's connection is "
+                "closed.");
   f.AddDuration("response_ttl", &o->response_ttl, absl::Seconds(1),
                 "How long a stored response of /v1/responses (the state after "
                 "it, for previous_response_id) is kept.");

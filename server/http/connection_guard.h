@@ -11,24 +11,38 @@
 // retry-after. So the pool's threads beyond the total cap keep /health answerable
 // whatever the clients do: their every use is bounded by that short deadline (0.25 s).
 //
-// Plain HTTP only: with TLS, cpp-httplib's own SSL server reads the sockets (its stream
-// is internal), and neither cap nor deadline applies.
+// With TLS the same holds, the handshake included: the server does TLS itself (OpenSSL,
+// set up as cpp-httplib's SSLServer would) on a non-blocking socket, so the handshake
+// and every read keep to the deadline too.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include <httplib.h>
 
+#include "absl/status/statusor.h"
 #include "server/http/connection_limits.h"
+
+typedef struct ssl_ctx_st SSL_CTX;
 
 namespace attnserve::http {
 
 // cpp-httplib's server with ConnectionLimits applied to every connection it accepts.
 class GuardedServer : public httplib::Server {
  public:
-  explicit GuardedServer(ConnectionLimits limits) : limits_(limits) {}
+  // PEM files as for gRPC; an empty cert serves plain HTTP.
+  struct TlsFiles {
+    std::string cert;
+    std::string key;
+    std::string client_ca;  // non-empty: a client certificate signed by it is required
+  };
+  // INVALID_ARGUMENT naming the files if they cannot be used.
+  static absl::StatusOr<std::unique_ptr<GuardedServer>> Create(ConnectionLimits limits,
+                                                               const TlsFiles& tls);
+  ~GuardedServer() override;
 
   // True on a thread serving a connection admitted over a cap (only /health is
   // answered there). For the routes' pre-routing handler.
@@ -42,11 +56,18 @@ class GuardedServer : public httplib::Server {
   // Admits the connection (or marks it over a limit), then serves its requests as
   // cpp-httplib would, through a stream that enforces the deadlines.
   bool process_and_close_socket(socket_t sock) override;
+  // A connection's socket (or TLS on it) as cpp-httplib's Stream, with the deadlines.
+  class DeadlineStream;
+  // The requests of one admitted (or over-limit) connection, the first due by
+  // `first_deadline`.
+  bool Serve(DeadlineStream& stream, bool admitted, absl::Time first_deadline);
+  explicit GuardedServer(ConnectionLimits limits) : limits_(limits) {}
   // Counts a connection from `peer` in; false (and nothing counted) when over a cap.
   bool Admit(const std::string& peer);
   void Leave(const std::string& peer);
 
   const ConnectionLimits limits_;
+  SSL_CTX* tls_ = nullptr;  // owned; null: plain HTTP
   mutable std::mutex mu_;
   int open_ = 0;                         // guarded by mu_
   std::map<std::string, int> per_peer_;  // guarded by mu_; no zero entries

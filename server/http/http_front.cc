@@ -117,32 +117,21 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(HttpFrontOptions opt
     return absl::InvalidArgumentError(
         absl::StrCat("--web_dir ", f->options_.web_dir, ": no index.html there"));
   }
-  if (f->options_.tls_cert.empty()) {
-    ConnectionLimits limits = f->options_.connections;
-    limits.write_timeout = f->options_.write_timeout;
-    if (limits.max_connections >= f->options_.threads) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the HTTP front's ", f->options_.threads, " threads must exceed its ",
-          limits.max_connections, " connections"));
-    }
-    f->server_ = std::make_unique<GuardedServer>(limits);
-  } else {
-    const std::string& ca = f->options_.tls_client_ca;
-    f->server_ = std::make_unique<httplib::SSLServer>(
-        f->options_.tls_cert.c_str(), f->options_.tls_key.c_str(),
-        ca.empty() ? nullptr : ca.c_str());
-    if (!f->server_->is_valid()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the HTTP API cannot use --tls_cert ", f->options_.tls_cert, " and --tls_key ",
-          f->options_.tls_key, ca.empty() ? "" : absl::StrCat(" and --tls_client_ca ", ca)));
-    }
+  ConnectionLimits limits = f->options_.connections;
+  limits.write_timeout = f->options_.write_timeout;
+  if (limits.max_connections >= f->options_.threads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the HTTP front's ", f->options_.threads, " threads must exceed its ",
+        limits.max_connections, " connections"));
   }
+  auto server = GuardedServer::Create(
+      limits, {f->options_.tls_cert, f->options_.tls_key, f->options_.tls_client_ca});
+  if (!server.ok()) return server.status();
+  f->server_ = *std::move(server);
   httplib::Server& s = *f->server_;
   const int threads = f->options_.threads;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  s.set_keep_alive_max_count(100);
-  s.set_keep_alive_timeout(5);
-  s.set_read_timeout(30);
+  // (Keep-alive and reads are GuardedServer's: ConnectionLimits.)
   const int64_t write_seconds =
       std::max<int64_t>(1, absl::ToInt64Seconds(f->options_.write_timeout));
   s.set_write_timeout(time_t(write_seconds));

@@ -11,18 +11,22 @@ Each check is one attack from issue 29 and what a serious server answers instead
     closed once --http_request_timeout has passed.
 Driven by http_hostile_test.sh, which starts the server.
 
-Usage: http_hostile.py HTTP_PORT REQUEST_TIMEOUT_SECONDS [SECTION,...]
-(sections: deep, messages, fields, slow; all by default)
+Usage: http_hostile.py HTTP_PORT REQUEST_TIMEOUT_SECONDS [SECTION,...] [--tls_ca=PEM]
+(sections: deep, messages, fields, slow; all by default). With --tls_ca the port is
+HTTPS: /health is asked over TLS, and the slow clients are TCP connections that send a
+few bytes of a handshake every 2 s and never finish it.
 """
 import http.client
 import json
 import socket
+import ssl
 import sys
 import threading
 import time
 
 failures = []
 checked = 0
+tls = None  # an ssl.SSLContext trusting --tls_ca, when the port is HTTPS
 
 
 def check(ok, what):
@@ -35,8 +39,12 @@ def check(ok, what):
 
 def request(port, method, path, body=None, timeout=20, source="127.0.0.1"):
     """(status, parsed JSON body or text, seconds taken)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
-                                      source_address=(source, 0))
+    if tls is None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
+                                          source_address=(source, 0))
+    else:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout,
+                                           source_address=(source, 0), context=tls)
     start = time.monotonic()
     data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
     conn.request(method, path, body=data, headers={"content-type": "application/json"})
@@ -128,14 +136,16 @@ class SlowClient:
     def __init__(self, port, source):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5,
                                              source_address=(source, 0))
-        self.sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+        # Over TLS: the start of a handshake record, never completed.
+        self.sock.sendall(b"\x16\x03\x01" if tls else
+                          b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
         self.closed_at = None
 
     def tick(self, now):
         if self.closed_at is not None:
             return
         try:
-            self.sock.sendall(b"x-slow: %d\r\n" % int(now))
+            self.sock.sendall(b"\x02" if tls else b"x-slow: %d\r\n" % int(now))
             self.sock.setblocking(False)
             try:
                 if self.sock.recv(4096) == b"":
@@ -178,8 +188,14 @@ def slow_clients(port, sources, request_timeout, label):
 
 
 def main():
-    port, request_timeout = int(sys.argv[1]), float(sys.argv[2])
-    sections = sys.argv[3].split(",") if len(sys.argv) > 3 else ["deep", "messages", "fields", "slow"]
+    global tls
+    args = [a for a in sys.argv[1:] if not a.startswith("--tls_ca=")]
+    for a in sys.argv[1:]:
+        if a.startswith("--tls_ca="):
+            tls = ssl.create_default_context(cafile=a.split("=", 1)[1])
+            tls.check_hostname = False
+    port, request_timeout = int(args[0]), float(args[1])
+    sections = args[2].split(",") if len(args) > 2 else ["deep", "messages", "fields", "slow"]
     if "deep" in sections:
         deep_bodies(port)
     if "messages" in sections:

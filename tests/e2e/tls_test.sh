@@ -132,7 +132,7 @@ server_pid=""
 # --- TLS ---------------------------------------------------------------------------------------
 port=$(free_port)
 addr=127.0.0.1:$port
-start_tls tls "0.0.0.0:$port" "--tls_ca=$certs/ca.pem" "${tls[@]}"
+start_tls tls "0.0.0.0:$port" "--tls_ca=$certs/ca.pem" "${tls[@]}" --http_request_timeout=3s
 grep -q "; TLS;" "$work/tls.log" || fail "start-up line: $(cat "$work/tls.log")"
 
 step "TLS: the C++ and the Python client stream the same bytes"
@@ -203,6 +203,9 @@ rc=0
 curl -s --max-time 10 "$https/health" >/dev/null 2>&1 || rc=$?
 [ "$rc" -eq 60 ] || fail "HTTPS without the CA: curl exit $rc (60: the certificate not verified)"
 echo "  /v1/models and a streamed chat over HTTPS; plain HTTP (curl exit != 0) and an unknown CA (60) refused"
+step "TLS: 80 connections that never finish their handshake, from one and from 80 addresses"
+"$py" "$repo/tests/e2e/http_hostile.py" "$http_port" 3 slow --tls_ca="$certs/ca.pem" ||
+  fail "slow clients on the HTTPS port"
 stop "$server_pid"
 server_pid=""
 
