@@ -356,6 +356,31 @@ TEST_F(HttpFrontTest, FullStreamSlotsAre429WhileHealthAnswers) {
   EXPECT_EQ(after->status, 200);
 }
 
+// A prompt over the limit is refused before a session is made for it: with the only
+// session slot taken, it is 413 (too long), not 429 (no room for its session).
+TEST_F(HttpFrontTest, APromptOverTheLimitIsRefusedBeforeItsSessionIsMade) {
+  config::ServerOptions o;
+  o.max_sessions = 1;
+  StartServer(o);
+  ASSERT_FALSE(CreateSession().empty());  // the only slot
+  const std::string long_text(300, 'a');  // max_prompt_tokens is 100
+  auto chat = Post("/v1/chat/completions",
+                   {{"messages", json::array({{{"role", "user"}, {"content", long_text}}})},
+                    {"max_tokens", 1}});
+  ASSERT_TRUE(chat);
+  EXPECT_EQ(chat->status, 413) << chat->body;
+  EXPECT_EQ(json::parse(chat->body)["error"]["code"], "prompt_too_long");
+  auto response = Post("/v1/responses", {{"input", long_text}, {"max_output_tokens", 1}});
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 413) << response->body;
+  // A prompt within the limit does need the slot: 429, so the setup is what it claims.
+  auto small = Post("/v1/chat/completions",
+                    {{"messages", json::array({{{"role", "user"}, {"content", "a"}}})},
+                     {"max_tokens", 1}});
+  ASSERT_TRUE(small);
+  EXPECT_EQ(small->status, 429) << small->body;
+}
+
 TEST_F(HttpFrontTest, DrainingAnswers503WithRetryAfter) {
   SlowReader reader(server_->http_port(), "/v1/completions", EndlessCompletion());
   reader.ReadUntil("\"text\":");
