@@ -1,0 +1,275 @@
+#!/usr/bin/python3
+"""GGUF files of recurrent and hybrid architectures with random weights, written from
+llama.cpp's loader (the source node-llama-cpp runs; hybrid_reference.py's docstring lists
+the keys, tensor names, shapes and the computation each file means):
+
+  - mamba2: every layer a Mamba-2 (SSD) mixer, no MLP; 2 SSM groups;
+  - granitehybrid (Granite 4.0-H, dense): Mamba-2 layers and two GQA softmax attention
+    layers without RoPE (rope.scaling.finetuned false), a SwiGLU MLP on every layer,
+    the embedding / residual / logit / attention scales; head_count_kv per layer (0 on a
+    Mamba-2 layer);
+  - lfm2: short-convolution layers and two GQA attention layers with per-head q/k
+    RMSNorm and NEOX RoPE, a SwiGLU MLP on every layer, the final norm as
+    token_embd_norm, the output tied to the embedding.
+
+Each as F32 and as Q8_0 (the big matrices: projections, MLP, embedding, output; norms,
+convolution taps, A, D and biases stay F32 as llama.cpp requires). Shapes are small
+(d 256) and the vocabulary is a byte-level "gpt2" one: the 256 byte symbols, merges
+learnt from texts.json, <|endoftext|> as BOS and EOS. Weights come from a seeded numpy
+generator, scaled so that the final logits spread over several units and greedy decoding
+has clear top-1 margins.
+
+Usage: /usr/bin/python3 make_hybrid_gguf.py OUT_DIR
+Writes OUT_DIR/NAME.gguf for each of FILES and prints one line per file.
+"""
+import json
+import os
+import re
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_gguf import (ALIGN, ARRAY, BOOL, F32, F32V, I32, Q8_0, STRING, TYPE_NAMES, U32,  # noqa: E402
+                       byte_symbols, gguf_kv, write_gguf)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VOCAB = 320  # 256 bytes + 63 merges + <|endoftext|>
+EMBD = 256
+
+# name -> (architecture, type of the big matrices)
+FILES = {
+    "mamba2-f32": ("mamba2", F32),
+    "mamba2-q8_0": ("mamba2", Q8_0),
+    "granitehybrid-f32": ("granitehybrid", F32),
+    "granitehybrid-q8_0": ("granitehybrid", Q8_0),
+    "lfm2-f32": ("lfm2", F32),
+    "lfm2-q8_0": ("lfm2", Q8_0),
+}
+
+# ---- the vocabulary ---------------------------------------------------------------------
+
+def gpt2_vocab():
+    """Byte-level BPE: the 256 byte symbols in GPT-2's alphabet, then 63 merges learnt
+    greedily (most frequent pair first, ties by the pair's text) from the words of
+    texts.json as GPT-2's pre-tokenizer splits them, then <|endoftext|>."""
+    sym = byte_symbols()
+    with open(os.path.join(HERE, "texts.json")) as f:
+        text = " ".join(json.load(f)) * 1
+    words = re.findall(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+", text)
+    seqs = [[sym[b] for b in w.encode("utf-8")] for w in words]
+    tokens = [sym[b] for b in range(256)]
+    merges = []
+    while len(tokens) < VOCAB - 1:
+        counts = {}
+        for s in seqs:
+            for a, b in zip(s, s[1:]):
+                counts[(a, b)] = counts.get((a, b), 0) + 1
+        (a, b), _ = max(counts.items(), key=lambda kv: (kv[1], kv[0][0] + kv[0][1]))
+        merges.append(f"{a} {b}")
+        tokens.append(a + b)
+        for s in seqs:
+            i = 0
+            while i < len(s) - 1:
+                if s[i] == a and s[i + 1] == b:
+                    s[i:i + 2] = [a + b]
+                i += 1
+    tokens.append("<|endoftext|>")
+    types = [1] * (VOCAB - 1) + [3]
+    eos = VOCAB - 1
+    return [
+        gguf_kv("tokenizer.ggml.model", STRING, "gpt2"),
+        gguf_kv("tokenizer.ggml.pre", STRING, "gpt-2"),
+        gguf_kv("tokenizer.ggml.tokens", ARRAY, tokens, STRING),
+        gguf_kv("tokenizer.ggml.token_type", ARRAY, types, I32),
+        gguf_kv("tokenizer.ggml.merges", ARRAY, merges, STRING),
+        gguf_kv("tokenizer.ggml.bos_token_id", U32, eos),
+        gguf_kv("tokenizer.ggml.eos_token_id", U32, eos),
+        gguf_kv("tokenizer.ggml.add_bos_token", BOOL, True),
+    ]
+
+
+# ---- random weights ---------------------------------------------------------------------
+
+class Weights:
+    """Seeded random tensors, numpy shapes outermost first (GGUF dims are the reverse)."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.tensors = []
+
+    def add(self, name, value, kind=F32):
+        self.tensors.append((name, torch.from_numpy(np.ascontiguousarray(value, np.float32)), kind))
+
+    def normal(self, shape, std):
+        return self.rng.standard_normal(shape) * std
+
+    def uniform(self, shape, lo, hi):
+        return self.rng.uniform(lo, hi, shape)
+
+    def linear(self, name, out_dim, in_dim, kind, gain=1.0):
+        """A projection out_dim x in_dim (GGUF {in_dim, out_dim}), std gain / sqrt(in_dim)."""
+        self.add(name, self.normal((out_dim, in_dim), gain / np.sqrt(in_dim)), kind)
+
+    def norm(self, name, shape):
+        self.add(name, 1.0 + self.normal(shape, 0.1))
+
+
+def mamba2_layer(w, b, d, ssm, kind):
+    """One Mamba-2 mixer: in_proj -> z | xBC | dt, the conv over xBC, dt bias, A, D, the
+    grouped norm, out_proj. Initialised as the reference implementation does: A_log
+    uniform in [log 1, log 16], dt = softplus(dt_raw + dt_bias) around [1e-3, 1e-1]."""
+    inner, n, heads, groups, k = ssm["inner"], ssm["state"], ssm["heads"], ssm["groups"], ssm["conv"]
+    conv_dim = inner + 2 * groups * n
+    w.linear(b + "ssm_in.weight", 2 * inner + 2 * groups * n + heads, d, kind)
+    w.add(b + "ssm_conv1d.weight", w.uniform((conv_dim, k), -1 / np.sqrt(k), 1 / np.sqrt(k)) * 1.5)
+    w.add(b + "ssm_conv1d.bias", w.normal((conv_dim,), 0.1))
+    dt = np.exp(w.uniform((heads,), np.log(1e-3), np.log(1e-1)))
+    w.add(b + "ssm_dt.bias", dt + np.log(-np.expm1(-dt)))  # softplus^-1(dt)
+    w.add(b + "ssm_a", -np.exp(w.uniform((heads, 1), 0.0, np.log(16.0))))
+    w.add(b + "ssm_d", 1.0 + w.normal((heads, 1), 0.1))
+    w.norm(b + "ssm_norm.weight", (groups, inner // groups))
+    w.linear(b + "ssm_out.weight", d, inner, kind)
+
+
+def attention_layer(w, b, d, heads, kv_heads, head_dim, kind, qk_norm):
+    w.linear(b + "attn_q.weight", heads * head_dim, d, kind, gain=2.0)
+    w.linear(b + "attn_k.weight", kv_heads * head_dim, d, kind, gain=2.0)
+    w.linear(b + "attn_v.weight", kv_heads * head_dim, d, kind)
+    if qk_norm:
+        w.norm(b + "attn_q_norm.weight", (head_dim,))
+        w.norm(b + "attn_k_norm.weight", (head_dim,))
+    w.linear(b + "attn_output.weight", d, heads * head_dim, kind)
+
+
+def mlp(w, b, d, ff, kind):
+    w.norm(b + "ffn_norm.weight", (d,))
+    w.linear(b + "ffn_gate.weight", ff, d, kind)
+    w.linear(b + "ffn_up.weight", ff, d, kind)
+    w.linear(b + "ffn_down.weight", d, ff, kind)
+
+
+def common_kvs(arch, name, kind, layers):
+    return [
+        gguf_kv("general.architecture", STRING, arch),
+        gguf_kv("general.name", STRING, name),
+        gguf_kv("general.alignment", U32, ALIGN),
+        gguf_kv("general.file_type", U32, {F32: 0, Q8_0: 7}[kind]),
+        gguf_kv(f"{arch}.context_length", U32, 4096),
+        gguf_kv(f"{arch}.embedding_length", U32, EMBD),
+        gguf_kv(f"{arch}.block_count", U32, layers),
+        gguf_kv(f"{arch}.vocab_size", U32, VOCAB),
+        gguf_kv(f"{arch}.attention.layer_norm_rms_epsilon", F32V, 1e-5),
+    ]
+
+
+def ssm_kvs(arch, ssm):
+    return [
+        gguf_kv(f"{arch}.ssm.conv_kernel", U32, ssm["conv"]),
+        gguf_kv(f"{arch}.ssm.inner_size", U32, ssm["inner"]),
+        gguf_kv(f"{arch}.ssm.state_size", U32, ssm["state"]),
+        gguf_kv(f"{arch}.ssm.time_step_rank", U32, ssm["heads"]),
+        gguf_kv(f"{arch}.ssm.group_count", U32, ssm["groups"]),
+    ]
+
+
+def make_mamba2(name, kind, seed=31):
+    layers, ssm = 4, dict(inner=2 * EMBD, state=32, heads=8, groups=2, conv=4)
+    kvs = common_kvs("mamba2", name, kind, layers) + ssm_kvs("mamba2", ssm) + [
+        gguf_kv("mamba2.feed_forward_length", U32, 0),
+        gguf_kv("mamba2.attention.head_count", U32, 0),
+    ]
+    w = Weights(seed)
+    w.add("token_embd.weight", w.normal((VOCAB, EMBD), 1.0), kind)
+    for i in range(layers):
+        w.norm(f"blk.{i}.attn_norm.weight", (EMBD,))
+        mamba2_layer(w, f"blk.{i}.", EMBD, ssm, kind)
+    w.norm("output_norm.weight", (EMBD,))
+    w.linear("output.weight", VOCAB, EMBD, kind, gain=5.0)
+    return kvs, w.tensors
+
+
+GRANITE_ATTN = (1, 4)
+
+
+def make_granitehybrid(name, kind, seed=32):
+    layers, heads, kv_heads, head_dim, ff = 6, 8, 2, 32, 512
+    ssm = dict(inner=2 * EMBD, state=32, heads=16, groups=1, conv=4)
+    arch = "granitehybrid"
+    kvs = common_kvs(arch, name, kind, layers) + ssm_kvs(arch, ssm) + [
+        gguf_kv(f"{arch}.feed_forward_length", U32, ff),
+        gguf_kv(f"{arch}.attention.head_count", U32, heads),
+        gguf_kv(f"{arch}.attention.head_count_kv", ARRAY,
+                [kv_heads if i in GRANITE_ATTN else 0 for i in range(layers)], I32),
+        gguf_kv(f"{arch}.rope.scaling.finetuned", BOOL, False),
+        gguf_kv(f"{arch}.rope.freq_base", F32V, 10000.0),
+        gguf_kv(f"{arch}.embedding_scale", F32V, 8.0),
+        gguf_kv(f"{arch}.residual_scale", F32V, 0.5),
+        gguf_kv(f"{arch}.logit_scale", F32V, 2.0),
+        gguf_kv(f"{arch}.attention.scale", F32V, 0.125),
+    ]
+    w = Weights(seed)
+    w.add("token_embd.weight", w.normal((VOCAB, EMBD), 1.0 / 8.0), kind)
+    for i in range(layers):
+        b = f"blk.{i}."
+        w.norm(b + "attn_norm.weight", (EMBD,))
+        if i in GRANITE_ATTN:
+            attention_layer(w, b, EMBD, heads, kv_heads, head_dim, kind, qk_norm=False)
+        else:
+            mamba2_layer(w, b, EMBD, ssm, kind)
+        mlp(w, b, EMBD, ff, kind)
+    w.norm("output_norm.weight", (EMBD,))
+    w.linear("output.weight", VOCAB, EMBD, kind, gain=10.0)
+    return kvs, w.tensors
+
+
+LFM2_ATTN = (2, 4)
+
+
+def make_lfm2(name, kind, seed=33):
+    layers, heads, kv_heads, head_dim, ff, l_cache = 6, 8, 2, 32, 512, 3
+    arch = "lfm2"
+    kvs = common_kvs(arch, name, kind, layers) + [
+        gguf_kv(f"{arch}.feed_forward_length", U32, ff),
+        gguf_kv(f"{arch}.attention.head_count", U32, heads),
+        gguf_kv(f"{arch}.attention.head_count_kv", ARRAY,
+                [kv_heads if i in LFM2_ATTN else 0 for i in range(layers)], I32),
+        gguf_kv(f"{arch}.rope.freq_base", F32V, 1000000.0),
+        gguf_kv(f"{arch}.shortconv.l_cache", U32, l_cache),
+    ]
+    w = Weights(seed)
+    # No output.weight: llama.cpp falls back to the embedding (LFM2 ties them), so the
+    # embedding is scaled for the logits and the layers see its RMS norm.
+    w.add("token_embd.weight", w.normal((VOCAB, EMBD), 0.3), kind)
+    for i in range(layers):
+        b = f"blk.{i}."
+        w.norm(b + "attn_norm.weight", (EMBD,))
+        if i in LFM2_ATTN:
+            attention_layer(w, b, EMBD, heads, kv_heads, head_dim, kind, qk_norm=True)
+        else:
+            w.add(b + "shortconv.conv.weight", w.uniform((EMBD, l_cache), -1.0, 1.0))
+            w.linear(b + "shortconv.in_proj.weight", 3 * EMBD, EMBD, kind, gain=1.5)
+            w.linear(b + "shortconv.out_proj.weight", EMBD, EMBD, kind)
+        mlp(w, b, EMBD, ff, kind)
+    w.norm("token_embd_norm.weight", (EMBD,))
+    return kvs, w.tensors
+
+
+MAKERS = {"mamba2": make_mamba2, "granitehybrid": make_granitehybrid, "lfm2": make_lfm2}
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    vocab = gpt2_vocab()
+    for name, (arch, kind) in FILES.items():
+        kvs, tensors = MAKERS[arch](name, kind)
+        path = os.path.join(out, name + ".gguf")
+        write_gguf(path, kvs + vocab, tensors)
+        print(f"make_hybrid_gguf: {name}.gguf: {arch}, {TYPE_NAMES[kind]}, "
+              f"{len(tensors)} tensors, {os.path.getsize(path)} bytes")
+
+
+if __name__ == "__main__":
+    main()
