@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   if (options->model_dirs.empty()) options->model_dirs = {ATTNSERVE_DEFAULT_MODEL_DIR};
   attnserve::model::LoadOptions load;
   load.weights_bf16 = options->weights_bf16;
+  load.quantize = options->quantize;
   auto models = attnserve::catalogue::ModelCatalogue::Load(options->model_dirs, load);
   if (!models.ok()) {
     std::cerr << "attnserve_server: " << models.status().message() << "\n";
@@ -76,7 +77,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> names;
   for (const auto& m : (*models)->all()) {
     names.push_back(m->name + " (" + m->attention() + ", " +
-                    std::to_string(m->model->ParameterCount()) + " parameters" +
+                    std::to_string(m->model->ParameterCount()) + " parameters, " +
+                    std::to_string(m->model->WeightBytes() >> 20) + " MiB of weights (" +
+                    m->model->WeightTypes() + ")" +
                     (m->model->UsesBf16Weights() ? ", bf16 weights for decode" : "") + ")");
   }
   auto server = attnserve::service::AttnServer::Start(*options, *std::move(models));

@@ -115,7 +115,7 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
       .ValueName("FILE");
   f.AddCommaList("model_dirs", &o->model_dirs,
                  "Comma-separated model directories (Hugging Face layout or "
-                 "attnserve's) or llama-architecture .gguf files to load; empty loads "
+                 "attnserve's) or .gguf files (llama, qwen2, qwen3) to load; empty loads "
                  "the shipped default model.",
                  "none (the shipped default model)")
       .ValueName("DIR[,DIR...]");
@@ -124,6 +124,11 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
         "matrices (half the bytes, fp32 arithmetic; logits within about 0.05 "
         "of fp32 on the default model). Snapshots then only import into servers "
         "with the same setting.");
+  f.Add("quantize", &o->quantize,
+        "Quantize a model directory's weight matrices when loading it: q8_0 (about "
+        "1.06 bytes per weight) or q4_k (0.56), computed from the packed blocks. Empty "
+        "keeps the file's types (F16 and BF16 stay 16-bit; GGUF files always keep "
+        "theirs).");
   f.AddByteSize("memory_budget", &o->memory_budget_bytes,
                 "Memory for all session state, in bytes or with a suffix "
                 "KiB/MiB/GiB/KB/MB/GB.");

@@ -98,6 +98,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view text) {
   c.attention.head_dim = proto.head_dim();
   c.attention.value_dim = proto.head_dim();
   c.tie_embeddings = proto.tie_embeddings();
+  c.attention_bias = proto.attention_bias();
+  c.qk_head_norm = proto.qk_head_norm();
   c.bos_token_id = proto.has_bos_token_id() ? proto.bos_token_id() : d.bos_token_id;
   if (proto.eos_token_ids_size() > 0) {
     c.eos_token_ids.assign(proto.eos_token_ids().begin(), proto.eos_token_ids().end());
@@ -139,6 +141,8 @@ std::string ModelConfigToText(const ModelConfig& c) {
   a->set_unscaled_query(c.attention.unscaled_query);
   const ModelConfig d;  // the byte tokenizer's ids are not printed (config.h)
   proto.set_tie_embeddings(c.tie_embeddings);
+  proto.set_attention_bias(c.attention_bias);
+  proto.set_qk_head_norm(c.qk_head_norm);
   if (c.bos_token_id != d.bos_token_id) proto.set_bos_token_id(c.bos_token_id);
   if (c.eos_token_ids != d.eos_token_ids) {
     if (c.eos_token_ids.empty()) proto.add_eos_token_ids(-1);
@@ -158,7 +162,9 @@ int64_t ParameterCount(const ModelConfig& c) {
                             + 2 * q_width * dim           // wq, wo
                             + 2 * kv_width * dim          // wk, wv
                             + 3 * dim * hidden            // w_gate, w_up, w_down
-                            + (c.attention.learn_temperature ? 1 : 0);
+                            + (c.attention.learn_temperature ? 1 : 0)
+                            + (c.attention_bias ? q_width + 2 * kv_width : 0)
+                            + (c.qk_head_norm ? 2 * c.attention.head_dim : 0);
   return (c.tie_embeddings ? 1 : 2) * vocab * dim  // embedding (+ the untied head)
          + c.num_layers * per_layer + dim;  // + final norm
 }

@@ -40,6 +40,11 @@ struct ModelConfig {
   // config.json's tokenizer_class: kByteTokenizerClass for our byte models; empty: the
   // tokenizer comes from the directory's files.
   std::string tokenizer_class;
+  // Biases on the q, k and v projections: bq (H*D), bk and bv (Hkv*D) (Qwen2).
+  bool attention_bias = false;
+  // Each head's q and k go through an RMSNorm with gains q_norm, k_norm (head_dim)
+  // before RoPE (Qwen3).
+  bool qk_head_norm = false;
 };
 
 // tokenizer_class of the byte-level tokenizer (tokenizer.h), which needs no files.

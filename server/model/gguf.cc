@@ -36,6 +36,13 @@ bool BlockLayout(uint32_t type, int64_t* block_values, int64_t* block_bytes) {
     case GgmlType::kQ5_0: *block_values = 32; *block_bytes = 22; return true;
     case GgmlType::kQ5_1: *block_values = 32; *block_bytes = 24; return true;
     case GgmlType::kQ8_0: *block_values = kQ8Block; *block_bytes = kQ8BlockBytes; return true;
+    case GgmlType::kQ8_1: *block_values = 32; *block_bytes = 36; return true;
+    case GgmlType::kQ2_K: *block_values = 256; *block_bytes = 84; return true;
+    case GgmlType::kQ3_K: *block_values = 256; *block_bytes = 110; return true;
+    case GgmlType::kQ4_K: *block_values = 256; *block_bytes = 144; return true;
+    case GgmlType::kQ5_K: *block_values = 256; *block_bytes = 176; return true;
+    case GgmlType::kQ6_K: *block_values = 256; *block_bytes = 210; return true;
+    case GgmlType::kQ8_K: *block_values = 256; *block_bytes = 292; return true;
   }
   return false;
 }
@@ -156,6 +163,13 @@ std::string GgmlTypeName(uint32_t type) {
     case GgmlType::kQ5_0: return "Q5_0";
     case GgmlType::kQ5_1: return "Q5_1";
     case GgmlType::kQ8_0: return "Q8_0";
+    case GgmlType::kQ8_1: return "Q8_1";
+    case GgmlType::kQ2_K: return "Q2_K";
+    case GgmlType::kQ3_K: return "Q3_K";
+    case GgmlType::kQ4_K: return "Q4_K";
+    case GgmlType::kQ5_K: return "Q5_K";
+    case GgmlType::kQ6_K: return "Q6_K";
+    case GgmlType::kQ8_K: return "Q8_K";
   }
   return absl::StrCat("type ", type);
 }
@@ -264,36 +278,25 @@ absl::StatusOr<GgufFile> ParseGguf(std::string_view bytes) {
   return f;
 }
 
-absl::StatusOr<std::vector<float>> GgufToFloat32(const GgufTensor& t) {
-  const int64_t n = t.elements();
-  std::vector<float> out(size_t(n), 0.0f);
-  const char* p = t.bytes.data();
-  auto u16 = [&](size_t at) { return uint16_t(uint8_t(p[at]) | (uint8_t(p[at + 1]) << 8)); };
-  switch (GgmlType(t.type)) {
-    case GgmlType::kF32:
-      std::memcpy(out.data(), p, size_t(n) * 4);
-      return out;
-    case GgmlType::kF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = HalfToFloat(u16(2 * i));
-      return out;
-    case GgmlType::kBF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(u16(2 * i));
-      return out;
-    case GgmlType::kQ8_0:
-      for (int64_t b = 0; b < n / kQ8Block; ++b) {
-        const size_t at = size_t(b) * kQ8BlockBytes;
-        const float scale = HalfToFloat(u16(at));
-        for (int j = 0; j < kQ8Block; ++j) {
-          out[b * kQ8Block + j] = scale * float(int8_t(p[at + 2 + j]));
-        }
-      }
-      return out;
-    default:
-      break;
+absl::StatusOr<weights::WeightType> GgufWeightType(const GgufTensor& t) {
+  std::optional<weights::WeightType> type = weights::FromGgmlType(t.type);
+  if (!type.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", t.name, "' is ", GgmlTypeName(t.type),
+        "; attnserve reads GGUF tensors of type F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and "
+        "Q6_K"));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "tensor '", t.name, "' is ", GgmlTypeName(t.type),
-      "; attnserve reads GGUF tensors of type F32, F16, BF16 and Q8_0"));
+  return *type;
+}
+
+absl::StatusOr<std::vector<float>> GgufToFloat32(const GgufTensor& t) {
+  auto type = GgufWeightType(t);
+  if (!type.ok()) return type.status();
+  // Rows are whole blocks (checked when the file was parsed): one call over all of them.
+  std::vector<float> out(size_t(t.elements()), 0.0f);
+  weights::DequantizeRow(*type, reinterpret_cast<const uint8_t*>(t.bytes.data()), out.data(),
+                         t.elements());
+  return out;
 }
 
 GgufReader::~GgufReader() {

@@ -10,8 +10,9 @@
 // the bytes actually there before anything is allocated for it: a malformed file is
 // DATA_LOSS naming what is wrong, never a crash (tests/fuzz/gguf_fuzz.cc).
 //
-// Tensor types read as fp32: F32, F16, BF16 and Q8_0 (blocks of 32: an fp16 scale and
-// 32 int8s); others are laid out and checked but refused when a caller asks for values.
+// Tensor types read (server/weights/packed_matrix.h): F32, F16, BF16, Q8_0, Q4_0, Q4_K,
+// Q5_K and Q6_K; the other types above are laid out and checked but refused when a caller
+// asks for values, and a type not listed makes the file invalid.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "server/weights/packed_matrix.h"
 
 namespace attnserve::model {
 
@@ -30,7 +32,8 @@ inline constexpr char kGgufSuffix[] = ".gguf";
 
 // ggml_type values this reader knows the layout of.
 enum class GgmlType : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kBF16 = 30,
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ8_1 = 9,
+  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kQ8_K = 15, kBF16 = 30,
 };
 // "F32", "Q8_0", ...; "type N" for others.
 std::string GgmlTypeName(uint32_t type);
@@ -66,6 +69,10 @@ std::string GgufValueText(const nlohmann::json& value);
 
 // A tensor's values as fp32. INVALID_ARGUMENT naming the tensor for a type not read.
 absl::StatusOr<std::vector<float>> GgufToFloat32(const GgufTensor& tensor);
+
+// The weights:: type of a tensor (types read, above). INVALID_ARGUMENT naming the tensor
+// and its type for the others.
+absl::StatusOr<weights::WeightType> GgufWeightType(const GgufTensor& tensor);
 
 // A GGUF file mapped read-only; immutable once opened.
 class GgufReader {

@@ -43,53 +43,67 @@ absl::StatusOr<double> Float(const json& m, const std::string& key, double fallb
 
 bool IsGgufPath(const std::string& path) { return absl::EndsWith(path, kGgufSuffix); }
 
+// The architectures served: llama (and the Mistral files llama.cpp writes as llama),
+// qwen2 (q/k/v biases) and qwen3 (per-head q/k RMSNorm): one decoder with two options.
+// llama.cpp's converter stores llama's q and k rows in interleaved RoPE pairs; the Qwen
+// families use NEOX RoPE, which is our rotate-half layout.
+constexpr const char* kGgufArchitectures[] = {"llama", "qwen2", "qwen3"};
+
+bool GgufInterleavedRope(const GgufFile& file) {
+  return file.metadata.value("general.architecture", json()) == "llama";
+}
+
 absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::string& name) {
   const json& m = file.metadata;
   const json arch = m.value("general.architecture", json());
-  if (arch != "llama") {
+  bool known = false;
+  for (const char* a : kGgufArchitectures) known = known || arch == a;
+  if (!known) {
     return BadKey("general.architecture",
-                  absl::StrCat(GgufValueText(arch), ": attnserve serves the llama architecture"));
+                  absl::StrCat(GgufValueText(arch), ": attnserve serves the architectures ",
+                               absl::StrJoin(kGgufArchitectures, ", ")));
   }
-  for (const char* key : {"llama.rope.scaling.type", "llama.rope.scaling.factor"}) {
+  const std::string p = arch.get<std::string>() + ".";  // the architecture's keys
+  for (const std::string& key : {p + "rope.scaling.type", p + "rope.scaling.factor"}) {
     if (m.contains(key) && !(m[key] == "none" || m[key] == 1.0)) {
       return BadKey(key, absl::StrCat(GgufValueText(m[key]), ": RoPE scaling is not supported"));
     }
   }
-  if (m.contains("llama.expert_count") && m["llama.expert_count"] != 0) {
-    return BadKey("llama.expert_count", "mixtures of experts are not supported");
+  if (m.contains(p + "expert_count") && m[p + "expert_count"] != 0) {
+    return BadKey(p + "expert_count", "mixtures of experts are not supported");
   }
   ModelConfig c;
   c.name = name;
   attention::AttentionOptions& a = c.attention;
   a = attention::AttentionOptions();
   a.module = "softmax";
-  auto dim = UInt(m, "llama.embedding_length");
-  auto layers = UInt(m, "llama.block_count");
-  auto hidden = UInt(m, "llama.feed_forward_length");
-  auto heads = UInt(m, "llama.attention.head_count");
+  auto dim = UInt(m, p + "embedding_length");
+  auto layers = UInt(m, p + "block_count");
+  auto hidden = UInt(m, p + "feed_forward_length");
+  auto heads = UInt(m, p + "attention.head_count");
   for (const auto* v : {&dim, &layers, &hidden, &heads}) {
     if (!v->ok()) return v->status();
   }
-  if (*heads < 1) return BadKey("llama.attention.head_count", "must be at least 1");
-  auto kv_heads = UInt(m, "llama.attention.head_count_kv", *heads);
+  if (*heads < 1) return BadKey(p + "attention.head_count", "must be at least 1");
+  auto kv_heads = UInt(m, p + "attention.head_count_kv", *heads);
   if (!kv_heads.ok()) return kv_heads.status();
-  auto key_length = UInt(m, "llama.attention.key_length", *dim / *heads);
+  auto key_length = UInt(m, p + "attention.key_length", *dim / *heads);
   if (!key_length.ok()) return key_length.status();
-  auto value_length = UInt(m, "llama.attention.value_length", *key_length);
+  auto value_length = UInt(m, p + "attention.value_length", *key_length);
   if (!value_length.ok()) return value_length.status();
   if (*value_length != *key_length) {
-    return BadKey("llama.attention.value_length", "must equal key_length");
+    return BadKey(p + "attention.value_length", "must equal key_length");
   }
-  auto rope_dims = UInt(m, "llama.rope.dimension_count", *key_length);
+  auto rope_dims = UInt(m, p + "rope.dimension_count", *key_length);
   if (!rope_dims.ok()) return rope_dims.status();
   if (*rope_dims != *key_length) {
-    return BadKey("llama.rope.dimension_count",
+    return BadKey(p + "rope.dimension_count",
                   absl::StrCat(*rope_dims, " is not the head dimension ", *key_length,
                                ": partial RoPE is not supported"));
   }
-  auto theta = Float(m, "llama.rope.freq_base", 10000.0);
-  auto eps = Float(m, "llama.attention.layer_norm_rms_epsilon", 1e-5);
-  auto context = UInt(m, "llama.context_length", 2048);
+  auto theta = Float(m, p + "rope.freq_base", 10000.0);
+  auto eps = Float(m, p + "attention.layer_norm_rms_epsilon", 1e-5);
+  auto context = UInt(m, p + "context_length", 2048);
   for (const auto* v : {&theta, &eps}) {
     if (!v->ok()) return v->status();
   }
@@ -110,9 +124,9 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
     }
     return absl::OkStatus();
   };
-  if (*layers < 1) return BadKey("llama.block_count", "must be at least 1");
+  if (*layers < 1) return BadKey(p + "block_count", "must be at least 1");
   if (*kv_heads < 1 || *heads % *kv_heads != 0) {
-    return BadKey("llama.attention.head_count_kv",
+    return BadKey(p + "attention.head_count_kv",
                   absl::StrCat(*kv_heads, " must divide head_count ", *heads));
   }
   const std::string last = absl::StrCat("blk.", *layers - 1, ".");
@@ -135,6 +149,12 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
   c.max_context = *context;
   c.vocab_size = int(embed->dims[1]);
   c.tie_embeddings = file.Find("output.weight") == nullptr;
+  // Qwen2's q/k/v biases (llama.cpp reads them where present); Qwen3's per-head norms.
+  c.attention_bias = file.Find("blk.0.attn_q.bias") != nullptr;
+  c.qk_head_norm = file.Find("blk.0.attn_q_norm.weight") != nullptr;
+  if (arch == "qwen3" && !c.qk_head_norm) {
+    return absl::InvalidArgumentError("GGUF: a qwen3 file needs blk.N.attn_q_norm.weight");
+  }
   c.tokenizer_class.clear();
   c.bos_token_id = -1;
   if (m.contains("tokenizer.ggml.bos_token_id")) {
@@ -164,12 +184,15 @@ std::string GgufTensorName(const std::string& name) {
   static const std::map<std::string, std::string> kLayer = {
       {"attn_norm", "attn_norm"}, {"wq", "attn_q"},     {"wk", "attn_k"},
       {"wv", "attn_v"},           {"wo", "attn_output"}, {"mlp_norm", "ffn_norm"},
-      {"w_gate", "ffn_gate"},     {"w_up", "ffn_up"},   {"w_down", "ffn_down"}};
+      {"w_gate", "ffn_gate"},     {"w_up", "ffn_up"},   {"w_down", "ffn_down"},
+      {"bq", "attn_q.bias"},      {"bk", "attn_k.bias"}, {"bv", "attn_v.bias"},
+      {"q_norm", "attn_q_norm"},  {"k_norm", "attn_k_norm"}};
   // "layers.N.rest"
   const size_t dot = name.find('.', 7);
   const std::string layer = name.substr(7, dot - 7);
   auto it = kLayer.find(name.substr(dot + 1));
   if (it == kLayer.end()) return "";  // not a llama parameter (attention-module extras)
+  if (absl::EndsWith(it->second, ".bias")) return absl::StrCat("blk.", layer, ".", it->second);
   return absl::StrCat("blk.", layer, ".", it->second, ".weight");
 }
 
@@ -189,9 +212,12 @@ std::vector<float> UninterleaveRopeRows(const std::vector<float>& values, int he
   return out;
 }
 
-absl::StatusOr<std::vector<float>> GgufParameter(const GgufFile& file, const ModelConfig& config,
-                                                 const std::string& name,
-                                                 const std::vector<int64_t>& shape) {
+namespace {
+
+// Parameter `name`'s tensor, checked against the shape the network needs.
+absl::StatusOr<const GgufTensor*> FindParameter(const GgufFile& file, const ModelConfig& config,
+                                                const std::string& name,
+                                                const std::vector<int64_t>& shape) {
   const std::string gguf = GgufTensorName(name == "head" && config.tie_embeddings ? "embed" : name);
   const GgufTensor* t = gguf.empty() ? nullptr : file.Find(gguf);
   if (t == nullptr) {
@@ -205,14 +231,62 @@ absl::StatusOr<std::vector<float>> GgufParameter(const GgufFile& file, const Mod
         "] (dims innermost first [", absl::StrJoin(t->dims, ", "), "]), the model needs [",
         absl::StrJoin(shape, ", "), "]"));
   }
-  auto values = GgufToFloat32(*t);
+  return t;
+}
+
+// The heads whose rows `name` holds when they are stored in interleaved RoPE pairs
+// (llama's wq and wk); 0 for every other parameter.
+int InterleavedHeads(const GgufFile& file, const ModelConfig& config, const std::string& name) {
+  if (!GgufInterleavedRope(file)) return 0;
+  if (absl::EndsWith(name, ".wq")) return config.attention.num_heads;
+  if (absl::EndsWith(name, ".wk")) return config.attention.num_kv_heads;
+  return 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> GgufParameter(const GgufFile& file, const ModelConfig& config,
+                                                 const std::string& name,
+                                                 const std::vector<int64_t>& shape) {
+  auto t = FindParameter(file, config, name, shape);
+  if (!t.ok()) return t.status();
+  auto values = GgufToFloat32(**t);
   if (!values.ok()) return values.status();
-  const bool q = absl::EndsWith(name, ".wq"), k = absl::EndsWith(name, ".wk");
-  if (q || k) {
-    const int heads = q ? config.attention.num_heads : config.attention.num_kv_heads;
+  if (const int heads = InterleavedHeads(file, config, name); heads > 0) {
     return UninterleaveRopeRows(*values, heads, config.attention.head_dim, shape[1]);
   }
   return values;
+}
+
+absl::StatusOr<GgufMatrix> GgufMatrixParameter(const GgufFile& file, const ModelConfig& config,
+                                               const std::string& name,
+                                               const std::vector<int64_t>& shape) {
+  auto t = FindParameter(file, config, name, shape);
+  if (!t.ok()) return t.status();
+  auto type = GgufWeightType(**t);
+  if (!type.ok()) return type.status();
+  GgufMatrix out;
+  if (*type == weights::WeightType::kF32) {
+    auto values = GgufParameter(file, config, name, shape);
+    if (!values.ok()) return values.status();
+    out.dense = std::move(values).value();
+    return out;
+  }
+  auto packed = weights::PackedMatrix::Copy(*type, shape[0], shape[1], (*t)->bytes.data());
+  if (!packed.ok()) return packed.status();
+  if (const int heads = InterleavedHeads(file, config, name); heads > 0) {
+    // Whole rows move: a row is whole blocks.
+    const int d = config.attention.head_dim, half = d / 2;
+    std::vector<int64_t> perm(static_cast<size_t>(shape[0]));
+    for (int h = 0; h < heads; ++h) {
+      for (int i = 0; i < d; ++i) {
+        perm[size_t(h) * d + i] = int64_t(h) * d + (i < half ? 2 * i : 2 * (i - half) + 1);
+      }
+    }
+    *packed = packed->PermuteRows(perm.data());
+  }
+  out.packed = std::make_shared<const weights::PackedMatrix>(std::move(packed).value());
+  return out;
 }
 
 }  // namespace attnserve::model

@@ -1,29 +1,33 @@
-// A llama-architecture GGUF file as an attnserve model: its config from the file's
-// metadata and its weights under attnserve's parameter names. Torch-free (Model::Load
-// copies the values into the network).
+// A GGUF file as an attnserve model: its config from the file's metadata and its weights
+// under attnserve's parameter names. Torch-free (Model::Load builds the network).
 //
-// Metadata read: general.architecture ("llama" only), llama.embedding_length,
-// llama.block_count, llama.feed_forward_length, llama.attention.head_count,
-// llama.attention.head_count_kv (absent: head_count), llama.attention.key_length (absent:
-// embedding_length / head_count; value_length must equal it), llama.rope.dimension_count
-// (must be the head dimension: partial RoPE is refused), llama.rope.freq_base (10000),
-// llama.attention.layer_norm_rms_epsilon (1e-5), llama.context_length (2048),
-// tokenizer.ggml.bos_token_id / eos_token_id / eot_token_id. Refused, naming the key:
-// rope scaling, another architecture, experts.
+// Architectures (general.architecture): llama (Mistral's files are llama too), qwen2 (q/k/v
+// biases blk.N.attn_{q,k,v}.bias, where present) and qwen3 (per-head q/k RMSNorm
+// blk.N.attn_{q,k}_norm.weight). Metadata read, under the architecture's prefix ARCH:
+// ARCH.embedding_length, ARCH.block_count, ARCH.feed_forward_length,
+// ARCH.attention.head_count, ARCH.attention.head_count_kv (absent: head_count),
+// ARCH.attention.key_length (absent: embedding_length / head_count; value_length must equal
+// it), ARCH.rope.dimension_count (must be the head dimension: partial RoPE is refused),
+// ARCH.rope.freq_base (10000), ARCH.attention.layer_norm_rms_epsilon (1e-5),
+// ARCH.context_length (2048), tokenizer.ggml.bos_token_id / eos_token_id / eot_token_id.
+// Refused, naming the key: rope scaling, another architecture, experts.
 //
 // Tensors: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
-// ffn_gate, ffn_up, ffn_down}, output_norm, output (absent: tied to token_embd). GGUF
-// stores llama.cpp's interleaved RoPE layout in attn_q and attn_k (convert_hf_to_gguf
-// permutes each head's rows); they are permuted back to ours (Hugging Face's
-// rotate-half) here. A GGUF model is softmax attention (llama.cpp has no other).
+// ffn_gate, ffn_up, ffn_down}, output_norm, output (absent: tied to token_embd). llama.cpp's
+// converter stores llama's attn_q and attn_k in its interleaved RoPE layout (each head's
+// rows permuted); they are permuted back to ours (Hugging Face's rotate-half) here. The
+// Qwen families are stored rotate-half (NEOX) already. A GGUF model is softmax attention
+// (llama.cpp has no other).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/model/config.h"
 #include "server/model/gguf.h"
+#include "server/weights/packed_matrix.h"
 
 namespace attnserve::model {
 
@@ -39,6 +43,20 @@ std::string GgufTensorName(const std::string& name);
 absl::StatusOr<std::vector<float>> GgufParameter(const GgufFile& file, const ModelConfig& config,
                                                  const std::string& name,
                                                  const std::vector<int64_t>& shape);
+
+// A matrix parameter as the file holds it: `packed` for F16, BF16 and the quantized
+// types (the file's bytes, q and k rows in our RoPE layout), else `dense` fp32 values.
+struct GgufMatrix {
+  std::vector<float> dense;
+  std::shared_ptr<const weights::PackedMatrix> packed;
+};
+absl::StatusOr<GgufMatrix> GgufMatrixParameter(const GgufFile& file, const ModelConfig& config,
+                                               const std::string& name,
+                                               const std::vector<int64_t>& shape);
+
+// Whether the file's q and k rows are in llama.cpp's interleaved RoPE pairs (the llama
+// architecture; the Qwen families are stored rotate-half, as we hold them).
+bool GgufInterleavedRope(const GgufFile& file);
 
 // Rows of a [heads * head_dim, columns] matrix from llama.cpp's interleaved RoPE pairs
 // (2i, 2i + 1) to rotate-half pairs (i, i + head_dim / 2), head by head.

@@ -240,12 +240,26 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view text, const std::stri
     return Bad("hidden_act", absl::StrCat("'", act, "' is not supported: attnserve's MLP is "
                                           "SwiGLU with silu"));
   }
-  for (const char* bias : {"attention_bias", "mlp_bias"}) {
-    bool on = false;
-    RETURN_IF_ERROR(f.Bool(bias, &on));
-    if (on) return Bad(bias, "is true: biases are not supported (attnserve's projections have none)");
+  // The family: Llama (and Mistral, its layout), Qwen2 (q/k/v biases, always) or Qwen3
+  // (per-head q/k RMSNorm; attention_bias as configured).
+  std::string model_type = "llama";
+  RETURN_IF_ERROR(f.String("model_type", &model_type));
+  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2" &&
+      model_type != "qwen3") {
+    return Bad("model_type", absl::StrCat("'", model_type, "' is not served: attnserve reads "
+                                          "llama, mistral, qwen2 and qwen3"));
   }
-  if (const Json* window = f.Find("sliding_window"); window != nullptr) {
+  c.attention_bias = model_type == "qwen2";
+  c.qk_head_norm = model_type == "qwen3";
+  if (model_type != "qwen2") RETURN_IF_ERROR(f.Bool("attention_bias", &c.attention_bias));
+  bool mlp_bias = false;
+  RETURN_IF_ERROR(f.Bool("mlp_bias", &mlp_bias));
+  if (mlp_bias) return Bad("mlp_bias", "is true: attnserve's MLP projections have no biases");
+  // Qwen's configs carry a window that applies only under use_sliding_window.
+  bool use_window = true;
+  RETURN_IF_ERROR(f.Bool("use_sliding_window", &use_window));
+  if (const Json* window = f.Find("sliding_window");
+      window != nullptr && !window->is_null() && use_window) {
     return Bad("sliding_window", absl::StrCat(Shown(*window), " is not supported: attnserve's "
                                               "attention sees the whole context"));
   }
@@ -280,8 +294,9 @@ absl::StatusOr<ModelConfig> ReadHfConfigFile(const std::string& path,
 std::string HfConfigToJson(const ModelConfig& c) {
   const attention::AttentionOptions& a = c.attention;
   Json j = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
+      {"architectures", {c.qk_head_norm ? "Qwen3ForCausalLM"
+                         : c.attention_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", c.qk_head_norm ? "qwen3" : c.attention_bias ? "qwen2" : "llama"},
       {"name", c.name},
       {"vocab_size", c.vocab_size},
       {"hidden_size", c.dim},
@@ -296,7 +311,7 @@ std::string HfConfigToJson(const ModelConfig& c) {
       {"rope_scaling", nullptr},
       {"max_position_embeddings", c.max_context},
       {"tie_word_embeddings", c.tie_embeddings},
-      {"attention_bias", false},
+      {"attention_bias", c.attention_bias},
       {"mlp_bias", false},
       {"torch_dtype", "float32"},
       {"attention",

@@ -4,8 +4,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <algorithm>
+#include <map>
 #include <unordered_set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/attention/registry.h"
 #include "server/common/torch_status.h"
@@ -60,8 +63,12 @@ void DecodeState::Rewind(std::unique_ptr<DecodeState> checkpoint) {
   position_ = checkpoint->position_;
 }
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
-                                                     uint64_t seed) {
+const at::Tensor& Model::Layer::dense(Matrix m) const {
+  const at::Tensor* const all[kMatrices] = {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down};
+  return *all[m];
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::CreateEmpty(const ModelConfig& config) {
   if (absl::Status s = ValidateModelConfig(config); !s.ok()) return s;
   std::unique_ptr<Model> m(new Model(config));
   for (int i = 0; i < config.num_layers; ++i) {
@@ -70,34 +77,80 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
     m->layers_.push_back(Layer{});
     m->layers_.back().attention = std::move(attn).value();
   }
+  absl::Status rope = CatchTorch("initialising model", [&]() -> absl::Status {
+    const int64_t d = config.attention.head_dim;
+    m->inv_freq_ = at::pow(double(config.rope_theta),
+                           -at::arange(0, d, 2, at::kDouble) / double(d));  // (D/2)
+    return absl::OkStatus();
+  });
+  if (!rope.ok()) return rope;
+  return m;
+}
+
+std::vector<Model::Slot> Model::Slots() {
+  const int64_t dim = config_.dim, hidden = config_.mlp_hidden, vocab = config_.vocab_size;
+  const int64_t d = config_.attention.head_dim;
+  const int64_t q_width = int64_t{config_.attention.num_heads} * d;
+  const int64_t kv_width = int64_t{config_.attention.num_kv_heads} * d;
+  std::vector<Slot> out = {{"embed", &embed_, &embed_packed_, {vocab, dim}}};
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = layers_[i];
+    const std::string p = absl::StrCat("layers.", i, ".");
+    out.push_back({p + "attn_norm", &l.attn_norm, nullptr, {dim}});
+    out.push_back({p + "wq", &l.wq, &l.packed[kWq], {q_width, dim}});
+    out.push_back({p + "wk", &l.wk, &l.packed[kWk], {kv_width, dim}});
+    out.push_back({p + "wv", &l.wv, &l.packed[kWv], {kv_width, dim}});
+    out.push_back({p + "wo", &l.wo, &l.packed[kWo], {dim, q_width}});
+    out.push_back({p + "mlp_norm", &l.mlp_norm, nullptr, {dim}});
+    out.push_back({p + "w_gate", &l.w_gate, &l.packed[kWGate], {hidden, dim}});
+    out.push_back({p + "w_up", &l.w_up, &l.packed[kWUp], {hidden, dim}});
+    out.push_back({p + "w_down", &l.w_down, &l.packed[kWDown], {dim, hidden}});
+    if (config_.attention_bias) {
+      out.push_back({p + "bq", &l.bq, nullptr, {q_width}});
+      out.push_back({p + "bk", &l.bk, nullptr, {kv_width}});
+      out.push_back({p + "bv", &l.bv, nullptr, {kv_width}});
+    }
+    if (config_.qk_head_norm) {
+      out.push_back({p + "q_norm", &l.q_norm, nullptr, {d}});
+      out.push_back({p + "k_norm", &l.k_norm, nullptr, {d}});
+    }
+  }
+  out.push_back({"norm", &norm_, nullptr, {dim}});
+  if (!config_.tie_embeddings) out.push_back({"head", &head_, &head_packed_, {vocab, dim}});
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
+                                                     uint64_t seed) {
+  auto created = CreateEmpty(config);
+  if (!created.ok()) return created.status();
+  std::unique_ptr<Model> m = std::move(created).value();
   absl::Status init = CatchTorch("initialising model", [&]() -> absl::Status {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-    const int64_t dim = config.dim, hidden = config.mlp_hidden, vocab = config.vocab_size;
-    const int64_t q_width = int64_t{config.attention.num_heads} * config.attention.head_dim;
-    const int64_t kv_width = int64_t{config.attention.num_kv_heads} * config.attention.head_dim;
     const double out_std = 0.02 / std::sqrt(2.0 * config.num_layers);
     auto normal = [&](std::vector<int64_t> shape, double std) {
       return at::normal(0.0, std, shape, gen, at::kFloat);
     };
-    m->embed_ = normal({vocab, dim}, 0.02);
-    for (Layer& l : m->layers_) {
-      l.attn_norm = at::ones({dim});
-      l.wq = normal({q_width, dim}, 0.02);   // (H*D, dim)
-      l.wk = normal({kv_width, dim}, 0.02);  // (Hkv*D, dim)
-      l.wv = normal({kv_width, dim}, 0.02);  // (Hkv*Dv, dim)
-      l.wo = normal({dim, q_width}, out_std);  // (dim, H*Dv)
-      l.mlp_norm = at::ones({dim});
-      l.w_gate = normal({hidden, dim}, 0.02);
-      l.w_up = normal({hidden, dim}, 0.02);
-      l.w_down = normal({dim, hidden}, out_std);
+    // Gains 1, biases 0, matrices N(0, 0.02), residual outputs (wo, w_down) N(0, out_std),
+    // drawn in the order the model has always drawn them (embedding, then each layer's
+    // matrices, then the head) so a seed gives the weights it gave before.
+    for (Slot& slot : m->Slots()) {
+      const std::string& n = slot.name;
+      if (absl::EndsWith(n, "norm")) {
+        *slot.dense = at::ones(slot.shape);
+      } else if (absl::EndsWith(n, ".bq") || absl::EndsWith(n, ".bk") ||
+                 absl::EndsWith(n, ".bv")) {
+        *slot.dense = at::zeros(slot.shape);
+      } else if (n == "head") {
+        continue;  // after the layers, below
+      } else {
+        const bool residual = absl::EndsWith(n, ".wo") || absl::EndsWith(n, ".w_down");
+        *slot.dense = normal(slot.shape, residual ? out_std : 0.02);
+      }
     }
-    m->norm_ = at::ones({dim});
     // Tied: the head is the embedding tensor itself (one copy; NamedParameters lists it
     // once, as "embed").
-    m->head_ = config.tie_embeddings ? m->embed_ : normal({vocab, dim}, 0.02);
-    const int64_t d = config.attention.head_dim;
-    m->inv_freq_ = at::pow(double(config.rope_theta),
-                           -at::arange(0, d, 2, at::kDouble) / double(d));  // (D/2)
+    m->head_ = config.tie_embeddings ? m->embed_ : normal({config.vocab_size, config.dim}, 0.02);
     return absl::OkStatus();
   });
   if (!init.ok()) return init;
@@ -106,27 +159,74 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
 }
 
 attention::NamedTensors Model::NamedParameters() const {
-  attention::NamedTensors out = {{"embed", embed_}};
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& l = layers_[i];
-    const std::string p = absl::StrCat("layers.", i, ".");
-    for (auto& [name, t] : attention::NamedTensors{
-             {"attn_norm", l.attn_norm}, {"wq", l.wq}, {"wk", l.wk}, {"wv", l.wv},
-             {"wo", l.wo}, {"mlp_norm", l.mlp_norm}, {"w_gate", l.w_gate},
-             {"w_up", l.w_up}, {"w_down", l.w_down}}) {
-      out.emplace_back(p + name, t);
+  attention::NamedTensors out;
+  // Each layer's slots, then its attention module's own parameters ("layers.N.attn.NAME").
+  int layer = -1;
+  auto module_parameters = [&] {
+    if (layer < 0) return;
+    for (auto& [name, t] : layers_[layer].attention->NamedParameters()) {
+      out.emplace_back(absl::StrCat("layers.", layer, ".attn.", name), t);
     }
-    for (auto& [name, t] : l.attention->NamedParameters()) out.emplace_back(p + "attn." + name, t);
+  };
+  for (const Slot& slot : const_cast<Model*>(this)->Slots()) {
+    const int slot_layer =
+        absl::StartsWith(slot.name, "layers.") ? std::stoi(slot.name.substr(7)) : -1;
+    if (slot_layer != layer) {
+      module_parameters();
+      layer = slot_layer;
+    }
+    if (slot.dense->defined()) out.emplace_back(slot.name, *slot.dense);
   }
-  out.emplace_back("norm", norm_);
-  if (!config_.tie_embeddings) out.emplace_back("head", head_);
+  module_parameters();
   return out;
 }
+
+std::vector<std::pair<std::string, Model::Packed>> Model::PackedParameters() const {
+  std::vector<std::pair<std::string, Packed>> out;
+  for (const Slot& slot : const_cast<Model*>(this)->Slots()) {
+    if (slot.packed != nullptr && *slot.packed != nullptr) out.emplace_back(slot.name, *slot.packed);
+  }
+  return out;
+}
+
+bool Model::HasPackedWeights() const { return !PackedParameters().empty(); }
 
 int64_t Model::ParameterCount() const {
   int64_t n = 0;
   for (const auto& [name, t] : NamedParameters()) n += t.numel();
+  for (const auto& [name, p] : PackedParameters()) n += p->out() * p->in();
   return n;
+}
+
+int64_t Model::WeightBytes() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : NamedParameters()) n += int64_t(t.nbytes());
+  for (const auto& [name, p] : PackedParameters()) n += p->bytes();
+  if (bf16_ != nullptr) {
+    for (const auto& layer : bf16_->layers) {
+      for (const Bf16Matrix& w : layer) n += int64_t(w.packed.size() * sizeof(uint16_t));
+    }
+    n += int64_t(bf16_->head.packed.size() * sizeof(uint16_t));
+  }
+  return n;
+}
+
+std::string Model::WeightTypes() const {
+  std::map<std::string, int64_t> bytes;
+  int64_t total = 0;
+  for (const auto& [name, p] : PackedParameters()) {
+    bytes[weights::WeightTypeName(p->type())] += p->bytes();
+    total += p->bytes();
+  }
+  if (total == 0) return "F32";
+  std::vector<std::pair<int64_t, std::string>> order;
+  for (const auto& [type, n] : bytes) order.emplace_back(-n, type);
+  std::sort(order.begin(), order.end());
+  std::string out;
+  for (const auto& [n, type] : order) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", type, " ", (-n * 100 + total / 2) / total, "%");
+  }
+  return out;
 }
 
 int64_t Model::StateBytes(int64_t context) const {
@@ -175,6 +275,13 @@ const Sha256Digest& Model::Fingerprint() const {
         for (int64_t d : c.sizes()) weights.Update(&d, sizeof d);  // little-endian hosts
         weights.Update(c.data_ptr(), c.nbytes());
       }
+      // Packed matrices by their bytes (an fp32 model has none: its digest is unchanged).
+      for (const auto& [name, p] : PackedParameters()) {
+        weights.Update(name);
+        weights.Update(weights::WeightTypeName(p->type()));
+        for (int64_t d : {p->out(), p->in()}) weights.Update(&d, sizeof d);
+        weights.Update(p->data(), size_t(p->bytes()));
+      }
       weights_digest_->digest = weights.Finish();
     });
     // Run-time knobs that leave the arithmetic alone are not part of the identity.
@@ -206,7 +313,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::ServeAs(const std::string& module,
       auto attn = attention::CreateAttention(config.attention);
       if (!attn.ok()) return attn.status();
       Layer l{from.attn_norm, from.wq,     from.wk,   from.wv,     from.wo,
-              from.mlp_norm,  from.w_gate, from.w_up, from.w_down, std::move(attn).value()};
+              from.mlp_norm,  from.w_gate, from.w_up, from.w_down, std::move(attn).value(),
+              from.bq,        from.bk,     from.bv,   from.q_norm, from.k_norm,
+              from.packed};
       // Trained attention parameters (the qk_norm temperature) by name, where both
       // modules have them.
       attention::NamedTensors source = from.attention->NamedParameters();
@@ -221,8 +330,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::ServeAs(const std::string& module,
   });
   if (!built.ok()) return built;
   m->embed_ = embed_;
+  m->embed_packed_ = embed_packed_;
   m->norm_ = norm_;
   m->head_ = head_;
+  m->head_packed_ = head_packed_;
   m->inv_freq_ = inv_freq_;
   m->weights_digest_ = weights_digest_;
   m->bf16_ = bf16_;
@@ -232,7 +343,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::ServeAs(const std::string& module,
 
 void Model::UseBf16Weights() {
   auto copies = std::make_shared<Bf16Weights>();
-  auto pack = [](const at::Tensor& w) {  // (out, in) contiguous fp32
+  // (out, in) contiguous fp32; matrices kept packed get no copy (an empty Bf16Matrix).
+  auto pack = [](const at::Tensor& w) {
+    if (!w.defined()) return Bf16Matrix{};
     at::Tensor c = w.detach().to(at::kFloat).contiguous();
     return PackBf16(c.data_ptr<float>(), c.size(0), c.size(1));
   };
@@ -261,20 +374,50 @@ at::Tensor Model::Run(const at::Tensor& tokens, const at::Tensor& positions,
   at::Tensor angles = (positions.to(at::kDouble).unsqueeze(-1) * inv_freq_).unsqueeze(2);
   at::Tensor cos = angles.cos().to(at::kFloat), sin = angles.sin().to(at::kFloat);
 
-  at::Tensor x = at::embedding(embed_, tokens);  // (B, T, dim)
+  at::Tensor x;  // (B, T, dim)
+  if (embed_packed_ == nullptr) {
+    x = at::embedding(embed_, tokens);
+  } else {
+    at::Tensor ids = tokens.reshape({-1}).contiguous();
+    x = at::empty({ids.size(0), config_.dim}, at::kFloat);
+    for (int64_t i = 0; i < ids.size(0); ++i) {
+      embed_packed_->DequantizeRowTo(ids[i].item<int64_t>(), x[i].data_ptr<float>());
+    }
+    x = x.view({b, t, config_.dim});
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
+    auto lin = [&](const at::Tensor& in, Matrix m) { return LinearRef(in, l.dense(m), l.packed[m]); };
     at::Tensor hn = RmsNorm(x, l.attn_norm, eps);
-    // (B, T, dim) -> (B, T, H, D) -> rotate -> (B, H, T, D); k, v with Hkv heads.
-    at::Tensor q = Rope(at::linear(hn, l.wq).view({b, t, h, d}), cos, sin).transpose(1, 2);
-    at::Tensor k = Rope(at::linear(hn, l.wk).view({b, t, hkv, d}), cos, sin).transpose(1, 2);
-    at::Tensor v = at::linear(hn, l.wv).view({b, t, hkv, d}).transpose(1, 2);
+    at::Tensor q = lin(hn, kWq), k = lin(hn, kWk), v = lin(hn, kWv);  // (B, T, H*D), ...
+    if (config_.attention_bias) {
+      q = q + l.bq;
+      k = k + l.bk;
+      v = v + l.bv;
+    }
+    q = q.view({b, t, h, d});
+    k = k.view({b, t, hkv, d});
+    if (config_.qk_head_norm) {  // per head, over D
+      q = RmsNorm(q, l.q_norm, eps);
+      k = RmsNorm(k, l.k_norm, eps);
+    }
+    // (B, T, H, D) -> rotate -> (B, H, T, D); k, v with Hkv heads.
+    q = Rope(q, cos, sin).transpose(1, 2);
+    k = Rope(k, cos, sin).transpose(1, 2);
+    v = v.view({b, t, hkv, d}).transpose(1, 2);
     at::Tensor o = attend(*l.attention, int(i), q, k, v);  // (B, H, T, Dv)
-    x = x + at::linear(o.transpose(1, 2).reshape({b, t, h * d}), l.wo);
+    x = x + lin(o.transpose(1, 2).reshape({b, t, h * d}), kWo);
     at::Tensor mn = RmsNorm(x, l.mlp_norm, eps);
-    x = x + at::linear(at::silu(at::linear(mn, l.w_gate)) * at::linear(mn, l.w_up), l.w_down);
+    x = x + lin(at::silu(lin(mn, kWGate)) * lin(mn, kWUp), kWDown);
   }
-  return at::linear(RmsNorm(x, norm_, eps), head_);  // (B, T, V)
+  return LinearRef(RmsNorm(x, norm_, eps), head_, head_packed_);  // (B, T, V)
+}
+
+at::Tensor Model::LinearRef(const at::Tensor& x, const at::Tensor& dense, const Packed& packed) {
+  if (packed == nullptr) return at::linear(x, dense);
+  at::Tensor w = at::empty({packed->out(), packed->in()}, at::kFloat);  // (out, in)
+  for (int64_t r = 0; r < packed->out(); ++r) packed->DequantizeRowTo(r, w[r].data_ptr<float>());
+  return at::linear(x, w);
 }
 
 at::Tensor Model::Forward(const at::Tensor& tokens) const {

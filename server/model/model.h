@@ -24,6 +24,7 @@
 #include "server/common/sha256.h"
 #include "server/model/config.h"
 #include "server/model/step_kernels.h"
+#include "server/weights/packed_matrix.h"
 
 namespace attnserve::model {
 
@@ -63,8 +64,16 @@ struct LoadOptions {
   int attention_order = 0;
   // Largest fixed state per session per layer (rejects orders that would exceed it).
   int64_t max_state_bytes_per_layer = attention::AttentionOptions{}.max_state_bytes_per_layer;
-  // Decode from bf16 copies of the weight matrices (Model::UseBf16Weights).
+  // Decode from bf16 copies of the weight matrices (Model::UseBf16Weights); matrices
+  // kept packed are left as they are.
   bool weights_bf16 = false;
+  // Every weight as an fp32 tensor (the trainer updates them; Save writes them): F16,
+  // BF16 and quantized tensors are dequantized. Otherwise they stay packed as the file
+  // holds them (Model::WeightBytes).
+  bool dequantize = false;
+  // Quantize a directory's fp32 / F16 / BF16 matrices at load: "" (keep), "q8_0", "q4_k".
+  // GGUF files keep their own types.
+  std::string quantize;
 };
 
 // Hugging Face's name of internal parameter `name` (NamedParameters): "layers.3.wq" ->
@@ -86,8 +95,11 @@ class Model {
   // stderr; any other tensor is refused. The vocabulary is the embedding's rows when
   // config.json's vocab_size says otherwise. See LoadOptions for serving the weights with
   // another attention module (config() then reports the module it runs).
-  // `dir` may instead be a .gguf file of the llama architecture (gguf_model.h): softmax
-  // attention, tensors dequantized to fp32.
+  // The linear weights and the embedding stay in the bytes the file holds (F16 and BF16
+  // as 16-bit, GGUF's quantized blocks as they are; server/weights/packed_matrix.h)
+  // unless options.dequantize; options.quantize quantizes a directory's at load.
+  // `dir` may instead be a .gguf file (gguf_model.h: llama, qwen2, qwen3): softmax
+  // attention.
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir,
                                                      const LoadOptions& options = {});
   // Writes config.json and model.safetensors (F32, Hugging Face's names; no lm_head.weight
@@ -168,6 +180,11 @@ class Model {
   // the same shape; 0 for KV-cache modules.
   int64_t BreakEvenContext() const;
   int64_t ParameterCount() const;
+  // Bytes the weights hold in memory: fp32 tensors, packed matrices (their file's bytes)
+  // and bf16 copies (UseBf16Weights).
+  int64_t WeightBytes() const;
+  // "F32", or the packed matrices' types by share of their bytes ("Q4_K 82%, Q6_K 18%").
+  std::string WeightTypes() const;
 
   // From now on the fused path's projections read bf16 copies of the weight matrices
   // (step_kernels.h LinearBf16, fp32 arithmetic) whenever a call has at most
@@ -183,17 +200,30 @@ class Model {
   // Every trained tensor by its internal name ("embed", "layers.3.wq", ..., "head"; no
   // "head" when tied, since the head is "embed"), each once. The tensors are the model's
   // own: the trainer updates them in place. HfTensorName maps the names to a directory's.
+  // Matrices kept packed are not tensors and are not listed (PackedParameters).
   attention::NamedTensors NamedParameters() const;
+  // The packed matrices by internal name, each once; empty for an fp32 model.
+  std::vector<std::pair<std::string, std::shared_ptr<const weights::PackedMatrix>>>
+  PackedParameters() const;
+  bool HasPackedWeights() const;
 
  private:
   static absl::StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path,
                                                          const LoadOptions& options);
+  using Packed = std::shared_ptr<const weights::PackedMatrix>;
+  // The linear weights of a layer, in the order of Layer::packed.
+  enum Matrix { kWq, kWk, kWv, kWo, kWGate, kWUp, kWDown, kMatrices };
   struct Layer {
     // (dim); wq (H*D, dim); wk, wv (Hkv*D, dim); wo (dim, H*D): H query heads, Hkv KV
-    // heads of head_dim D (attention options), independent of dim.
+    // heads of head_dim D (attention options), independent of dim. A matrix kept packed
+    // is undefined here and held in `packed`.
     at::Tensor attn_norm, wq, wk, wv, wo;
     at::Tensor mlp_norm, w_gate, w_up, w_down;  // (dim), (hidden, dim) x 2, (dim, hidden)
     std::unique_ptr<attention::Attention> attention;
+    at::Tensor bq, bk, bv;       // attention_bias: (H*D), (Hkv*D) x 2; else undefined
+    at::Tensor q_norm, k_norm;   // qk_head_norm: (D) each; else undefined
+    std::array<Packed, kMatrices> packed;  // null where the matrix is the fp32 tensor
+    const at::Tensor& dense(Matrix m) const;
   };
   // Attention over rotated q: (B, H, T, D), k: (B, Hkv, T, D) and v: (B, Hkv, T, Dv)
   // -> (B, H, T, Dv).
@@ -202,6 +232,20 @@ class Model {
                                             const at::Tensor& v)>;
 
   explicit Model(ModelConfig config) : config_(std::move(config)) {}
+  // A model of `config` whose layers have their attention modules and no weights yet
+  // (Create and the loaders fill them in).
+  static absl::StatusOr<std::unique_ptr<Model>> CreateEmpty(const ModelConfig& config);
+  // Every tensor and packed matrix by its internal name: NamedParameters' tensors and
+  // PackedParameters' matrices (a slot holds one of the two).
+  struct Slot {
+    std::string name;
+    at::Tensor* dense;
+    Packed* packed;  // null for tensors that are never packed (norms, biases)
+    std::vector<int64_t> shape;
+  };
+  std::vector<Slot> Slots();
+  // x (..., in) W^T through LibTorch: W dequantized into a temporary when packed.
+  static at::Tensor LinearRef(const at::Tensor& x, const at::Tensor& dense, const Packed& packed);
   // tokens (B, T) int64, positions (B, T) int64 -> logits (B, T, V).
   at::Tensor Run(const at::Tensor& tokens, const at::Tensor& positions,
                  const AttendFn& attend) const;
@@ -232,16 +276,19 @@ class Model {
 
   ModelConfig config_;
   std::shared_ptr<const Bf16Weights> bf16_;  // null: fp32 only
-  at::Tensor embed_;  // (V, dim)
+  at::Tensor embed_;  // (V, dim); undefined when packed
+  Packed embed_packed_;
   std::vector<Layer> layers_;
   at::Tensor norm_;  // (dim)
-  at::Tensor head_;  // (V, dim); embed_ itself when tied
+  at::Tensor head_;  // (V, dim); embed_ itself when tied; undefined when packed
+  Packed head_packed_;  // embed_packed_ itself when tied
   at::Tensor inv_freq_;  // (D / 2) fp64 RoPE frequencies
 
   // Buffers of the fused step, grown to the largest batch seen and then reused.
   struct StepWorkspace {
     std::mutex mu;
     std::vector<float> x, hn, q, k, v, o, gate, up, cos, sin, scratch, linear;
+    weights::LinearScratch packed;  // PackedLinear's quantized activations
   };
   bool fused_step_ = false;
   mutable StepWorkspace workspace_;

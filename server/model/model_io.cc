@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -38,6 +39,12 @@ const std::map<std::string, std::string>& LayerNames() {
       {"w_gate", "mlp.gate_proj.weight"},
       {"w_up", "mlp.up_proj.weight"},
       {"w_down", "mlp.down_proj.weight"},
+      // Qwen2's projection biases and Qwen3's per-head q/k norms.
+      {"bq", "self_attn.q_proj.bias"},
+      {"bk", "self_attn.k_proj.bias"},
+      {"bv", "self_attn.v_proj.bias"},
+      {"q_norm", "self_attn.q_norm.weight"},
+      {"k_norm", "self_attn.k_norm.weight"},
   };
   return *kNames;
 }
@@ -102,23 +109,63 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path,
   if (absl::Status s = ValidateModelConfig(*config); !s.ok()) {  // with the state budget
     return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   }
-  auto model = Create(*config, /*seed=*/0);
+  // Every tensor the network reads, checked (present, its shape, a type read) before
+  // anything is allocated for it.
+  {
+    auto checked = CreateEmpty(*config);
+    if (!checked.ok()) return checked.status();
+    for (const Slot& slot : (*checked)->Slots()) {
+      const std::string gguf =
+          GgufTensorName(slot.name == "head" && config->tie_embeddings ? "embed" : slot.name);
+      const GgufTensor* t = file.Find(gguf);
+      if (t == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": GGUF: tensor '", gguf, "' is missing (the model needs shape [",
+            absl::StrJoin(slot.shape, ", "), "])"));
+      }
+      if (t->shape() != slot.shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": GGUF: tensor '", gguf, "' has shape [", absl::StrJoin(t->shape(), ", "),
+            "], the model needs [", absl::StrJoin(slot.shape, ", "), "]"));
+      }
+      if (auto type = GgufWeightType(*t); !type.ok()) {
+        return absl::Status(type.status().code(), absl::StrCat(path, ": ", type.status().message()));
+      }
+    }
+  }
+  // Validated: now the network, with no weights until each is read from the file.
+  auto model = CreateEmpty(*config);
   if (!model.ok()) return model.status();
   std::set<std::string> used;
   absl::Status copied = CatchTorch("loading weights", [&]() -> absl::Status {
     c10::NoGradGuard no_grad;
-    for (auto& [param_name, param] : (*model)->NamedParameters()) {
-      const std::vector<int64_t> shape(param.sizes().begin(), param.sizes().end());
-      auto values = GgufParameter(file, *config, param_name, shape);
-      if (!values.ok()) {
-        return absl::Status(values.status().code(),
-                            absl::StrCat(path, ": ", values.status().message()));
+    for (Slot& slot : (*model)->Slots()) {
+      auto fail = [&](const absl::Status& s) {
+        return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+      };
+      if (slot.packed != nullptr && !options.dequantize) {
+        // A matrix or the embedding: kept as the file holds it (F32 as a tensor).
+        auto matrix = GgufMatrixParameter(file, *config, slot.name, slot.shape);
+        if (!matrix.ok()) return fail(matrix.status());
+        if (matrix->packed != nullptr) {
+          *slot.packed = matrix->packed;
+        } else {
+          *slot.dense = at::from_blob(matrix->dense.data(), slot.shape, at::kFloat).clone();
+        }
+      } else {
+        auto values = GgufParameter(file, *config, slot.name, slot.shape);
+        if (!values.ok()) return fail(values.status());
+        *slot.dense = at::from_blob(values->data(), slot.shape, at::kFloat).clone();
       }
-      param.copy_(at::from_blob(values->data(), param.sizes(), at::kFloat));
-      used.insert(GgufTensorName(param_name));
+      used.insert(GgufTensorName(slot.name));
+    }
+    if (config->tie_embeddings) {  // the head is the embedding (Slots has no "head")
+      (*model)->head_ = (*model)->embed_;
+      (*model)->head_packed_ = (*model)->embed_packed_;
     }
     return absl::OkStatus();
   });
+  (*model)->ChooseStepPath();
   if (!copied.ok()) return copied;
   std::vector<std::string> ignored;
   for (const GgufTensor& t : file.tensors) {
@@ -160,33 +207,86 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   if (absl::Status s = ValidateModelConfig(*config); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(dir, ": ", s.message()));
   }
-  auto model = Create(*config, /*seed=*/0);
+  std::optional<weights::WeightType> quantize;
+  if (options.quantize == "q8_0") {
+    quantize = weights::WeightType::kQ8_0;
+  } else if (options.quantize == "q4_k") {
+    quantize = weights::WeightType::kQ4_K;
+  } else if (!options.quantize.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("quantize '", options.quantize, "': attnserve quantizes to q8_0 or q4_k"));
+  }
+  // The network with no weights; each slot is filled from the file below.
+  auto model = CreateEmpty(*config);
   if (!model.ok()) return model.status();
   std::set<std::string> used;
   absl::Status copied = CatchTorch("loading weights", [&]() -> absl::Status {
     c10::NoGradGuard no_grad;
+    // Every slot, then the attention modules' own parameters (copied into their tensors).
+    struct Wanted {
+      std::string name;
+      std::vector<int64_t> shape;
+      at::Tensor* dense;   // null: `into` receives the values
+      Packed* packed;      // null: never packed
+      at::Tensor into;
+    };
+    std::vector<Wanted> wanted;
+    for (Slot& slot : (*model)->Slots()) {
+      wanted.push_back({slot.name, slot.shape, slot.dense, slot.packed, at::Tensor()});
+    }
     for (auto& [name, param] : (*model)->NamedParameters()) {
-      const std::string hf = HfTensorName(name);
+      if (name.find(".attn.") == std::string::npos) continue;
+      wanted.push_back({name, param.sizes().vec(), nullptr, nullptr, param});
+    }
+    for (Wanted& w : wanted) {
+      const std::string hf = HfTensorName(w.name);
       const SafetensorsEntry* e = (*weights)->Find(hf);
       if (e == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat(dir, ": tensor '", hf,
                                                        "' is missing (the config needs shape ",
-                                                       ShapeText(param.sizes()), ")"));
+                                                       ShapeText(w.shape), ")"));
       }
-      if (absl::Span<const int64_t>(e->shape) != absl::Span<const int64_t>(param.sizes())) {
+      if (absl::Span<const int64_t>(e->shape) != absl::Span<const int64_t>(w.shape)) {
         return absl::InvalidArgumentError(absl::StrCat(
             dir, ": tensor '", hf, "' has shape ", ShapeText(e->shape), ", the config needs ",
-            ShapeText(param.sizes())));
+            ShapeText(w.shape)));
+      }
+      used.insert(hf);
+      const bool sixteen = e->dtype == "F16" || e->dtype == "BF16";
+      if (w.packed != nullptr && !options.dequantize && !quantize.has_value() && sixteen) {
+        // 16-bit matrices stay 16-bit (the file's bytes).
+        auto packed = weights::PackedMatrix::Copy(
+            e->dtype == "F16" ? weights::WeightType::kF16 : weights::WeightType::kBF16,
+            w.shape[0], w.shape[1], e->bytes.data());
+        if (!packed.ok()) return packed.status();
+        *w.packed = std::make_shared<const weights::PackedMatrix>(std::move(packed).value());
+        continue;
       }
       auto values = ToFloat32(*e);
       if (!values.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(dir, ": ", values.status().message()));
       }
-      param.copy_(at::from_blob(values->data(), param.sizes(), at::kFloat));
-      used.insert(hf);
+      if (w.packed != nullptr && !options.dequantize && quantize.has_value()) {
+        auto packed =
+            weights::PackedMatrix::Quantize(*quantize, w.shape[0], w.shape[1], values->data());
+        if (!packed.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(dir, ": tensor '", hf, "': ",
+                                                         packed.status().message()));
+        }
+        *w.packed = std::make_shared<const weights::PackedMatrix>(std::move(packed).value());
+      } else if (w.dense != nullptr) {
+        *w.dense = at::from_blob(values->data(), w.shape, at::kFloat).clone();
+      } else {
+        w.into.copy_(at::from_blob(values->data(), w.shape, at::kFloat));
+      }
+    }
+    if (config->tie_embeddings) {  // the head is the embedding (Slots has no "head")
+      (*model)->head_ = (*model)->embed_;
+      (*model)->head_packed_ = (*model)->embed_packed_;
     }
     return absl::OkStatus();
   });
+  (*model)->ChooseStepPath();
   if (!copied.ok()) return copied;
   std::vector<std::string> ignored;
   for (const SafetensorsEntry& e : (*weights)->tensors()) {
@@ -213,6 +313,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
 }
 
 absl::Status Model::Save(const std::string& dir) const {
+  if (HasPackedWeights()) {
+    return absl::FailedPreconditionError(
+        "a model with packed weights is not saved as fp32 safetensors: load it with every "
+        "weight dequantized (LoadOptions::dequantize) to save it");
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));

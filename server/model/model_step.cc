@@ -62,11 +62,16 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
   float* scratch = Grow(w.scratch, scratch_floats);
   float* lin = Grow(w.linear, b * std::max({dim, hidden, vocab, q_width}));  // Linear's (out, B)
 
-  // Embedding rows and RoPE angles (fp64 angles as in Run, then fp32 cos and sin).
-  const float* embed = Data(embed_);
+  // Embedding rows (dequantized when packed) and RoPE angles (fp64 angles as in Run, then
+  // fp32 cos and sin).
+  const float* embed = embed_packed_ == nullptr ? Data(embed_) : nullptr;
   const double* inv_freq = inv_freq_.data_ptr<double>();
   for (int64_t i = 0; i < b; ++i) {
-    std::memcpy(x + i * dim, embed + int64_t(tokens[i]) * dim, dim * sizeof(float));
+    if (embed != nullptr) {
+      std::memcpy(x + i * dim, embed + int64_t(tokens[i]) * dim, dim * sizeof(float));
+    } else {
+      embed_packed_->DequantizeRowTo(tokens[i], x + i * dim);
+    }
     const double pos = double(positions[i]);
     for (int64_t j = 0; j < half; ++j) {
       const double angle = pos * inv_freq[j];
@@ -74,38 +79,60 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
       sin[i * half + j] = float(std::sin(angle));
     }
   }
-  // y (B, out) = in (B, n) W^T (+ beta y): from W's bf16 copy where UseBf16Weights asked
-  // for it and the step is small enough, else fp32.
+  // y (B, out) = in (B, n) W^T (+ beta y): from the packed matrix when the weight is kept
+  // packed (weights::PackedLinear), from W's bf16 copy where UseBf16Weights made one and
+  // the step is small enough, else fp32.
   const bool bf16 = bf16_ != nullptr && b <= kBf16MaxRows;
-  auto linear = [&](const float* in, int64_t n, const at::Tensor& w, const Bf16Matrix* w16,
-                    int64_t out, float* y, float beta) {
-    if (bf16) {
+  auto linear = [&](const float* in, int64_t n, const at::Tensor& dense, const Packed& packed,
+                    const Bf16Matrix* w16, int64_t out, float* y, float beta) {
+    if (packed != nullptr) {
+      weights::PackedLinear(in, b, *packed, y, beta, w.packed);
+    } else if (bf16 && w16 != nullptr && !w16->packed.empty()) {
       LinearBf16(in, b, *w16, y, beta);
     } else {
-      Linear(in, b, n, Data(w), out, y, beta, lin);
+      Linear(in, b, n, Data(dense), out, y, beta, lin);
+    }
+  };
+  // rows (B, width) += bias (width), row by row.
+  auto add_bias = [&](float* rows, const at::Tensor& bias, int64_t width) {
+    const float* bv = Data(bias);
+    for (int64_t i = 0; i < b; ++i) {
+      for (int64_t j = 0; j < width; ++j) rows[i * width + j] += bv[j];
     }
   };
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& l = layers_[li];
     const Bf16Matrix* w16 = bf16 ? bf16_->layers[li].data() : nullptr;  // wq .. w_down
-    auto pick = [&](int i) { return w16 == nullptr ? nullptr : w16 + i; };
+    auto lin = [&](const float* in, int64_t n, Matrix m, int64_t out, float* y, float beta) {
+      linear(in, n, l.dense(m), l.packed[m], w16 == nullptr ? nullptr : w16 + m, out, y, beta);
+    };
     RmsNormRows(x, b, dim, Data(l.attn_norm), eps, hn);
-    linear(hn, dim, l.wq, pick(0), q_width, q, 0.0f);   // (B, H*D)
-    linear(hn, dim, l.wk, pick(1), kv_width, k, 0.0f);  // (B, Hkv*D)
-    linear(hn, dim, l.wv, pick(2), kv_width, v, 0.0f);  // (B, Hkv*Dv)
+    lin(hn, dim, kWq, q_width, q, 0.0f);   // (B, H*D)
+    lin(hn, dim, kWk, kv_width, k, 0.0f);  // (B, Hkv*D)
+    lin(hn, dim, kWv, kv_width, v, 0.0f);  // (B, Hkv*Dv)
+    if (config_.attention_bias) {
+      add_bias(q, l.bq, q_width);
+      add_bias(k, l.bk, kv_width);
+      add_bias(v, l.bv, kv_width);
+    }
+    if (config_.qk_head_norm) {  // each head's D values: (B * H, D), (B * Hkv, D)
+      RmsNormRows(q, b * heads, d, Data(l.q_norm), eps, q);
+      RmsNormRows(k, b * kv_heads, d, Data(l.k_norm), eps, k);
+    }
     RopeRows(q, b, heads, d, cos, sin);
     RopeRows(k, b, kv_heads, d, cos, sin);
     attend(li, q, k, v, o, scratch);  // (B, H, Dv)
-    linear(o, q_width, l.wo, pick(3), dim, x, /*beta=*/1.0f);  // x += o W_o^T
+    lin(o, q_width, kWo, dim, x, /*beta=*/1.0f);  // x += o W_o^T
     RmsNormRows(x, b, dim, Data(l.mlp_norm), eps, hn);
-    linear(hn, dim, l.w_gate, pick(4), hidden, gate, 0.0f);
-    linear(hn, dim, l.w_up, pick(5), hidden, up, 0.0f);
+    lin(hn, dim, kWGate, hidden, gate, 0.0f);
+    lin(hn, dim, kWUp, hidden, up, 0.0f);
     SiluMul(gate, up, b * hidden);
-    linear(gate, hidden, l.w_down, pick(6), dim, x, /*beta=*/1.0f);  // x += . W_down^T
+    lin(gate, hidden, kWDown, dim, x, /*beta=*/1.0f);  // x += . W_down^T
   }
   RmsNormRows(x, b, dim, Data(norm_), eps, hn);
   at::Tensor logits = at::empty({b, vocab}, at::kFloat);  // (B, V)
-  linear(hn, dim, head_, bf16 ? &bf16_->head : nullptr, vocab, logits.data_ptr<float>(), 0.0f);
+  linear(hn, dim, head_, head_packed_, bf16 ? &bf16_->head : nullptr, vocab,
+         logits.data_ptr<float>(), 0.0f);
   return logits;
 }
 

@@ -33,6 +33,8 @@ v1::ModelInfo ToProto(const catalogue::ServedModel& m) {
   info.set_break_even_context(m.model->BreakEvenContext());
   info.set_directory(m.directory);
   info.set_num_kv_heads(m.model->config().attention.num_kv_heads);
+  info.set_weight_bytes(m.model->WeightBytes());
+  info.set_weight_types(m.model->WeightTypes());
   const tokenizer::Tokenizer& t = *m.tokenizer;
   v1::TokenizerInfo* ti = info.mutable_tokenizer();
   ti->set_kind(t.kind());

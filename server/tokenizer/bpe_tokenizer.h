@@ -45,6 +45,10 @@ inline constexpr char kGpt2SplitPattern[] =
 inline constexpr char kLlama3SplitPattern[] =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Qwen2's and Qwen3's: Llama-3's with one digit per piece.
+inline constexpr char kQwen2SplitPattern[] =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // The byte-level alphabet: `byte` as its printable code point in UTF-8 (0x20 -> "Ġ").
 std::string ByteLevelSymbol(uint8_t byte);
 // The bytes the byte-level spelling `token` stands for; nullopt when a character of it

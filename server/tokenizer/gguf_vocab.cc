@@ -109,11 +109,13 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Gpt2(const json& m,
   } else if (pre == "llama-bpe") {
     v.split_patterns = {kLlama3SplitPattern};
     v.ignore_merges = true;
+  } else if (pre == "qwen2") {
+    v.split_patterns = {kQwen2SplitPattern};
   } else {
     return BadKey("tokenizer.ggml.pre",
                   absl::StrCat(pre.empty() ? "is missing" : absl::StrCat("'", pre, "'"),
-                               ": attnserve splits gpt2 vocabularies as 'gpt-2' (GPT-2) and "
-                               "'llama-bpe' (Llama-3)"));
+                               ": attnserve splits gpt2 vocabularies as 'gpt-2' (GPT-2), "
+                               "'llama-bpe' (Llama-3) and 'qwen2' (Qwen2, Qwen3)"));
   }
   auto add_bos = Bool(m, "tokenizer.ggml.add_bos_token", false);
   if (!add_bos.ok()) return add_bos.status();

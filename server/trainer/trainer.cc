@@ -114,7 +114,9 @@ absl::Status CopyByName(const std::unordered_map<std::string, at::Tensor>& saved
 
 // The parameters of the model directory `dir` (Model::Load) by internal name.
 absl::StatusOr<std::unordered_map<std::string, at::Tensor>> ReadModelDir(const std::string& dir) {
-  auto model = model::Model::Load(dir);
+  model::LoadOptions load;
+  load.dequantize = true;  // every weight a trainable fp32 tensor
+  auto model = model::Model::Load(dir, load);
   if (!model.ok()) return model.status();
   std::unordered_map<std::string, at::Tensor> out;
   for (auto& [name, t] : (*model)->NamedParameters()) out.emplace(name, t);
