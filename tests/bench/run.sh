@@ -41,6 +41,18 @@ if [[ ${1:-} == http ]]; then
   cmake --build "$build" --target attnserve_server attnserve_client attnserve_init_model
   exec tests/bench/http_bench.sh "$build" "$@"
 fi
+# GGUF files against llama.cpp (decode tokens/s at 1 and 8 sessions, TTFT of 512 tokens,
+# peak RSS, weight bytes per step against the copy bandwidth; the 152M and 1.17B shapes in
+# Q8_0 and Q4_K_M, written once into BUILD/gguf_bench (~15 min the first time); ~10 min):
+# tests/bench/run.sh gguf [build-dir] [--files=... --runs=3 ...] (flags: tests/bench/gguf_bench.sh).
+if [[ ${1:-} == gguf ]]; then
+  shift
+  build=build
+  if [[ $# -gt 0 && ${1} != -* ]]; then build=$1; shift; fi
+  [ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  flock /tmp/build.lock cmake --build "$build" --target attnserve_server attnserve_client
+  exec tests/bench/gguf_bench.sh "$build" "$@"
+fi
 # Engine fairness (ITL of a decoding session while 100 long prompts arrive, prefill
 # budget off vs on; real server and client on loopback; ~1 min): tests/bench/run.sh
 # fairness [build-dir] [--rounds=3 --prompts=100 ...] (flags: tests/bench/fairness_bench.sh).
