@@ -47,7 +47,8 @@ class AttentionState {
   // The tensors a snapshot holds, in a fixed order, with the names and shapes that
   // Attention::StateShapes(Position()) lists: fixed-state modules their whole state,
   // KV caches only the used length of their caches (never the spare capacity). Views
-  // into the state, valid until it changes; fp32, not necessarily contiguous.
+  // into the state, valid until it changes; fp32, not necessarily contiguous. A state
+  // kept in bf16 (options state_bf16) gives fp32 copies instead, which are exact.
   virtual NamedTensors Tensors() const = 0;
 };
 
@@ -73,7 +74,8 @@ class Attention {
   virtual TensorShapes StateShapes(int64_t position) const = 0;
   // A state at `position` made of `tensors`, whose names and shapes the caller has
   // checked against StateShapes(position) (TORCH_CHECK fails otherwise). Fixed-state
-  // modules copy them into their pool (converting to fp32). KV caches take them:
+  // modules copy them into their pool (converting to fp32, or under state_bf16 rounding
+  // to nearest even bf16, exact for what Tensors() gave). KV caches take them:
   // contiguous fp32 tensors become the state as they are (no copy), others are converted.
   // So the caller must not use them afterwards.
   virtual std::unique_ptr<AttentionState> RestoreState(int64_t position,

@@ -13,9 +13,10 @@
 namespace attnserve::attention {
 
 // A state in a slot of its module's pool: s (Hkv, m, Dv), then z (Hkv, m) under the sum
-// normaliser (one state per KV head). s and z are views of the slot; each holds the slot too, so a view that
-// outlives the state (Tensors()) stays valid as a tensor's would, and the slot goes back
-// to the pool when the state and its last view are gone.
+// normaliser (one state per KV head), fp32 or bf16 as the pool's elements are
+// (AttentionOptions::state_bf16). s and z are views of the slot; each holds the slot too,
+// so a view that outlives the state (Tensors()) stays valid as a tensor's would, and the
+// slot goes back to the pool when the state and its last view are gone.
 class FeatureState : public AttentionState {
  public:
   // Views `slot` (contents as they are) as a state at `position`.
@@ -36,19 +37,29 @@ class FeatureState : public AttentionState {
     std::memcpy(copy->slot_->data(), slot_->data(), Bytes());
     return copy;
   }
+  // fp32 views; fp32 copies of a bf16 state (exact: every bf16 is an fp32).
   NamedTensors Tensors() const override {
-    if (!z.defined()) return {{"s", s}};
-    return {{"s", s}, {"z", z}};
+    if (!z.defined()) return {{"s", s.to(at::kFloat)}};
+    return {{"s", s.to(at::kFloat)}, {"z", z.to(at::kFloat)}};
+  }
+  bool bf16() const { return s.scalar_type() == at::kBFloat16; }
+  // The raw elements of a bf16 state (bf16.h's bit patterns).
+  uint16_t* s_bf16() const { return reinterpret_cast<uint16_t*>(s.data_ptr()); }
+  uint16_t* z_bf16() const {
+    return z.defined() ? reinterpret_cast<uint16_t*>(z.data_ptr()) : nullptr;
   }
 
-  at::Tensor s;  // (Hkv, m, Dv) fp32, contiguous
-  at::Tensor z;  // (Hkv, m) fp32, contiguous, after s; undefined under the L2 normaliser
+  at::Tensor s;  // (Hkv, m, Dv) fp32 or bf16, contiguous
+  at::Tensor z;  // (Hkv, m) as s, contiguous, after s; undefined under the L2 normaliser
   int64_t position;
 
  private:
+  // `sizes` elements of the slot from element `offset`, of the pool's element type.
   static at::Tensor View(const std::shared_ptr<StatePool::Slot>& slot, int64_t offset,
                          at::IntArrayRef sizes) {
-    return at::from_blob(slot->data() + offset, sizes, [slot](void*) {}, at::kFloat);
+    const int64_t bytes = slot->pool().element_bytes();
+    return at::from_blob(static_cast<char*>(slot->data()) + offset * bytes, sizes,
+                         [slot](void*) {}, bytes == 2 ? at::kBFloat16 : at::kFloat);
   }
 
   std::shared_ptr<StatePool::Slot> slot_;
@@ -117,8 +128,8 @@ void NormaliseRows(float* out, int64_t rows, int64_t dv, int64_t ld, const float
   }
 }
 
-// Floats of one state: s (Hkv, m, Dv), and z (Hkv, m) under the sum normaliser.
-int64_t StateFloats(const AttentionOptions& o, int64_t m, Normaliser normaliser) {
+// Elements of one state: s (Hkv, m, Dv), and z (Hkv, m) under the sum normaliser.
+int64_t StateElements(const AttentionOptions& o, int64_t m, Normaliser normaliser) {
   return o.num_kv_heads * m * (o.value_dim + (normaliser == Normaliser::kSum ? 1 : 0));
 }
 
@@ -145,7 +156,8 @@ FeatureAttention::FeatureAttention(AttentionOptions options,
       features_(std::move(features)),
       normaliser_(normaliser),
       decays_(HeadDecays(this->options())),
-      pool_(StatePool::Create(StateFloats(this->options(), features_->size(), normaliser_))) {}
+      pool_(StatePool::Create(StateElements(this->options(), features_->size(), normaliser_),
+                              StateElementBytes(this->options()))) {}
 
 at::Tensor FeatureAttention::DecayMask(int64_t t, const at::TensorOptions& options) const {
   const int64_t h = this->options().num_kv_heads;
@@ -214,7 +226,8 @@ std::unique_ptr<AttentionState> FeatureAttention::RestoreState(
                     tensors[i].second.sizes() == at::IntArrayRef(shapes[i].second),
                 "RestoreState: tensor ", i, " is not ", shapes[i].first);
   }
-  // Copied into the pool (converting dtype and layout on the way).
+  // Copied into the pool (converting dtype and layout on the way; to a bf16 state with
+  // round to nearest even, so the fp32 copies Tensors() gives come back exactly).
   std::unique_ptr<FeatureState> st = StateInNewSlot(position);
   st->s.copy_(tensors[0].second);
   if (st->z.defined()) st->z.copy_(tensors[1].second);
@@ -228,9 +241,13 @@ at::Tensor FeatureAttention::PrefillChunk(FeatureState& st, const at::Tensor& q,
   // row i reads the state as it was before the chunk gamma^(i+1) later; key j enters it
   // gamma^(C-1-j) before the chunk's end, when the old state has decayed by gamma^C.
   // The G query heads of a KV head read its state together: (Hkv, G * C, m) @ S.
+  // A bf16 state is read into fp32 here and stored back rounded after the chunk (fp32:
+  // s and z are the state itself).
   const int64_t c = q.size(1), hkv = k.size(0), g = group(), m = features_->size();
   const int64_t dv = v.size(2);
   const bool sum = normaliser_ == Normaliser::kSum;
+  at::Tensor s = st.s.to(at::kFloat);                           // (Hkv, m, Dv)
+  at::Tensor z = sum ? st.z.to(at::kFloat) : at::Tensor();     // (Hkv, m)
   at::Tensor qg = q.reshape({hkv, g, c, q.size(2)});  // (Hkv, G, C, D)
   at::Tensor a = features_->Kernel(qg, k.unsqueeze(1)) *
                  DecayMask(c, q.options()).unsqueeze(1);  // (Hkv, G, C, C)
@@ -242,18 +259,22 @@ at::Tensor FeatureAttention::PrefillChunk(FeatureState& st, const at::Tensor& q,
   }
   at::Tensor pq = phi_q.reshape({hkv, g * c, m});  // (Hkv, G * C, m)
   at::Tensor num = at::matmul(a, v.unsqueeze(1)) +
-                   at::bmm(pq, st.s).view({hkv, g, c, dv});  // (Hkv, G, C, Dv)
+                   at::bmm(pq, s).view({hkv, g, c, dv});  // (Hkv, G, C, Dv)
   at::Tensor den;
   if (sum) {
-    den = a.sum(-1) + at::bmm(pq, st.z.unsqueeze(-1)).view({hkv, g, c});  // (Hkv, G, C)
+    den = a.sum(-1) + at::bmm(pq, z.unsqueeze(-1)).view({hkv, g, c});  // (Hkv, G, C)
   }
   if (!decays_.empty()) {
     at::Tensor g_c = DecayPowers(1, c, q.options());  // (H, 1, 1): gamma^C
-    st.s.mul_(g_c);
-    if (sum) st.z.mul_(g_c.squeeze(-1));
+    s.mul_(g_c);
+    if (sum) z.mul_(g_c.squeeze(-1));
   }
-  if (sum) st.z.add_(phi_k.sum(1));
-  st.s.baddbmm_(phi_k.transpose(1, 2), v);  // += (Hkv, m, C) @ (Hkv, C, Dv)
+  if (sum) z.add_(phi_k.sum(1));
+  s.baddbmm_(phi_k.transpose(1, 2), v);  // += (Hkv, m, C) @ (Hkv, C, Dv)
+  if (st.bf16()) {
+    st.s.copy_(s);  // round to nearest even
+    if (sum) st.z.copy_(z);
+  }
   st.position += c;
   return Normalise(normaliser_, num, den).reshape({hkv * g, c, dv});  // (H, C, Dv)
 }
@@ -290,20 +311,29 @@ at::Tensor FeatureAttention::Step(absl::Span<AttentionState* const> states,
   std::vector<at::Tensor> outs;
   outs.reserve(states.size());
   for (size_t b = 0; b < states.size(); ++b) {
+    // A bf16 state is read into fp32, updated and read out in fp32, and stored back
+    // rounded; an fp32 one is updated in place (s and z are the state).
     FeatureState& st = AsFeatureState(*states[b]);
+    const bool sum = normaliser_ == Normaliser::kSum;
+    at::Tensor s = st.s.to(at::kFloat);                         // (Hkv, m, Dv)
+    at::Tensor z = sum ? st.z.to(at::kFloat) : at::Tensor();   // (Hkv, m)
     at::Tensor pk = phi_k[b];                                   // (Hkv, m)
     at::Tensor pq = phi_q[b].reshape({hkv, g, -1});             // (Hkv, G, m)
     if (!decays_.empty()) {
-      at::Tensor gamma = DecayPowers(1, 1, st.s.options());     // (Hkv, 1, 1)
-      st.s.mul_(gamma);
-      if (normaliser_ == Normaliser::kSum) st.z.mul_(gamma.squeeze(-1));
+      at::Tensor gamma = DecayPowers(1, 1, s.options());        // (Hkv, 1, 1)
+      s.mul_(gamma);
+      if (sum) z.mul_(gamma.squeeze(-1));
     }
-    st.s.baddbmm_(pk.unsqueeze(-1), v[b].unsqueeze(1));         // += (Hkv,m,1)@(Hkv,1,Dv)
-    at::Tensor num = at::bmm(pq, st.s).reshape({hkv * g, -1});  // (H, Dv)
+    s.baddbmm_(pk.unsqueeze(-1), v[b].unsqueeze(1));            // += (Hkv,m,1)@(Hkv,1,Dv)
+    at::Tensor num = at::bmm(pq, s).reshape({hkv * g, -1});     // (H, Dv)
     at::Tensor den;
-    if (normaliser_ == Normaliser::kSum) {
-      st.z.add_(pk);
-      den = at::bmm(pq, st.z.unsqueeze(-1)).reshape({hkv * g});  // (H)
+    if (sum) {
+      z.add_(pk);
+      den = at::bmm(pq, z.unsqueeze(-1)).reshape({hkv * g});    // (H)
+    }
+    if (st.bf16()) {
+      st.s.copy_(s);  // round to nearest even
+      if (sum) st.z.copy_(z);
     }
     st.position += 1;
     outs.push_back(Normalise(normaliser_, num, den));
@@ -311,23 +341,34 @@ at::Tensor FeatureAttention::Step(absl::Span<AttentionState* const> states,
   return at::stack(outs, 0);  // (B, H, Dv)
 }
 
+void FeatureAttention::UpdateAndRead(FeatureState& st, const float* phi_q, const float* phi_k,
+                                     const float* v, float* num, float* den) const {
+  const auto& o = options();
+  const int64_t m = features_->size();
+  if (st.bf16()) {
+    StateUpdateAndReadBf16(st.s_bf16(), st.z_bf16(), phi_q, phi_k, v, Decays(),
+                           o.num_kv_heads, group(), m, o.value_dim, num, den);
+  } else {
+    StateUpdateAndRead(st.s.data_ptr<float>(),
+                       st.z.defined() ? st.z.data_ptr<float>() : nullptr, phi_q, phi_k, v,
+                       Decays(), o.num_kv_heads, group(), m, o.value_dim, num, den);
+  }
+}
+
 at::Tensor FeatureAttention::StepFused(absl::Span<AttentionState* const> states,
                                        const at::Tensor& phi_q, const at::Tensor& phi_k,
                                        const at::Tensor& v) const {
   // phi_q: (B, H, m); phi_k: (B, Hkv, m); v: (B, Hkv, Dv). One pass over each session's
   // S per KV head, read by the G query heads of its group.
-  const int64_t b = phi_q.size(0), h = phi_q.size(1), m = phi_q.size(2), dv = v.size(2);
-  const int64_t hkv = phi_k.size(1);
+  const int64_t b = phi_q.size(0), h = phi_q.size(1), dv = v.size(2);
   at::Tensor pq = phi_q.contiguous(), pk = phi_k.contiguous(), vc = v.contiguous();
   at::Tensor num = at::empty({b, h, dv}, v.options());
   at::Tensor den = at::empty({b, h}, v.options());
   const bool sum = normaliser_ == Normaliser::kSum;
   for (int64_t i = 0; i < b; ++i) {
     FeatureState& st = AsFeatureState(*states[i]);
-    StateUpdateAndRead(st.s.data_ptr<float>(), sum ? st.z.data_ptr<float>() : nullptr,
-                       pq[i].data_ptr<float>(), pk[i].data_ptr<float>(),
-                       vc[i].data_ptr<float>(), Decays(), hkv, h / hkv, m, dv,
-                       num[i].data_ptr<float>(), den[i].data_ptr<float>());
+    UpdateAndRead(st, pq[i].data_ptr<float>(), pk[i].data_ptr<float>(),
+                  vc[i].data_ptr<float>(), num[i].data_ptr<float>(), den[i].data_ptr<float>());
     st.position += 1;
   }
   return Normalise(normaliser_, num, sum ? den : at::Tensor());  // (B, H, Dv)
@@ -356,9 +397,8 @@ void FeatureAttention::StepRaw(absl::Span<AttentionState* const> states, float* 
   const bool sum = normaliser_ == Normaliser::kSum;
   for (int64_t i = 0; i < b; ++i) {
     FeatureState& st = AsFeatureState(*states[i]);
-    StateUpdateAndRead(st.s.data_ptr<float>(), sum ? st.z.data_ptr<float>() : nullptr,
-                       phi_q + i * h * m, phi_k + i * hkv * m, v + i * hkv * dv, Decays(),
-                       hkv, group(), m, dv, out + i * h * dv, den + i * h);
+    UpdateAndRead(st, phi_q + i * h * m, phi_k + i * hkv * m, v + i * hkv * dv,
+                  out + i * h * dv, den + i * h);
     st.position += 1;
   }
   NormaliseRows(out, b * h, dv, dv, sum ? den : nullptr);
@@ -368,7 +408,9 @@ int64_t FeatureAttention::PrefillScratchFloats(int64_t t) const {
   const auto& o = options();
   const int64_t c = std::min<int64_t>(t, o.chunk_size), m = features_->size();
   // phi_q (C, H, m), phi_k (C, Hkv, m), A, den, phi_q . z, gamma^0..gamma^C, gamma^(C-1-j)
-  return c * (o.num_heads + o.num_kv_heads) * m + c * c + 2 * c + (c + 1) + c;
+  // and, for a bf16 state, one KV head's S and z in fp32.
+  const int64_t state = o.state_bf16 ? m * (o.value_dim + 1) : 0;
+  return c * (o.num_heads + o.num_kv_heads) * m + c * c + 2 * c + (c + 1) + c + state;
 }
 
 void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, float* k,
@@ -382,7 +424,8 @@ void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, fl
   //   S_j += phi_k_j^T v_j, z_j += colsum(phi_k_j)   (after the group's reads: causal)
   // Under a decay (gamma = gamma_j), as PrefillChunk: A[i][j'] *= gamma^(i-j'); phi_q row
   // i *= gamma^(i+1) before the read; S_j, z_j *= gamma^C and phi_k row j' *=
-  // gamma^(C-1-j') before the update.
+  // gamma^(C-1-j') before the update. A bf16 state: S_j and z_j are read into fp32
+  // before the group's reads and stored back rounded after the update, once per chunk.
   FeatureState& st = AsFeatureState(state);
   const auto& o = options();
   const int64_t h = o.num_heads, hkv = o.num_kv_heads, g = group();
@@ -398,8 +441,11 @@ void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, fl
   float* zden = den + c_max;               // (C)
   float* powers = zden + c_max;            // (C + 1): gamma^0 .. gamma^C
   float* rev = powers + c_max + 1;         // (C): gamma^(len-1-j)
-  float* s_all = st.s.data_ptr<float>();  // (Hkv, m, Dv)
-  float* z_all = sum ? st.z.data_ptr<float>() : nullptr;  // (Hkv, m)
+  const bool bf16 = st.bf16();
+  float* s32 = rev + c_max;                // bf16: (m, Dv) S_j in fp32
+  float* z32 = s32 + m * dv;               // bf16: (m) z_j in fp32
+  float* s_all = bf16 ? nullptr : st.s.data_ptr<float>();  // (Hkv, m, Dv)
+  float* z_all = sum && !bf16 ? st.z.data_ptr<float>() : nullptr;  // (Hkv, m)
   const int ldq = int(h * d), ldk = int(hkv * d), ldv = int(hkv * dv), ldo = int(h * dv);
   const int ldpq = int(h * m), ldpk = int(hkv * m);
   for (int64_t start = 0; start < t; start += chunk) {
@@ -415,8 +461,12 @@ void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, fl
       float* pk = phi_k + j * m;  // scaled in place under a decay, after the reads
       const float* kh = kc + j * d;
       const float* vh = vc + j * dv;
-      float* sh = s_all + j * m * dv;
-      float* zh = sum ? z_all + j * m : nullptr;
+      float* sh = bf16 ? s32 : s_all + j * m * dv;
+      float* zh = !sum ? nullptr : bf16 ? z32 : z_all + j * m;
+      if (bf16) {
+        Bf16ToFloats(st.s_bf16() + j * m * dv, m * dv, sh);
+        if (sum) Bf16ToFloats(st.z_bf16() + j * m, m, zh);
+      }
       if (!decays_.empty()) {
         powers[0] = 1.0f;
         for (int64_t i = 1; i <= len; ++i) powers[i] = powers[i - 1] * decays_[j];
@@ -468,6 +518,10 @@ void FeatureAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, fl
       // S_j += phi_k^T v_j: (m, len) (len, Dv).
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(m), int(dv), n, 1.0f, pk, ldpk,
                   vh, ldv, 1.0f, sh, int(dv));
+      if (bf16) {
+        FloatsToBf16(sh, m * dv, st.s_bf16() + j * m * dv);
+        if (sum) FloatsToBf16(zh, m, st.z_bf16() + j * m);
+      }
     }
   }
   st.position += t;

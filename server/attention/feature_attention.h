@@ -6,7 +6,8 @@
 // under grouped-query attention each is kept once per KV head and read by the G query
 // heads of its group (never repeated per query head). With a decay (options
 // decay_horizon) the sums weigh token j by gamma_h^(t-j): S <- gamma_h S + phi_k v^T,
-// gamma per KV head.
+// gamma per KV head. Under options state_bf16, S and z are stored in bf16 and every path
+// computes in fp32 between reading and storing them (bf16.h).
 #pragma once
 
 #include <memory>
@@ -84,6 +85,11 @@ class FeatureAttention : public Attention {
   at::Tensor StepFused(absl::Span<AttentionState* const> states, const at::Tensor& phi_q,
                        const at::Tensor& phi_k, const at::Tensor& v) const;
 
+  // One token into one session's state, fp32 or bf16 (StateUpdateAndRead or its bf16
+  // form): phi_q (H, m), phi_k (Hkv, m), v (Hkv, Dv) -> num (H, Dv), den (H).
+  void UpdateAndRead(class FeatureState& st, const float* phi_q, const float* phi_k,
+                     const float* v, float* num, float* den) const;
+
   // (Hkv, T, T) weights of key j for query i: gamma_h^(i-j) for j <= i, else 0 (the
   // causal mask; all ones on and below the diagonal without decay). Per KV head.
   at::Tensor DecayMask(int64_t t, const at::TensorOptions& options) const;
@@ -97,8 +103,9 @@ class FeatureAttention : public Attention {
 
   // Per-KV-head decay factors (options HeadDecays); empty: no decay.
   std::vector<float> decays_;
-  // Every state of this module: slots of Hkv*m*Dv floats for s, then Hkv*m for z under
-  // the sum normaliser. Shared with the slots, which may outlive the module.
+  // Every state of this module: slots of Hkv*m*Dv elements for s, then Hkv*m for z under
+  // the sum normaliser, fp32 or bf16 (options state_bf16). Shared with the slots, which
+  // may outlive the module.
   std::shared_ptr<StatePool> pool_;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "server/attention/bf16.h"
 #include "server/attention/target_clones.h"
 
 namespace attnserve::attention {
@@ -33,28 +34,43 @@ std::vector<Run> Runs(const int64_t* parent, const int64_t* last, int64_t m) {
 // Inlined into the cloned StateUpdateAndRead, so compiled for each clone's target.
 #define ATTNSERVE_INLINE __attribute__((always_inline)) inline
 
+// A state element as fp32, and an fp32 stored back: the identity for an fp32 state;
+// widening and round to nearest even (bf16.h) for a bf16 one.
+ATTNSERVE_INLINE float Load(float x) { return x; }
+ATTNSERVE_INLINE float Load(uint16_t x) { return Bf16ToFloat(x); }
+template <typename T>
+ATTNSERVE_INLINE T Store(float x);
+template <>
+ATTNSERVE_INLINE float Store<float>(float x) { return x; }
+template <>
+ATTNSERVE_INLINE uint16_t Store<uint16_t>(float x) { return RoundToBf16(x); }
+
 // One KV head's state sh (m, dv) updated with pk (m), vh (dv) and decay g, then read by
-// one query: num (dv) = pq^T sh. A single pass over sh; acc: dv floats of scratch.
-ATTNSERVE_INLINE void UpdateAndReadHead(float* sh, const float* pq, const float* pk,
+// one query: num (dv) = pq^T sh, from the fp32 values before they are stored. A single
+// pass over sh; acc: dv floats of scratch.
+template <typename T>
+ATTNSERVE_INLINE void UpdateAndReadHead(T* sh, const float* pq, const float* pk,
                                         const float* __restrict vh, float g, int64_t m,
                                         int64_t dv, float* __restrict acc, float* num) {
   std::fill(acc, acc + dv, 0.0f);
   if (g == 1.0f) {
     for (int64_t i = 0; i < m; ++i) {
-      float* __restrict row = sh + i * dv;
+      T* __restrict row = sh + i * dv;
       const float k = pk[i], q = pq[i];
-      for (int64_t c = 0; c < dv; ++c) {  // vectorised: dv contiguous floats
-        row[c] += k * vh[c];
-        acc[c] += q * row[c];
+      for (int64_t c = 0; c < dv; ++c) {  // vectorised: dv contiguous elements
+        const float r = Load(row[c]) + k * vh[c];
+        row[c] = Store<T>(r);
+        acc[c] += q * r;
       }
     }
   } else {
     for (int64_t i = 0; i < m; ++i) {
-      float* __restrict row = sh + i * dv;
+      T* __restrict row = sh + i * dv;
       const float k = pk[i], q = pq[i];
       for (int64_t c = 0; c < dv; ++c) {
-        row[c] = g * row[c] + k * vh[c];
-        acc[c] += q * row[c];
+        const float r = g * Load(row[c]) + k * vh[c];
+        row[c] = Store<T>(r);
+        acc[c] += q * r;
       }
     }
   }
@@ -63,16 +79,20 @@ ATTNSERVE_INLINE void UpdateAndReadHead(float* sh, const float* pq, const float*
 
 // UpdateAndReadHead for the `group` queries pq (group, m) of one KV head: each state
 // row is updated once and read by every query of the group while it is in cache.
-// acc: group * dv floats of scratch; num (group, dv).
-ATTNSERVE_INLINE void UpdateAndReadGroup(float* sh, const float* pq, const float* pk,
+// acc: group * dv floats of scratch; row: dv floats of scratch; num (group, dv).
+template <typename T>
+ATTNSERVE_INLINE void UpdateAndReadGroup(T* sh, const float* pq, const float* pk,
                                          const float* __restrict vh, float g, int64_t group,
                                          int64_t m, int64_t dv, float* __restrict acc,
-                                         float* num) {
+                                         float* __restrict row, float* num) {
   std::fill(acc, acc + group * dv, 0.0f);
   for (int64_t i = 0; i < m; ++i) {
-    float* __restrict row = sh + i * dv;
+    T* __restrict stored = sh + i * dv;
     const float k = pk[i];
-    for (int64_t c = 0; c < dv; ++c) row[c] = g * row[c] + k * vh[c];
+    for (int64_t c = 0; c < dv; ++c) {
+      row[c] = g * Load(stored[c]) + k * vh[c];
+      stored[c] = Store<T>(row[c]);
+    }
     for (int64_t q = 0; q < group; ++q) {
       const float w = pq[q * m + i];
       float* __restrict a = acc + q * dv;
@@ -80,6 +100,47 @@ ATTNSERVE_INLINE void UpdateAndReadGroup(float* sh, const float* pq, const float
     }
   }
   std::copy(acc, acc + group * dv, num);
+}
+
+// StateUpdateAndRead for a state of element type T (float or bf16 bits).
+template <typename T>
+ATTNSERVE_INLINE void UpdateAndRead(T* s, T* z, const float* phi_q, const float* phi_k,
+                                    const float* v, const float* decay, int64_t kv_heads,
+                                    int64_t group, int64_t m, int64_t dv, float* num,
+                                    float* den) {
+  // acc (group * dv), then one updated row (dv) or z (m) in fp32.
+  std::vector<float> scratch(group * dv + std::max(dv, m));
+  float* acc = scratch.data();
+  float* row = acc + group * dv;
+  if (group == 1) {  // multi-head: one query per state row
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      UpdateAndReadHead(s + h * m * dv, phi_q + h * m, phi_k + h * m, v + h * dv,
+                        decay == nullptr ? 1.0f : decay[h], m, dv, acc, num + h * dv);
+    }
+  } else {
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      UpdateAndReadGroup(s + h * m * dv, phi_q + h * group * m, phi_k + h * m, v + h * dv,
+                         decay == nullptr ? 1.0f : decay[h], group, m, dv, acc, row,
+                         num + h * group * dv);
+    }
+  }
+  if (z == nullptr) return;
+  float* zf = row;  // (m): z[h] updated, in fp32
+  for (int64_t h = 0; h < kv_heads; ++h) {
+    T* zh = z + h * m;
+    const float* pk = phi_k + h * m;
+    const float g = decay == nullptr ? 1.0f : decay[h];
+    for (int64_t i = 0; i < m; ++i) {
+      zf[i] = g * Load(zh[i]) + pk[i];
+      zh[i] = Store<T>(zf[i]);
+    }
+    for (int64_t q = 0; q < group; ++q) {  // read after the update: causal, self included
+      const float* pq = phi_q + (h * group + q) * m;
+      float d = 0;
+      for (int64_t i = 0; i < m; ++i) d += pq[i] * zf[i];
+      den[h * group + q] = d;
+    }
+  }
 }
 
 }  // namespace
@@ -108,32 +169,24 @@ ATTNSERVE_CLONES
 void StateUpdateAndRead(float* s, float* z, const float* phi_q, const float* phi_k,
                         const float* v, const float* decay, int64_t kv_heads, int64_t group,
                         int64_t m, int64_t dv, float* num, float* den) {
-  std::vector<float> acc(group * dv);
-  if (group == 1) {  // multi-head: one query per state row
-    for (int64_t h = 0; h < kv_heads; ++h) {
-      UpdateAndReadHead(s + h * m * dv, phi_q + h * m, phi_k + h * m, v + h * dv,
-                        decay == nullptr ? 1.0f : decay[h], m, dv, acc.data(), num + h * dv);
-    }
-  } else {
-    for (int64_t h = 0; h < kv_heads; ++h) {
-      UpdateAndReadGroup(s + h * m * dv, phi_q + h * group * m, phi_k + h * m, v + h * dv,
-                         decay == nullptr ? 1.0f : decay[h], group, m, dv, acc.data(),
-                         num + h * group * dv);
-    }
-  }
-  if (z == nullptr) return;
-  for (int64_t h = 0; h < kv_heads; ++h) {
-    float* zh = z + h * m;
-    const float* pk = phi_k + h * m;
-    const float g = decay == nullptr ? 1.0f : decay[h];
-    for (int64_t i = 0; i < m; ++i) zh[i] = g * zh[i] + pk[i];
-    for (int64_t q = 0; q < group; ++q) {  // read after the update: causal, self included
-      const float* pq = phi_q + (h * group + q) * m;
-      float d = 0;
-      for (int64_t i = 0; i < m; ++i) d += pq[i] * zh[i];
-      den[h * group + q] = d;
-    }
-  }
+  UpdateAndRead(s, z, phi_q, phi_k, v, decay, kv_heads, group, m, dv, num, den);
+}
+
+ATTNSERVE_CLONES
+void StateUpdateAndReadBf16(uint16_t* s, uint16_t* z, const float* phi_q, const float* phi_k,
+                            const float* v, const float* decay, int64_t kv_heads,
+                            int64_t group, int64_t m, int64_t dv, float* num, float* den) {
+  UpdateAndRead(s, z, phi_q, phi_k, v, decay, kv_heads, group, m, dv, num, den);
+}
+
+ATTNSERVE_CLONES
+void Bf16ToFloats(const uint16_t* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(x[i]);
+}
+
+ATTNSERVE_CLONES
+void FloatsToBf16(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = RoundToBf16(x[i]);
 }
 
 void ScaleRows(float* x, int64_t rows, int64_t cols, int64_t ldx, const float* scale) {

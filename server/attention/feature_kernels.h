@@ -25,6 +25,19 @@ void StateUpdateAndRead(float* s, float* z, const float* phi_q, const float* phi
                         const float* v, const float* decay, int64_t kv_heads, int64_t group,
                         int64_t m, int64_t dv, float* num, float* den);
 
+// StateUpdateAndRead on a state kept in bf16 (AttentionOptions::state_bf16): each element
+// of s and z is read into fp32, updated in fp32 and stored rounded to nearest even
+// (bf16.h); num and den read the updated fp32 values, before rounding.
+void StateUpdateAndReadBf16(uint16_t* s, uint16_t* z, const float* phi_q,
+                            const float* phi_k, const float* v, const float* decay,
+                            int64_t kv_heads, int64_t group, int64_t m, int64_t dv, float* num,
+                            float* den);
+
+// n bf16 values widened to fp32 (exact), and n fp32 values rounded to nearest even bf16:
+// how the chunked prefill reads a bf16 state and stores it back.
+void Bf16ToFloats(const uint16_t* x, int64_t n, float* out);
+void FloatsToBf16(const float* x, int64_t n, uint16_t* out);
+
 // Row i of x (rows x cols, row stride ldx) times scale[i].
 void ScaleRows(float* x, int64_t rows, int64_t cols, int64_t ldx, const float* scale);
 

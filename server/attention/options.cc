@@ -191,6 +191,10 @@ int64_t KvBytesPerToken(const AttentionOptions& o) {
   return int64_t{4} * (o.head_dim + o.value_dim) * o.num_kv_heads;
 }
 
+int64_t StateElementBytes(const AttentionOptions& o) {
+  return HasFixedState(o) && o.state_bf16 ? 2 : 4;
+}
+
 int64_t StateBytesPerLayer(const AttentionOptions& o, int64_t context) {
   if (!HasFixedState(o)) return SatMul(KvBytesPerToken(o), context);
   const ModuleEntry* e = Find(o.module);
@@ -198,7 +202,7 @@ int64_t StateBytesPerLayer(const AttentionOptions& o, int64_t context) {
   const int64_t per_feature =
       o.value_dim + (e->kind == ModuleKind::kTaylorNorm ? 0 : 1);
   // One state per KV head: every query head of a group reads the same one.
-  return SatMul(SatMul(FeatureCount(o), per_feature), int64_t{4} * o.num_kv_heads);
+  return SatMul(SatMul(FeatureCount(o), per_feature), StateElementBytes(o) * o.num_kv_heads);
 }
 
 absl::Status CheckServableAs(const AttentionOptions& trained, const std::string& module,

@@ -55,6 +55,12 @@ struct AttentionOptions {
   // Run the plain ATen reference ops instead of the fused CPU loops of
   // feature_kernels.h (tests tie the two; never needed in production).
   bool reference_kernels = false;
+  // Fixed-state modules keep S and z in bf16 (half the bytes; the server's --state_bf16):
+  // every path reads them into fp32, updates in fp32 and rounds to nearest even when it
+  // stores them (after each decode token, after each prefill chunk). KV-cache modules
+  // ignore it. A serving choice, not a trained one: never read from or written to a
+  // checkpoint's config.
+  bool state_bf16 = false;
 };
 
 // Valid module names in table order, for messages and --help.
@@ -79,9 +85,14 @@ std::vector<float> HeadDecays(const AttentionOptions& options);
 // True when the module's per-session state does not grow with context.
 bool HasFixedState(const AttentionOptions& options);
 
-// Bytes one session holds in one layer after `context` tokens (fp32): fixed states
-// m * (d_v + 1) * 4 per KV head (m * d_v * 4 without a denominator). KV caches count the
-// nominal 4 * (d + d_v) * num_kv_heads bytes per token, not their spare capacity.
+// Bytes of one element of a fixed state: 2 under state_bf16, else 4 (fp32). KV caches
+// are fp32 whatever state_bf16 says.
+int64_t StateElementBytes(const AttentionOptions& options);
+
+// Bytes one session holds in one layer after `context` tokens: fixed states
+// m * (d_v + 1) * StateElementBytes per KV head (m * d_v * ... without a denominator).
+// KV caches count the nominal 4 * (d + d_v) * num_kv_heads bytes per token (fp32), not
+// their spare capacity.
 int64_t StateBytesPerLayer(const AttentionOptions& options, int64_t context);
 
 // KV-cache bytes per token per layer for the same head shape (num_kv_heads heads).

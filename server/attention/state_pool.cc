@@ -7,19 +7,22 @@
 namespace attnserve::attention {
 
 namespace {
-constexpr int64_t kLineFloats = 64 / sizeof(float);
+constexpr int64_t kLineBytes = 64;
 }  // namespace
 
 StatePool::Slot::~Slot() { pool_->Free(index_); }
 
-std::shared_ptr<StatePool> StatePool::Create(int64_t slot_floats) {
-  TORCH_CHECK(slot_floats > 0, "StatePool: slots of ", slot_floats, " floats");
-  return std::shared_ptr<StatePool>(new StatePool(slot_floats));
+std::shared_ptr<StatePool> StatePool::Create(int64_t slot_elements, int64_t element_bytes) {
+  TORCH_CHECK(slot_elements > 0, "StatePool: slots of ", slot_elements, " elements");
+  TORCH_CHECK(element_bytes == 4 || element_bytes == 2, "StatePool: elements of ",
+              element_bytes, " bytes");
+  return std::shared_ptr<StatePool>(new StatePool(slot_elements, element_bytes));
 }
 
-StatePool::StatePool(int64_t slot_floats)
-    : slot_floats_(slot_floats),
-      stride_((slot_floats + kLineFloats - 1) / kLineFloats * kLineFloats) {}
+StatePool::StatePool(int64_t slot_elements, int64_t element_bytes)
+    : slot_elements_(slot_elements),
+      element_bytes_(element_bytes),
+      stride_((slot_elements * element_bytes + kLineBytes - 1) / kLineBytes * kLineBytes) {}
 
 std::shared_ptr<StatePool::Slot> StatePool::Allocate() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -43,17 +46,17 @@ void StatePool::Free(int64_t index) {
 void StatePool::AddSlab() {
   const int64_t slots = std::clamp(capacity_, kFirstSlabSlots, kMaxSlabSlots);
   // LibTorch's CPU allocator aligns to 64 bytes, and throws c10::Error when out of memory.
-  slabs_.push_back({capacity_, at::empty({slots * stride_}, at::kFloat)});
+  slabs_.push_back({capacity_, at::empty({slots * stride_}, at::kByte)});
   for (int64_t i = capacity_; i < capacity_ + slots; ++i) free_.push(i);
   capacity_ += slots;
 }
 
-float* StatePool::SlotData(int64_t index) const {
+void* StatePool::SlotData(int64_t index) const {
   // The last slab starting at or before `index`; slabs are few, in order of `first`.
   auto slab = std::upper_bound(slabs_.begin(), slabs_.end(), index,
                                [](int64_t i, const Slab& s) { return i < s.first; });
   --slab;
-  return slab->memory.data_ptr<float>() + (index - slab->first) * stride_;
+  return slab->memory.data_ptr<uint8_t>() + (index - slab->first) * stride_;
 }
 
 int64_t StatePool::live_slots() const {

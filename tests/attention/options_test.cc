@@ -212,6 +212,36 @@ TEST(StateBytesPerLayer, CountKvHeadsNotQueryHeads) {
   EXPECT_EQ(BreakEvenContext(t), 82);
 }
 
+TEST(StateBytesPerLayer, Bf16StatesHalveFixedStatesOnly) {
+  for (const char* module : {"taylor", "taylor_norm", "linear"}) {
+    AttentionOptions o = Taylor(2);
+    o.module = module;
+    const int64_t fp32 = StateBytesPerLayer(o, 0);
+    EXPECT_EQ(StateElementBytes(o), 4);
+    o.state_bf16 = true;
+    EXPECT_EQ(StateElementBytes(o), 2);
+    EXPECT_EQ(2 * StateBytesPerLayer(o, 0), fp32) << module;
+  }
+  AttentionOptions t = Taylor(2);
+  t.state_bf16 = true;
+  EXPECT_EQ(StateBytesPerLayer(t, 0), 153 * 17 * 2 * 4);
+  // The break-even context halves with the state: 153 * 17 * 2 / (32 * 4) = 40.6.
+  EXPECT_EQ(BreakEvenContext(t), 41);
+  // KV caches stay fp32.
+  AttentionOptions s;
+  s.state_bf16 = true;
+  EXPECT_EQ(StateElementBytes(s), 4);
+  EXPECT_EQ(StateBytesPerLayer(s, 1000), 1000 * 32 * 4 * 4);
+  EXPECT_EQ(BreakEvenContext(s), 0);
+  // The per-layer budget counts the bf16 bytes: order 4 at d 16 (4845 features) needs
+  // 1,317,840 bytes in fp32, 658,920 in bf16.
+  AttentionOptions big = Taylor(4, 16);
+  big.max_state_bytes_per_layer = 1000000;
+  EXPECT_FALSE(ValidateAttentionOptions(big).ok());
+  big.state_bf16 = true;
+  EXPECT_TRUE(ValidateAttentionOptions(big).ok());
+}
+
 TEST(CheckServableAs, QkNormSoftmaxMaySwitchToTaylorOthersMayNot) {
   AttentionOptions softmax;
   EXPECT_TRUE(CheckServableAs(softmax, "softmax", 0).ok());

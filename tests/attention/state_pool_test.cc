@@ -21,6 +21,9 @@ using SlotPtr = std::shared_ptr<StatePool::Slot>;
 
 constexpr int64_t kSlotFloats = 100;  // not a multiple of a cache line: slots are padded
 
+// A slot of an fp32 pool as its floats.
+float* Floats(const SlotPtr& slot) { return static_cast<float*>(slot->data()); }
+
 std::vector<SlotPtr> AllocateN(StatePool& pool, int n) {
   std::vector<SlotPtr> slots;
   for (int i = 0; i < n; ++i) slots.push_back(pool.Allocate());
@@ -32,7 +35,7 @@ TEST(StatePool, SlotsAreDistinctAlignedAndStableAcrossSlabs) {
   std::vector<SlotPtr> slots = AllocateN(*pool, 3);
   std::vector<float*> first;
   for (size_t i = 0; i < slots.size(); ++i) {
-    float* p = slots[i]->data();
+    float* p = Floats(slots[i]);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
     for (int64_t f = 0; f < kSlotFloats; ++f) p[f] = float(i * 1000 + f);
     first.push_back(p);
@@ -43,25 +46,36 @@ TEST(StatePool, SlotsAreDistinctAlignedAndStableAcrossSlabs) {
   // Growing by several slabs neither moves nor overwrites the first slots.
   std::vector<SlotPtr> more = AllocateN(*pool, 100);
   std::set<float*> all(first.begin(), first.end());
-  for (const SlotPtr& s : more) all.insert(s->data());
+  for (const SlotPtr& s : more) all.insert(Floats(s));
   EXPECT_EQ(all.size(), 103u);
   for (size_t i = 0; i < slots.size(); ++i) {
-    EXPECT_EQ(slots[i]->data(), first[i]);
+    EXPECT_EQ(Floats(slots[i]), first[i]);
     for (int64_t f = 0; f < kSlotFloats; ++f) ASSERT_EQ(first[i][f], float(i * 1000 + f));
   }
+}
+
+TEST(StatePool, Bf16SlotsAreHalfAsWideAndStillStartOnACacheLine) {
+  auto pool = StatePool::Create(kSlotFloats, /*element_bytes=*/2);
+  EXPECT_EQ(pool->slot_bytes(), 2 * kSlotFloats);
+  std::vector<SlotPtr> slots = AllocateN(*pool, 3);
+  const auto* first = static_cast<const char*>(slots[0]->data());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
+  // 200 bytes padded to 256 (fp32: 400 to 448).
+  EXPECT_EQ(static_cast<const char*>(slots[1]->data()) - first, 256);
+  EXPECT_EQ(static_cast<const char*>(slots[2]->data()) - first, 512);
 }
 
 TEST(StatePool, ReusesTheLowestFreeSlotFirst) {
   auto pool = StatePool::Create(kSlotFloats);
   std::vector<SlotPtr> slots = AllocateN(*pool, 5);
   for (int i = 0; i < 5; ++i) EXPECT_EQ(slots[i]->index(), i);
-  float* data1 = slots[1]->data();
+  float* data1 = Floats(slots[1]);
   slots[3].reset();
   slots[1].reset();
   EXPECT_EQ(pool->live_slots(), 3);
   SlotPtr a = pool->Allocate(), b = pool->Allocate(), c = pool->Allocate();
   EXPECT_EQ(a->index(), 1);
-  EXPECT_EQ(a->data(), data1);
+  EXPECT_EQ(Floats(a), data1);
   EXPECT_EQ(b->index(), 3);
   EXPECT_EQ(c->index(), 5);
   EXPECT_EQ(pool->live_slots(), 6);
@@ -89,9 +103,9 @@ TEST(StatePool, SlotKeepsThePoolAlive) {
   auto pool = StatePool::Create(kSlotFloats);
   SlotPtr slot = pool->Allocate();
   pool.reset();
-  slot->data()[kSlotFloats - 1] = 7.0f;
+  Floats(slot)[kSlotFloats - 1] = 7.0f;
   EXPECT_EQ(slot->pool().live_slots(), 1);
-  EXPECT_EQ(slot->data()[kSlotFloats - 1], 7.0f);
+  EXPECT_EQ(Floats(slot)[kSlotFloats - 1], 7.0f);
 }
 
 TEST(StatePool, ConcurrentAllocateAndFreeKeepCountsAndSlotsExclusive) {
@@ -103,9 +117,9 @@ TEST(StatePool, ConcurrentAllocateAndFreeKeepCountsAndSlotsExclusive) {
     threads.emplace_back([&, t] {
       for (int r = 0; r < kRounds; ++r) {
         std::vector<SlotPtr> held = AllocateN(*pool, 1 + r % kHeld);
-        for (const SlotPtr& s : held) std::fill_n(s->data(), kSlotFloats, float(t));
+        for (const SlotPtr& s : held) std::fill_n(Floats(s), kSlotFloats, float(t));
         for (const SlotPtr& s : held) {
-          if (s->data()[0] != float(t) || s->data()[kSlotFloats - 1] != float(t)) {
+          if (Floats(s)[0] != float(t) || Floats(s)[kSlotFloats - 1] != float(t)) {
             ++clashes[t];
           }
         }
@@ -160,8 +174,9 @@ class FeatureAttentionPool : public testing::Test {
 TEST_F(FeatureAttentionPool, SlotHoldsSThenZAndBytesAreTheSlot) {
   auto st = attention_->NewState();
   // m = 1 + 4 + 10 = 15 Taylor features: s (2, 15, 4), z (2, 15).
-  EXPECT_EQ(pool().slot_floats(), 2 * 15 * 4 + 2 * 15);
-  EXPECT_EQ(st->Bytes(), pool().slot_floats() * 4);
+  EXPECT_EQ(pool().slot_elements(), 2 * 15 * 4 + 2 * 15);
+  EXPECT_EQ(pool().element_bytes(), 4);
+  EXPECT_EQ(st->Bytes(), pool().slot_bytes());
   const NamedTensors t = st->Tensors();
   ASSERT_EQ(t.size(), 2u);
   EXPECT_EQ(t[1].second.data_ptr<float>(), t[0].second.data_ptr<float>() + 2 * 15 * 4);
