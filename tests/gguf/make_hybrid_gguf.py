@@ -7,7 +7,8 @@ the keys, tensor names, shapes and the computation each file means):
   - granitehybrid (Granite 4.0-H, dense): Mamba-2 layers and two GQA softmax attention
     layers without RoPE (rope.scaling.finetuned false), a SwiGLU MLP on every layer,
     the embedding / residual / logit / attention scales; head_count_kv per layer (0 on a
-    Mamba-2 layer);
+    Mamba-2 layer); and once (F32) with RoPE (finetuned true, as converted Bamba files
+    are): llama.cpp's NORM RoPE, adjacent pairs;
   - lfm2: short-convolution layers and two GQA attention layers with per-head q/k
     RMSNorm and NEOX RoPE, a SwiGLU MLP on every layer, the final norm as
     token_embd_norm, the output tied to the embedding.
@@ -44,6 +45,7 @@ FILES = {
     "mamba2-q8_0": ("mamba2", Q8_0),
     "granitehybrid-f32": ("granitehybrid", F32),
     "granitehybrid-q8_0": ("granitehybrid", Q8_0),
+    "granitehybrid-rope-f32": ("granitehybrid-rope", F32),
     "lfm2-f32": ("lfm2", F32),
     "lfm2-q8_0": ("lfm2", Q8_0),
 }
@@ -193,7 +195,7 @@ def make_mamba2(name, kind, seed=31):
 GRANITE_ATTN = (1, 4)
 
 
-def make_granitehybrid(name, kind, seed=32):
+def make_granitehybrid(name, kind, seed=32, rope=False):
     layers, heads, kv_heads, head_dim, ff = 6, 8, 2, 32, 512
     ssm = dict(inner=2 * EMBD, state=32, heads=16, groups=1, conv=4)
     arch = "granitehybrid"
@@ -202,7 +204,7 @@ def make_granitehybrid(name, kind, seed=32):
         gguf_kv(f"{arch}.attention.head_count", U32, heads),
         gguf_kv(f"{arch}.attention.head_count_kv", ARRAY,
                 [kv_heads if i in GRANITE_ATTN else 0 for i in range(layers)], I32),
-        gguf_kv(f"{arch}.rope.scaling.finetuned", BOOL, False),
+        gguf_kv(f"{arch}.rope.scaling.finetuned", BOOL, rope),
         gguf_kv(f"{arch}.rope.freq_base", F32V, 10000.0),
         gguf_kv(f"{arch}.embedding_scale", F32V, 8.0),
         gguf_kv(f"{arch}.residual_scale", F32V, 0.5),
@@ -256,7 +258,9 @@ def make_lfm2(name, kind, seed=33):
     return kvs, w.tensors
 
 
-MAKERS = {"mamba2": make_mamba2, "granitehybrid": make_granitehybrid, "lfm2": make_lfm2}
+MAKERS = {"mamba2": make_mamba2, "granitehybrid": make_granitehybrid,
+          "granitehybrid-rope": lambda name, kind: make_granitehybrid(name, kind, rope=True),
+          "lfm2": make_lfm2}
 
 
 def main():
