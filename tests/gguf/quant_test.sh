@@ -8,7 +8,9 @@
 # logits (llama_cpp_quant_check.mjs), and attnserve_server --model_dirs=FILE.gguf,...
 # must give the same prompt ids and greedy ids up to llama.cpp's near-ties (quant_check.py:
 # free-running up to the first difference, which must be a near-tie, and teacher-forced
-# at every clear step). Also: files with one tensor of a type attnserve does not read
+# at every clear step), and logits no further from a float64 numpy forward on the file's
+# exact weights (quant_reference.py) than 1.5 x llama.cpp's (rms of the top-5 logit
+# gaps). Also: files with one tensor of a type attnserve does not read
 # (Q5_0, Q2_K), which llama.cpp loads, stop the start-up with a message naming the type
 # and the tensor.
 # Usage: quant_test.sh SERVER_BINARY CLIENT_BINARY
@@ -58,7 +60,7 @@ start_named a "$a_addr" "127.0.0.1:$(free_port)" --model_dirs="$(echo $files | t
 a_pid=$started_pid
 
 step "attnserve on the same files, id for id up to llama.cpp's near-ties"
-PYTHONPATH="$work/stubs" "$py" "$here/quant_check.py" "$a_addr" "$work/llama.json" "$prompt" "$greedy" \
+PYTHONPATH="$work/stubs" "$py" "$here/quant_check.py" "$a_addr" "$work/llama.json" "$prompt" "$greedy" --gguf_dir="$work/gguf" \
   $(for f in $files; do basename "$f"; done) || fail "attnserve and llama.cpp differ"
 stop "$a_pid"
 a_pid=""
