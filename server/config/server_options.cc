@@ -124,11 +124,18 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
         "matrices (half the bytes, fp32 arithmetic; logits within about 0.05 "
         "of fp32 on the default model). Snapshots then only import into servers "
         "with the same setting.");
+  f.Add("state_bf16", &o->state_bf16,
+        "Keep the recurrent state of fixed-state modules (taylor, taylor_norm, "
+        "linear) in bf16: half the state bytes per session (the memory budget and "
+        "DescribeModel count them) and faster batched decode; updates are computed "
+        "in fp32 and rounded to nearest even when stored. KV-cache modules "
+        "(softmax, softmax_norm) ignore it. Snapshots keep fp32 values but then "
+        "only import into servers with the same setting.");
   f.Add("quantize", &o->quantize,
         "Quantize a model directory's weight matrices when loading it: q8_0 (about "
-        "1.06 bytes per weight) or q4_k (0.56), computed from the packed blocks. Empty "
-        "keeps the file's types (F16 and BF16 stay 16-bit; GGUF files always keep "
-        "theirs).");
+        "1.06 bytes per weight), q6_k (0.82), q5_k (0.69), q4_k (0.56) or q4_0 (0.56); "
+        "decode then computes from the packed blocks. Empty keeps the file's types (F16 "
+        "and BF16 stay 16-bit; GGUF files always keep theirs).");
   f.AddByteSize("memory_budget", &o->memory_budget_bytes,
                 "Memory for all session state, in bytes or with a suffix "
                 "KiB/MiB/GiB/KB/MB/GB.");

@@ -83,8 +83,12 @@ struct ServerOptions {
   std::vector<std::string> model_dirs;
   // Decode from bf16 copies of the weight matrices (--weights_bf16; model::LoadOptions).
   bool weights_bf16 = false;
-  // Quantize a model directory's matrices at load: "" (keep the file's types), "q8_0" or
-  // "q4_k" (--quantize; model::LoadOptions::quantize). GGUF files keep their own types.
+  // Keep fixed-state modules' recurrent states in bf16 (--state_bf16;
+  // model::LoadOptions::state_bf16).
+  bool state_bf16 = false;
+  // Quantize a model directory's matrices at load: "" (keep the file's types), "q8_0",
+  // "q4_0", "q4_k", "q5_k" or "q6_k" (--quantize; model::LoadOptions::quantize). GGUF
+  // files keep their own types.
   std::string quantize;
   // Upper bound on the bytes of all session state together (--memory_budget).
   int64_t memory_budget_bytes = defaults::kMemoryBudgetBytes;

@@ -67,12 +67,16 @@ struct LoadOptions {
   // Decode from bf16 copies of the weight matrices (Model::UseBf16Weights); matrices
   // kept packed are left as they are.
   bool weights_bf16 = false;
+  // Keep fixed-state modules' recurrent states in bf16 (attention::AttentionOptions::
+  // state_bf16: half the state bytes); KV-cache modules ignore it.
+  bool state_bf16 = false;
   // Every weight as an fp32 tensor (the trainer updates them; Save writes them): F16,
   // BF16 and quantized tensors are dequantized. Otherwise they stay packed as the file
   // holds them (Model::WeightBytes).
   bool dequantize = false;
-  // Quantize a directory's fp32 / F16 / BF16 matrices at load: "" (keep), "q8_0", "q4_k".
-  // GGUF files keep their own types.
+  // Quantize a directory's fp32 / F16 / BF16 matrices and embedding at load: "" (keep),
+  // "q8_0", "q4_0", "q4_k", "q5_k" or "q6_k" (rows must be whole blocks: 32 or 256
+  // values). GGUF files keep their own types.
   std::string quantize;
 };
 

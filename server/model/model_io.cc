@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -98,6 +99,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path,
     return absl::Status(config.status().code(), absl::StrCat(path, ": ", config.status().message()));
   }
   config->attention.max_state_bytes_per_layer = options.max_state_bytes_per_layer;
+  config->attention.state_bf16 = options.state_bf16;
   if (!options.attention_module.empty()) {
     if (absl::Status s = attention::CheckServableAs(
             config->attention, options.attention_module, options.attention_order);
@@ -195,6 +197,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     config->vocab_size = int(embed->shape[0]);
   }
   config->attention.max_state_bytes_per_layer = options.max_state_bytes_per_layer;
+  config->attention.state_bf16 = options.state_bf16;
   if (!options.attention_module.empty()) {
     if (absl::Status s = attention::CheckServableAs(
             config->attention, options.attention_module, options.attention_order);
@@ -208,13 +211,16 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     return absl::Status(s.code(), absl::StrCat(dir, ": ", s.message()));
   }
   std::optional<weights::WeightType> quantize;
-  if (options.quantize == "q8_0") {
-    quantize = weights::WeightType::kQ8_0;
-  } else if (options.quantize == "q4_k") {
-    quantize = weights::WeightType::kQ4_K;
-  } else if (!options.quantize.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("quantize '", options.quantize, "': attnserve quantizes to q8_0 or q4_k"));
+  if (!options.quantize.empty()) {
+    for (auto type : {weights::WeightType::kQ8_0, weights::WeightType::kQ4_0,
+                      weights::WeightType::kQ4_K, weights::WeightType::kQ5_K,
+                      weights::WeightType::kQ6_K}) {
+      if (absl::AsciiStrToLower(weights::WeightTypeName(type)) == options.quantize) quantize = type;
+    }
+    if (!quantize.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "quantize '", options.quantize, "': attnserve quantizes to q8_0, q4_0, q4_k, q5_k or q6_k"));
+    }
   }
   // The network with no weights; each slot is filled from the file below.
   auto model = CreateEmpty(*config);

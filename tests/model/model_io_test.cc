@@ -232,11 +232,19 @@ TEST_F(ModelDir, RefusesMissingMisshapenAndUnknownTensorsNamingThem) {
 
   Write(good);
   Json j = Config();
+  // Biases on q/k/v are Qwen2's (ModelConfig::attention_bias): a directory that says so
+  // must hold them; biases on the MLP are refused.
   j["attention_bias"] = true;
   SetConfig(j);
   const std::string bias = LoadError();
-  EXPECT_NE(bias.find("config.json: attention_bias is true"), std::string::npos) << bias;
+  EXPECT_NE(bias.find("tensor 'model.layers.0.self_attn.q_proj.bias' is missing"),
+            std::string::npos) << bias;
   j["attention_bias"] = false;
+  j["mlp_bias"] = true;
+  SetConfig(j);
+  const std::string mlp_bias = LoadError();
+  EXPECT_NE(mlp_bias.find("config.json: mlp_bias is true"), std::string::npos) << mlp_bias;
+  j["mlp_bias"] = false;
   j["attention"]["module"] = "flash";
   SetConfig(j);
   EXPECT_NE(LoadError().find("flash"), std::string::npos);
