@@ -1,8 +1,312 @@
+// PackedLinear's AVX-512 VNNI kernels: one weight row against R activation rows. Each
+// step takes 64 weights as int8 levels, once, and for every row one vpdpbusd (unsigned x
+// signed bytes, 4 products summed per int32 lane) against the row's int8 activations;
+// the 16 lane sums go to fp32, times the activation block's scale (dl) and the weights'
+// scale of that lane, into one fp32 accumulator per row.
+//
+// vpdpbusd wants its first operand unsigned. Q4_K / Q5_K levels are (0..31, their min is
+// paid apart: -dmin * m * ds per sub-block). Signed levels (Q8_0 q, Q4_0 q - 8, Q6_K q - 32)
+// take the sign trick: |w| as the unsigned operand and the activation negated where w < 0
+// (one masked subtract per row and step), so w * x = |w| * (sign(w) x) exactly and no
+// correction sums are needed. |w| <= 128 and |x| <= 127: no lane can overflow.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "server/weights/blocks.h"
 #include "server/weights/linear_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define ATTNSERVE_AVX512_KERNELS 1
+#endif
 
 namespace attnserve::weights {
 
-// No kernels yet: PackedLinear falls back to PackedLinearScalar.
-DotKernels Avx512Kernels(WeightType) { return {}; }
+#if defined(ATTNSERVE_AVX512_KERNELS)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
+// GCC 12's AVX-512 intrinsics trip its own -Wmaybe-uninitialized (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+namespace {
+
+inline float HalfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Lanes [0, 8) take a, [8, 16) take b.
+inline __m512 Halves(float a, float b) {
+  return _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b));
+}
+
+// The rows of one call: row r's int8 values, lane scales and K-quant min sums.
+template <int R>
+struct Rows {
+  const int8_t* q[R];
+  const float* dl[R];
+  const float* ds[R];
+  __m512 acc[R];
+  Rows(const Activations& a, int64_t r0) {
+    for (int r = 0; r < R; ++r) {
+      q[r] = a.q + (r0 + r) * a.in;
+      dl[r] = a.dl + (r0 + r) * (a.in / 4);
+      ds[r] = a.ds + (r0 + r) * (a.in / 32);
+      acc[r] = _mm512_setzero_ps();
+    }
+  }
+};
+
+// 64 weight levels wv (signed if kSigned, else 0..127) at input offset i, lane scales wsc.
+// kHalf: only the first 32 are there (a row's last block of 32); the rest of wv is zero.
+template <int R, bool kSigned, bool kHalf = false>
+inline void Step(Rows<R>& rows, int64_t i, __m512i wv, __m512 wsc) {
+  __m512i wu = wv;
+  __mmask64 neg = 0;
+  if (kSigned) {
+    wu = _mm512_abs_epi8(wv);
+    neg = _mm512_movepi8_mask(wv);
+  }
+  for (int r = 0; r < R; ++r) {
+    __m512i xq = kHalf ? _mm512_maskz_loadu_epi8(0xffffffffull, rows.q[r] + i)
+                       : _mm512_loadu_si512(rows.q[r] + i);
+    if (kSigned) xq = _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq);
+    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wu, xq);
+    const __m512 dl = kHalf ? _mm512_maskz_loadu_ps(0x00ff, rows.dl[r] + i / 4)
+                            : _mm512_loadu_ps(rows.dl[r] + i / 4);
+    rows.acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), dl), wsc, rows.acc[r]);
+  }
+}
+
+template <int R>
+inline void Finish(Rows<R>& rows, float* sums) {
+  for (int r = 0; r < R; ++r) sums[r] = _mm512_reduce_add_ps(rows.acc[r]);
+}
+
+template <int R>
+void DotQ8_0(const uint8_t* w, const Activations& a, int64_t r0, float* sums) {
+  Rows<R> rows(a, r0);
+  const int64_t blocks = a.in / 32;
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2, w += 2 * kQ8_0Bytes) {
+    const __m512i wv = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + kQ8_0Bytes + 2)), 1);
+    Step<R, true>(rows, 32 * b, wv, Halves(HalfAt(w), HalfAt(w + kQ8_0Bytes)));
+  }
+  if (b < blocks) {
+    const __m512i wv = _mm512_zextsi256_si512(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2)));
+    Step<R, true, true>(rows, 32 * b, wv, Halves(HalfAt(w), 0.0f));
+  }
+  Finish(rows, sums);
+}
+
+// Two Q4_0 blocks' 16 bytes each as 64 levels q - 8: per block its low nibbles (values
+// 0..15) then its high nibbles (16..31).
+inline __m512i Q4_0Levels(__m128i qa, __m128i qb) {
+  const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(qa), qb, 1);
+  const __m512i t = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
+                                             _mm512_castsi256_si512(ab));
+  const __m512i v = _mm512_mask_blend_epi64(0xcc, t, _mm512_srli_epi16(t, 4));
+  return _mm512_sub_epi8(_mm512_and_si512(v, _mm512_set1_epi8(0x0f)), _mm512_set1_epi8(8));
+}
+
+template <int R>
+void DotQ4_0(const uint8_t* w, const Activations& a, int64_t r0, float* sums) {
+  Rows<R> rows(a, r0);
+  const int64_t blocks = a.in / 32;
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2, w += 2 * kQ4_0Bytes) {
+    const __m512i wv =
+        Q4_0Levels(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)),
+                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kQ4_0Bytes + 2)));
+    Step<R, true>(rows, 32 * b, wv, Halves(HalfAt(w), HalfAt(w + kQ4_0Bytes)));
+  }
+  if (b < blocks) {
+    const __m512i wv = _mm512_maskz_mov_epi64(
+        0x0f, Q4_0Levels(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)),
+                         _mm_setzero_si128()));
+    Step<R, true, true>(rows, 32 * b, wv, Halves(HalfAt(w), 0.0f));
+  }
+  Finish(rows, sums);
+}
+
+// Q4_K / Q5_K: the 8 sub-block scales and mins of a super-block's 12 scale bytes, as bytes
+// (the 6-bit fields gathered by 32-bit word, see ScaleMinK4).
+inline void K4ScaleBytes(const uint8_t* s, uint64_t* sc, uint64_t* m) {
+  uint32_t u[3];
+  std::memcpy(u, s, 12);
+  const uint32_t sc_lo = u[0] & 0x3f3f3f3f, m_lo = u[1] & 0x3f3f3f3f;
+  const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+  *sc = sc_lo | (uint64_t(sc_hi) << 32);
+  *m = m_lo | (uint64_t(m_hi) << 32);
+}
+
+inline __m256 BytesToFloats(uint64_t bytes) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(bytes))));
+}
+
+template <int R, bool kFive>
+void DotK4(const uint8_t* w, const Activations& a, int64_t r0, float* sums) {
+  Rows<R> rows(a, r0);
+  __m256 min_acc[R];
+  for (auto& m : min_acc) m = _mm256_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const int64_t block_bytes = kFive ? kQ5_KBytes : kQ4_KBytes;
+  for (int64_t b = 0; b < a.in / kQK; ++b, w += block_bytes) {
+    uint64_t sc_bytes, m_bytes;
+    K4ScaleBytes(w + kQ4_KScales, &sc_bytes, &m_bytes);
+    const __m512 scales = _mm512_castps256_ps512(
+        _mm256_mul_ps(BytesToFloats(sc_bytes), _mm256_set1_ps(HalfAt(w))));
+    const __m256 mins = _mm256_mul_ps(BytesToFloats(m_bytes), _mm256_set1_ps(HalfAt(w + 2)));
+    const uint8_t* qs = w + (kFive ? kQ5_KQs : kQ4_KQs);
+    __m512i qh;
+    if (kFive) {
+      qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + kQ5_KQh)));
+    }
+    for (int j = 0; j < 4; ++j) {
+      // 32 bytes: low nibbles are sub-block 2j, high nibbles 2j + 1.
+      const __m512i t = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j)));
+      __m512i wv = _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, t, _mm512_srli_epi16(t, 4)), low4);
+      if (kFive) {
+        const __m512i bits = _mm512_mask_blend_epi64(0xf0, _mm512_set1_epi8(char(1 << (2 * j))),
+                                                     _mm512_set1_epi8(char(2 << (2 * j))));
+        wv = _mm512_mask_add_epi8(wv, _mm512_test_epi8_mask(qh, bits), wv, _mm512_set1_epi8(16));
+      }
+      const __m512i idx = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(2 * j),
+                                                  _mm512_set1_epi32(2 * j + 1));
+      Step<R, false>(rows, kQK * b + 64 * j, wv, _mm512_permutexvar_ps(idx, scales));
+    }
+    for (int r = 0; r < R; ++r) {
+      min_acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows.ds[r] + 8 * b), mins, min_acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    rows.acc[r] = _mm512_sub_ps(rows.acc[r], _mm512_zextps256_ps512(min_acc[r]));
+  }
+  Finish(rows, sums);
+}
+
+template <int R>
+void DotQ6_K(const uint8_t* w, const Activations& a, int64_t r0, float* sums) {
+  Rows<R> rows(a, r0);
+  const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
+  const __m512i off = _mm512_set1_epi8(32);
+  for (int64_t b = 0; b < a.in / kQK; ++b, w += kQ6_KBytes) {
+    const __m512 scales = _mm512_mul_ps(
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kQ6_KScales)))),
+        _mm512_set1_ps(HalfAt(w + kQ6_KD)));
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(w + kQ6_KQl + 64 * h);
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + kQ6_KQh + 32 * h));
+      // [qh, qh >> 2]: the high bits of values 0..31 and 32..63 in bits 0-1 (and of
+      // 64..127 in bits 4-5).
+      const __m512i qhz = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+      const __m512i v0 = _mm512_or_si512(_mm512_and_si512(ql, low4),
+                                         _mm512_slli_epi16(_mm512_and_si512(qhz, low2), 4));
+      const __m512i v1 = _mm512_or_si512(
+          _mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+          _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qhz, 4), low2), 4));
+      // Lanes 4t..4t+3 of step k take scale 8h + 4k + t.
+      const int base = 8 * h;
+      const __m512i idx0 = _mm512_setr_epi32(base, base, base, base, base + 1, base + 1, base + 1,
+                                             base + 1, base + 2, base + 2, base + 2, base + 2,
+                                             base + 3, base + 3, base + 3, base + 3);
+      const __m512i idx1 = _mm512_add_epi32(idx0, _mm512_set1_epi32(4));
+      Step<R, true>(rows, kQK * b + 128 * h, _mm512_sub_epi8(v0, off),
+                    _mm512_permutexvar_ps(idx0, scales));
+      Step<R, true>(rows, kQK * b + 128 * h + 64, _mm512_sub_epi8(v1, off),
+                    _mm512_permutexvar_ps(idx1, scales));
+    }
+  }
+  Finish(rows, sums);
+}
+
+// F32 / F16 / BF16: 16 weights widened to fp32 per step, fp32 FMA with the rows of x.
+enum class FloatKind { kF32, kF16, kBF16 };
+
+template <FloatKind K>
+inline __m512 LoadWeights(const uint8_t* w, int64_t i, __mmask16 mask) {
+  if (K == FloatKind::kF32) return _mm512_maskz_loadu_ps(mask, w + 4 * i);
+  const __m256i h = _mm256_maskz_loadu_epi16(mask, w + 2 * i);
+  if (K == FloatKind::kF16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+template <int R, FloatKind K>
+void DotFloat(const uint8_t* w, const Activations& a, int64_t r0, float* sums) {
+  const int64_t in = a.in;
+  const float* x[R];
+  __m512 acc0[R], acc1[R];
+  for (int r = 0; r < R; ++r) {
+    x[r] = a.x + (r0 + r) * in;
+    acc0[r] = acc1[r] = _mm512_setzero_ps();
+  }
+  int64_t i = 0;
+  for (; i + 32 <= in; i += 32) {
+    const __m512 w0 = LoadWeights<K>(w, i, 0xffff), w1 = LoadWeights<K>(w, i + 16, 0xffff);
+    for (int r = 0; r < R; ++r) {
+      acc0[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x[r] + i), acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x[r] + i + 16), acc1[r]);
+    }
+  }
+  for (; i < in; i += 16) {
+    const __mmask16 mask = in - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (in - i)) - 1);
+    const __m512 w0 = LoadWeights<K>(w, i, mask);
+    for (int r = 0; r < R; ++r) {
+      acc0[r] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(mask, x[r] + i), acc0[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) sums[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+}
+
+template <int R> struct Q8_0K { static void Run(const uint8_t* w, const Activations& a, int64_t r0, float* s) { DotQ8_0<R>(w, a, r0, s); } };
+template <int R> struct Q4_0K { static void Run(const uint8_t* w, const Activations& a, int64_t r0, float* s) { DotQ4_0<R>(w, a, r0, s); } };
+template <int R> struct Q4_KK { static void Run(const uint8_t* w, const Activations& a, int64_t r0, float* s) { DotK4<R, false>(w, a, r0, s); } };
+template <int R> struct Q5_KK { static void Run(const uint8_t* w, const Activations& a, int64_t r0, float* s) { DotK4<R, true>(w, a, r0, s); } };
+template <int R> struct Q6_KK { static void Run(const uint8_t* w, const Activations& a, int64_t r0, float* s) { DotQ6_K<R>(w, a, r0, s); } };
+template <int R> struct F32K { static void Run(const uint8_t* w, const Activations& a, int64_t r0, float* s) { DotFloat<R, FloatKind::kF32>(w, a, r0, s); } };
+template <int R> struct F16K { static void Run(const uint8_t* w, const Activations& a, int64_t r0, float* s) { DotFloat<R, FloatKind::kF16>(w, a, r0, s); } };
+template <int R> struct BF16K { static void Run(const uint8_t* w, const Activations& a, int64_t r0, float* s) { DotFloat<R, FloatKind::kBF16>(w, a, r0, s); } };
+
+}  // namespace
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+namespace {
+template <template <int> class F>
+DotKernels Table() {
+  DotKernels k;
+  k.rows[0] = F<1>::Run;
+  k.rows[1] = F<2>::Run;
+  k.rows[2] = F<3>::Run;
+  k.rows[3] = F<4>::Run;
+  return k;
+}
+
+}  // namespace
+#endif  // ATTNSERVE_AVX512_KERNELS
+
+DotKernels Avx512Kernels(WeightType type) {
+#if defined(ATTNSERVE_AVX512_KERNELS)
+  switch (type) {
+    case WeightType::kF32: return Table<F32K>();
+    case WeightType::kF16: return Table<F16K>();
+    case WeightType::kBF16: return Table<BF16K>();
+    case WeightType::kQ8_0: return Table<Q8_0K>();
+    case WeightType::kQ4_0: return Table<Q4_0K>();
+    case WeightType::kQ4_K: return Table<Q4_KK>();
+    case WeightType::kQ5_K: return Table<Q5_KK>();
+    case WeightType::kQ6_K: return Table<Q6_KK>();
+  }
+#endif
+  return {};
+}
 
 }  // namespace attnserve::weights

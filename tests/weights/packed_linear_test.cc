@@ -109,7 +109,9 @@ TEST(PackedLinearPaths, OddShapesAndLargeRowCounts) {
   LinearScratch scratch;
   for (WeightType type : kTypes) {
     for (int64_t out : {1, 3, 65}) {
-      const int64_t rows = 7, in = 256;
+      // An odd number of blocks of 32 (Q8_0, Q4_0) and a ragged end for the float types.
+      const int64_t rows = 7, bv = BlockValues(type);
+      const int64_t in = bv == 256 ? 256 : bv == 32 ? 96 : 100;
       const Problem p = Make(type, rows, out, in, uint32_t(out));
       std::vector<float> want(size_t(rows * out)), got(size_t(rows * out), NAN);
       PackedLinearScalar(p.x.data(), rows, p.w, want.data(), 0.0f);
@@ -118,6 +120,31 @@ TEST(PackedLinearPaths, OddShapesAndLargeRowCounts) {
         ASSERT_NEAR(got[i], want[i], 1e-5 * AbsDot(p, i / out, i % out, in))
             << WeightTypeName(type) << " out " << out << " at " << i;
       }
+    }
+  }
+}
+
+TEST(PackedLinearPaths, TwoThreadsEqualOne) {
+  LinearScratch scratch;
+  const int64_t rows = 5, out = 333, in = 512;
+  for (WeightType type : {WeightType::kQ4_K, WeightType::kF16}) {
+    const Problem p = Make(type, rows, out, in, 3);
+    std::vector<float> one = p.y0, two = p.y0;
+    PackedLinear(p.x.data(), rows, p.w, one.data(), 1.0f, scratch);
+    SetPackedLinearThreads(2);
+    PackedLinear(p.x.data(), rows, p.w, two.data(), 1.0f, scratch);
+    SetPackedLinearThreads(1);
+    EXPECT_EQ(one, two) << WeightTypeName(type);  // the same kernel per output: bit for bit
+  }
+}
+
+TEST(PackedLinearPaths, SimdKernelsExistForEveryType) {
+  for (WeightType type : kTypes) {
+    if (BestLinearPath() == LinearPath::kAvx512) {
+      EXPECT_NE(Avx512Kernels(type).rows[0], nullptr) << WeightTypeName(type);
+    }
+    if (BestLinearPath() != LinearPath::kScalar) {
+      EXPECT_NE(Avx2Kernels(type).rows[0], nullptr) << WeightTypeName(type);
     }
   }
 }
