@@ -1,0 +1,104 @@
+#!/usr/bin/python3
+"""Inputs and outputs of server/mixer's kernels from the numpy reference
+(tests/gguf/hybrid_reference.py: the blocks its forward uses, which
+gguf_hybrid_reference_test checks against llama.cpp), for tests/mixer to compare with.
+
+Cases (seeded random inputs, a non-zero state to start from, states in the kernels'
+layouts: conv (channels, K-1), SSM (heads, P, N)):
+  conv_silu: Mamba-2's conv (bias, SiLU), K 4;  conv_plain: K 3, no bias, no activation;
+  short_conv: LFM2's gated short convolution, K 3;
+  ssd_groups: 6 heads in 2 groups;  ssd_long: 1 group, 70 tokens (over several chunks),
+  some tokens with a large dt (a state decayed to almost nothing);
+  gated_norm: the gated grouped RMSNorm, 3 groups.
+
+Writes one line per array, "CASE.NAME COUNT V1 ... VCOUNT", values as float32 printed
+exactly (%.9g); sizes as arrays too (CASE.dims).
+Usage: /usr/bin/python3 make_mixer_fixtures.py OUT_FILE
+"""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gguf"))
+import hybrid_reference as ref  # noqa: E402
+
+
+def f32(a):
+    """Inputs are drawn as float32 so the kernels see exactly what the reference saw."""
+    return np.asarray(a, np.float32).astype(np.float64)
+
+
+def conv_case(rng, name, ch, k, t, bias, silu):
+    x = f32(rng.standard_normal((t, ch)))
+    w = f32(rng.uniform(-0.8, 0.8, (ch, k)))
+    b = f32(rng.standard_normal(ch) * 0.2) if bias else None
+    s0 = f32(rng.standard_normal((ch, k - 1)))
+    y, s1 = ref.causal_conv1d(x, w, b, s0, silu)
+    out = {"dims": [ch, k, t, int(bias), int(silu)], "x": x, "w": w, "state0": s0,
+           "y": y, "state1": s1}
+    if bias:
+        out["bias"] = b
+    return {f"{name}.{key}": v for key, v in out.items()}
+
+
+def short_conv_case(rng, name, ch, k, t):
+    bcx = f32(rng.standard_normal((t, 3 * ch)))
+    w = f32(rng.uniform(-1, 1, (ch, k)))
+    s0 = f32(rng.standard_normal((ch, k - 1)))
+    y, s1 = ref.short_conv(bcx, w, s0)
+    out = {"dims": [ch, k, t], "bcx": bcx, "w": w, "state0": s0, "y": y, "state1": s1}
+    return {f"{name}.{key}": v for key, v in out.items()}
+
+
+def ssd_case(rng, name, heads, p, groups, n, t, big_dt):
+    x = f32(rng.standard_normal((t, heads * p)))
+    b = f32(rng.standard_normal((t, groups * n)) * 0.5)
+    c = f32(rng.standard_normal((t, groups * n)) * 0.5)
+    dt_raw = f32(rng.normal(-2.0, 1.5, (t, heads)))
+    if big_dt:
+        dt_raw[t // 3] += 12.0  # exp(dt A) ~ 0 for every head at one token
+        dt_raw[t // 2, 0] = 30.0  # softplus's linear branch
+    dt_bias = f32(rng.normal(0.0, 0.5, heads))
+    a = f32(-np.exp(rng.uniform(0.0, np.log(16.0), heads)))
+    d = f32(1.0 + rng.standard_normal(heads) * 0.1)
+    s0 = f32(rng.standard_normal((heads, p, n)) * 0.5)
+    dt = ref.softplus(dt_raw + dt_bias)
+    y, s1 = ref.ssd_scan(x.reshape(t, heads, p), dt, a, b.reshape(t, groups, n),
+                         c.reshape(t, groups, n), d, s0)
+    out = {"dims": [heads, p, groups, n, t], "x": x, "b": b, "c": c, "dt": dt_raw,
+           "dt_bias": dt_bias, "a": a, "d": d, "state0": s0, "y": y.reshape(t, heads * p),
+           "state1": s1}
+    return {f"{name}.{key}": v for key, v in out.items()}
+
+
+def norm_case(rng, name, t, inner, groups, eps):
+    y = f32(rng.standard_normal((t, inner)))
+    z = f32(rng.standard_normal((t, inner)) * 2.0)
+    w = f32(1.0 + rng.standard_normal(inner) * 0.1)
+    out = ref.gated_group_rms_norm(y, z, w, groups, eps)
+    return {f"{name}.{key}": v for key, v in
+            {"dims": [t, inner, groups], "eps": [eps], "y": y, "z": z, "w": w,
+             "out": out}.items()}
+
+
+def main():
+    rng = np.random.default_rng(2026)
+    arrays = {}
+    arrays.update(conv_case(rng, "conv_silu", 40, 4, 13, bias=True, silu=True))
+    arrays.update(conv_case(rng, "conv_plain", 17, 3, 5, bias=False, silu=False))
+    arrays.update(short_conv_case(rng, "short_conv", 24, 3, 9))
+    arrays.update(ssd_case(rng, "ssd_groups", 6, 8, 2, 16, 37, big_dt=False))
+    arrays.update(ssd_case(rng, "ssd_long", 4, 16, 1, 32, 70, big_dt=True))
+    arrays.update(norm_case(rng, "gated_norm", 5, 48, 3, 1e-5))
+    tmp = sys.argv[1] + ".tmp"
+    with open(tmp, "w") as f:
+        for name, v in arrays.items():
+            flat = np.asarray(v, np.float64).reshape(-1)
+            f.write(f"{name} {flat.size} " + " ".join("%.9g" % np.float32(e) for e in flat) + "\n")
+    os.replace(tmp, sys.argv[1])
+    print(f"make_mixer_fixtures: {len(arrays)} arrays in {sys.argv[1]}")
+
+
+if __name__ == "__main__":
+    main()
