@@ -224,6 +224,25 @@ def short_conv(bcx, w, state):
     return c * conv, state
 
 
+def mamba2_mix(zxbcdt, conv_w, conv_b, dt_bias, a, d, norm_w, groups, n, eps, conv_state,
+               ssm_state):
+    """A Mamba-2 mixer between its projections. zxbcdt (T, 2I + 2GN + H): the in_proj
+    output z | xBC | dt; conv_w (I + 2GN, K), conv_b (I + 2GN,) or None; dt_bias, a, d
+    (H,); norm_w (I,); conv_state (I + 2GN, K-1); ssm_state (H, P, N).
+    Returns y (T, I) (out_proj's input) and the two new states."""
+    t = zxbcdt.shape[0]
+    heads = a.shape[0]
+    inner = (zxbcdt.shape[1] - 2 * groups * n - heads) // 2
+    conv_dim = inner + 2 * groups * n
+    z, xbc, dt = zxbcdt[:, :inner], zxbcdt[:, inner:inner + conv_dim], zxbcdt[:, inner + conv_dim:]
+    xbc, conv_state = causal_conv1d(xbc, conv_w, conv_b, conv_state, True)
+    x = xbc[:, :inner].reshape(t, heads, inner // heads)
+    bm = xbc[:, inner:inner + groups * n].reshape(t, groups, n)
+    cm = xbc[:, inner + groups * n:].reshape(t, groups, n)
+    y, ssm_state = ssd_scan(x, softplus(dt + dt_bias), a, bm, cm, d, ssm_state)
+    return gated_group_rms_norm(y.reshape(t, inner), z, norm_w, groups, eps), conv_state, ssm_state
+
+
 def rope(x, pos, base, neox):
     """x (T, heads, hd) rotated at absolute positions pos (T,): NEOX pairs (i, i + hd/2)
     or NORM adjacent pairs (2i, 2i+1); theta_i = pos * base^(-2i/hd)."""
@@ -315,22 +334,13 @@ class Forward:
 
     def mamba2(self, h, il, st):
         b = f"blk.{il}."
-        inner, n = self.kv("ssm.inner_size"), self.kv("ssm.state_size")
-        heads, groups = self.kv("ssm.time_step_rank"), self.kv("ssm.group_count")
-        t = h.shape[0]
         zxbcdt = self.matmul(h, b + "ssm_in.weight")
-        conv_dim = inner + 2 * groups * n
-        z, xbc, dt = zxbcdt[:, :inner], zxbcdt[:, inner:inner + conv_dim], zxbcdt[:, inner + conv_dim:]
-        xbc, st["conv"] = causal_conv1d(xbc, self.t[b + "ssm_conv1d.weight"],
-                                        self.t.get(b + "ssm_conv1d.bias"), st["conv"], True)
-        x = xbc[:, :inner].reshape(t, heads, inner // heads)
-        bm = xbc[:, inner:inner + groups * n].reshape(t, groups, n)
-        cm = xbc[:, inner + groups * n:].reshape(t, groups, n)
-        dt = softplus(dt + self.t[b + "ssm_dt.bias"])
-        y, st["ssm"] = ssd_scan(x, dt, self.t[b + "ssm_a"].reshape(-1), bm, cm,
-                                self.t[b + "ssm_d"].reshape(-1), st["ssm"])
-        y = gated_group_rms_norm(y.reshape(t, inner), z, self.t[b + "ssm_norm.weight"].reshape(-1),
-                                 groups, self.eps)
+        y, st["conv"], st["ssm"] = mamba2_mix(
+            zxbcdt, self.t[b + "ssm_conv1d.weight"], self.t.get(b + "ssm_conv1d.bias"),
+            self.t[b + "ssm_dt.bias"], self.t[b + "ssm_a"].reshape(-1),
+            self.t[b + "ssm_d"].reshape(-1), self.t[b + "ssm_norm.weight"].reshape(-1),
+            self.kv("ssm.group_count"), self.kv("ssm.state_size"), self.eps, st["conv"],
+            st["ssm"])
         return self.matmul(y, b + "ssm_out.weight")
 
     def short_conv(self, h, il, st):

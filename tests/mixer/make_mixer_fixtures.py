@@ -9,7 +9,10 @@ layouts: conv (channels, K-1), SSM (heads, P, N)):
   short_conv: LFM2's gated short convolution, K 3;
   ssd_groups: 6 heads in 2 groups;  ssd_long: 1 group, 70 tokens (over several chunks),
   some tokens with a large dt (a state decayed to almost nothing);
-  gated_norm: the gated grouped RMSNorm, 3 groups.
+  gated_norm: the gated grouped RMSNorm, 3 groups;
+  mamba2_chain: a whole Mamba-2 mixer between its projections (hybrid_reference's
+  mamba2_mix, the code its forward runs against llama.cpp) from the in_proj output
+  z | xBC | dt, with the weights initialised as Mamba-2 does.
 
 Writes one line per array, "CASE.NAME COUNT V1 ... VCOUNT", values as float32 printed
 exactly (%.9g); sizes as arrays too (CASE.dims).
@@ -82,6 +85,29 @@ def norm_case(rng, name, t, inner, groups, eps):
              "out": out}.items()}
 
 
+def mamba2_case(rng, name, heads, p, groups, n, k, t):
+    inner = heads * p
+    conv_dim = inner + 2 * groups * n
+    zxbcdt = f32(rng.standard_normal((t, 2 * inner + 2 * groups * n + heads)))
+    conv_w = f32(rng.uniform(-1, 1, (conv_dim, k)) / np.sqrt(k) * 1.5)
+    conv_b = f32(rng.standard_normal(conv_dim) * 0.1)
+    dt0 = np.exp(rng.uniform(np.log(1e-3), np.log(1e-1), heads))
+    dt_bias = f32(dt0 + np.log(-np.expm1(-dt0)))  # softplus^-1
+    a = f32(-np.exp(rng.uniform(0.0, np.log(16.0), heads)))
+    d = f32(1.0 + rng.standard_normal(heads) * 0.1)
+    norm_w = f32(1.0 + rng.standard_normal(inner) * 0.1)
+    conv0 = f32(rng.standard_normal((conv_dim, k - 1)))
+    ssm0 = f32(rng.standard_normal((heads, p, n)) * 0.5)
+    eps = 1e-5
+    y, conv1, ssm1 = ref.mamba2_mix(zxbcdt, conv_w, conv_b, dt_bias, a, d, norm_w, groups, n,
+                                    eps, conv0, ssm0)
+    out = {"dims": [heads, p, groups, n, k, t], "eps": [eps], "zxbcdt": zxbcdt,
+           "conv_w": conv_w, "conv_b": conv_b, "dt_bias": dt_bias, "a": a, "d": d,
+           "norm_w": norm_w, "conv_state0": conv0, "ssm_state0": ssm0, "y": y,
+           "conv_state1": conv1, "ssm_state1": ssm1}
+    return {f"{name}.{key}": v for key, v in out.items()}
+
+
 def main():
     rng = np.random.default_rng(2026)
     arrays = {}
@@ -91,6 +117,7 @@ def main():
     arrays.update(ssd_case(rng, "ssd_groups", 6, 8, 2, 16, 37, big_dt=False))
     arrays.update(ssd_case(rng, "ssd_long", 4, 16, 1, 32, 70, big_dt=True))
     arrays.update(norm_case(rng, "gated_norm", 5, 48, 3, 1e-5))
+    arrays.update(mamba2_case(rng, "mamba2_chain", 4, 16, 2, 16, 4, 21))
     tmp = sys.argv[1] + ".tmp"
     with open(tmp, "w") as f:
         for name, v in arrays.items():

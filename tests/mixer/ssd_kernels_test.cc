@@ -1,7 +1,8 @@
 // server/mixer/ssd_kernels.h: the Mamba-2 recurrence's three paths (token-by-token
 // reference, chunked prefill, batched step) against the numpy reference's values
 // (make_mixer_fixtures.py) and against each other, with inputs read in place from one
-// xBC row as the model will pass them; and the gated grouped RMSNorm.
+// xBC row as the model will pass them; the gated grouped RMSNorm; and a whole Mamba-2
+// mixer chained from these kernels and conv_kernels.h as a layer will chain them.
 #include "server/mixer/ssd_kernels.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "server/mixer/conv_kernels.h"
 #include "tests/mixer/fixtures.h"
 
 namespace attnserve::mixer {
@@ -194,6 +196,67 @@ TEST(GatedGroupRmsNorm, MatchesNumpyReferenceAndWorksInPlace) {
   GatedGroupRmsNorm(y.data(), inner, z.data(), inner, w.data(), t, inner, groups, eps,
                     y.data(), inner);
   EXPECT_EQ(y, out);
+}
+
+TEST(Mamba2Mixer, ChainedKernelsMatchNumpyReferenceByPrefillAndByStep) {
+  // From the in_proj output z | xBC | dt (one row of 2I + 2GN + H per token) to out_proj's
+  // input: conv + SiLU over the xBC columns, SSD reading x, B, C from the conv output and
+  // dt from the in_proj row, then the gated norm with z, all in place, no copies.
+  const std::vector<float> dims = Fixture("mamba2_chain.dims");
+  ASSERT_EQ(dims.size(), 6u);
+  const int64_t heads = int64_t(dims[0]), p = int64_t(dims[1]), groups = int64_t(dims[2]);
+  const int64_t n = int64_t(dims[3]), k = int64_t(dims[4]), t = int64_t(dims[5]);
+  const int64_t inner = heads * p, conv_dim = inner + 2 * groups * n;
+  const int64_t ld = inner + conv_dim + heads;
+  const float eps = Fixture("mamba2_chain.eps").at(0);
+  const std::vector<float> in_proj = Fixture("mamba2_chain.zxbcdt");
+  const std::vector<float> conv_w = Fixture("mamba2_chain.conv_w");
+  const std::vector<float> conv_b = Fixture("mamba2_chain.conv_b");
+  const std::vector<float> dt_bias = Fixture("mamba2_chain.dt_bias");
+  const std::vector<float> a = Fixture("mamba2_chain.a"), d = Fixture("mamba2_chain.d");
+  const std::vector<float> norm_w = Fixture("mamba2_chain.norm_w");
+  const std::vector<float> want_y = Fixture("mamba2_chain.y");
+  const std::vector<float> want_conv = Fixture("mamba2_chain.conv_state1");
+  const std::vector<float> want_ssm = Fixture("mamba2_chain.ssm_state1");
+  ASSERT_EQ(in_proj.size(), size_t(t * ld));
+  ASSERT_EQ(want_y.size(), size_t(t * inner));
+  const ConvWeights cw{conv_w.data(), conv_b.data(), conv_dim, k, true};
+  const SsdWeights sw{a.data(), d.data(), dt_bias.data(), heads, p, groups, n};
+
+  // prefill
+  std::vector<float> conv = Fixture("mamba2_chain.conv_state0");
+  std::vector<float> ssm = Fixture("mamba2_chain.ssm_state0");
+  std::vector<float> xbc(t * conv_dim), y(t * inner);
+  CausalConv1dPrefill(cw, in_proj.data() + inner, ld, t, conv.data(), xbc.data(), conv_dim);
+  const SsdInputs in{xbc.data(), conv_dim, xbc.data() + inner,
+                     xbc.data() + inner + groups * n, conv_dim,
+                     in_proj.data() + inner + conv_dim, ld};
+  SsdPrefill(sw, in, t, 8, ssm.data(), y.data(), inner);
+  GatedGroupRmsNorm(y.data(), inner, in_proj.data(), ld, norm_w.data(), t, inner, groups, eps,
+                    y.data(), inner);
+  EXPECT_LE(MaxRelDiff(y.data(), want_y.data(), y.size()), kTol);
+  EXPECT_LE(MaxRelDiff(conv.data(), want_conv.data(), conv.size()), 0.0);
+  EXPECT_LE(MaxRelDiff(ssm.data(), want_ssm.data(), ssm.size()), kTol);
+
+  // token by token
+  conv = Fixture("mamba2_chain.conv_state0");
+  ssm = Fixture("mamba2_chain.ssm_state0");
+  float* conv_state = conv.data();
+  float* ssm_state = ssm.data();
+  std::vector<float> xbc_row(conv_dim), y_row(inner);
+  for (int64_t i = 0; i < t; ++i) {
+    const float* row = in_proj.data() + i * ld;
+    CausalConv1dStep(cw, row + inner, ld, 1, &conv_state, xbc_row.data(), conv_dim);
+    const SsdInputs one{xbc_row.data(), conv_dim, xbc_row.data() + inner,
+                        xbc_row.data() + inner + groups * n, conv_dim, row + inner + conv_dim,
+                        ld};
+    SsdStep(sw, one, 1, &ssm_state, y_row.data(), inner);
+    GatedGroupRmsNorm(y_row.data(), inner, row, ld, norm_w.data(), 1, inner, groups, eps,
+                      y_row.data(), inner);
+    EXPECT_LE(MaxRelDiff(y_row.data(), want_y.data() + i * inner, inner), kTol) << "token " << i;
+  }
+  EXPECT_LE(MaxRelDiff(conv.data(), want_conv.data(), conv.size()), 0.0);
+  EXPECT_LE(MaxRelDiff(ssm.data(), want_ssm.data(), ssm.size()), kTol);
 }
 
 }  // namespace
