@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "absl/strings/str_join.h"
+#include "server/attention/options.h"
 #include "server/config/listen_policy.h"
 #include "server/config/server_options.h"
 #include "server/service/server.h"
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
   if (options->model_dirs.empty()) options->model_dirs = {ATTNSERVE_DEFAULT_MODEL_DIR};
   attnserve::model::LoadOptions load;
   load.weights_bf16 = options->weights_bf16;
+  load.state_bf16 = options->state_bf16;
   load.quantize = options->quantize;
   auto models = attnserve::catalogue::ModelCatalogue::Load(options->model_dirs, load);
   if (!models.ok()) {
@@ -80,7 +82,12 @@ int main(int argc, char** argv) {
                     std::to_string(m->model->ParameterCount()) + " parameters, " +
                     std::to_string(m->model->WeightBytes() >> 20) + " MiB of weights (" +
                     m->model->WeightTypes() + ")" +
-                    (m->model->UsesBf16Weights() ? ", bf16 weights for decode" : "") + ")");
+                    (m->model->UsesBf16Weights() ? ", bf16 weights for decode" : "") +
+                    (m->model->config().attention.state_bf16 &&
+                             attnserve::attention::HasFixedState(m->model->config().attention)
+                         ? ", bf16 states"
+                         : "") +
+                    ")");
   }
   auto server = attnserve::service::AttnServer::Start(*options, *std::move(models));
   if (!server.ok()) {

@@ -292,6 +292,11 @@ const Sha256Digest& Model::Fingerprint() const {
     h.Update(ModelConfigToText(identity));
     h.Update(weights_digest_->digest.data(), weights_digest_->digest.size());
     if (bf16_ != nullptr) h.Update("weights bf16");  // other decode arithmetic
+    // bf16 states round where fp32 ones do not: a state continues byte-identically only
+    // on a server that stores it alike. (Not in the config's text: a serving choice.)
+    if (attention::HasFixedState(config_.attention) && config_.attention.state_bf16) {
+      h.Update("state bf16");
+    }
     fingerprint_ = h.Finish();
   });
   return fingerprint_;
