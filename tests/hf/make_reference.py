@@ -5,10 +5,13 @@ A small Llama written in plain PyTorch the way a researcher would (no transforme
 library, Hugging Face's parameter names and its LlamaRotaryEmbedding / apply_rotary_pos_emb
 / repeat_kv / eager attention, RMSNorm, SwiGLU), plus the paper's Taylor attention of
 order 2 written from its formula: key j weighs T_2(q_i . k_j / sqrt(d)) = 1 + x + x^2/2 for
-query i, normalised by the causal row sum (the quadratic form, not a recurrent one).
+query i, normalised by the causal row sum (the quadratic form, not a recurrent one). The
+same classes are Hugging Face's Qwen2 and Qwen3 by config.json's model_type, as its
+modeling_qwen2.py / modeling_qwen3.py differ from Llama's: Qwen2's q/k/v projections have
+biases; Qwen3 puts an RMSNorm over each head's head_dim values of q and k before RoPE.
 
 It trains a SentencePiece vocabulary with Debian's spm_train on the KJV text (`bible`),
-trains three variants a few hundred steps each on that text, and writes each as the
+trains five variants a few hundred steps each on that text, and writes each as the
 directory Hugging Face's save_pretrained writes (config.json, safetensors by the small
 writer below, tokenizer.model, tokenizer_config.json):
 
@@ -18,18 +21,29 @@ writer below, tokenizer.model, tokenizer_config.json):
   mha_sharded      the same weights as model.safetensors.index.json + 2 shards
   taylor2          taylor order 2 ("attention": {"module": "taylor", "order": 2}),
                    4 query heads, 2 KV heads, untied, prefill chunks of 8, unigram
+  qwen2            model_type qwen2 (Qwen2Config's keys, sliding_window 4096 with
+                   use_sliding_window false): q/k/v biases, 4 query heads on 2 KV heads,
+                   untied, BPE
+  qwen2_f16        the same weights rounded to fp16, every tensor stored as F16
+                   (qwen2's reference also holds the logits of its weights rounded as
+                   ggml's Q8_0 rounds them: logits_full_q8_0)
+  qwen3            model_type qwen3 (Qwen3Config's keys): q_norm / k_norm, head_dim 32 on
+                   hidden 64 (not 64 / 4), 4 query heads on 2 KV heads, tied, BPE
 
 and, for each, what PyTorch computes (OUT/reference/NAME/): reference.json (the fixed
 text, its ids from python3-sentencepiece with BOS, a greedy continuation of 40 tokens by
 full recomputation: ids, pieces, text, top-1 margins) and reference.safetensors (fp32
-logits for every position of the text, and of text + continuation). The bf16 directory's
-reference is computed with the rounded weights in fp32 arithmetic.
+logits for every position of the text, and of text + continuation). The bf16 and f16
+directories' references are computed with the rounded weights in fp32 arithmetic. The
+Qwen directories' reference.json also says how far the logits move without the family's
+own part ("ablated": biases zeroed, q/k norms skipped).
 
 Usage: /usr/bin/python3 make_reference.py OUT [--reuse] [--steps N] (--help for all)
 Debian's python3-torch (1.13) and python3-sentencepiece; deterministic (seeds, one
 thread): two runs write the same bytes.
 """
 import argparse
+import copy
 import hashlib
 import json
 import math
@@ -132,25 +146,49 @@ def taylor2_attention(query, key, value, scaling):
     return torch.matmul(a, value) / a.sum(-1, keepdim=True)
 
 
+def head_dim_of(cfg):
+    """Hugging Face's getattr(config, "head_dim", hidden_size // num_attention_heads)."""
+    return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
 class LlamaAttention(nn.Module):
+    """LlamaAttention, and by model_type the two Qwen attentions, which differ from it only
+    in these (modeling_qwen2.py, modeling_qwen3.py):
+      llama  q/k/v/o projections with bias = config.attention_bias
+      qwen2  q/k/v projections always with bias, o_proj without
+      qwen3  as llama, plus q_norm and k_norm: an RMSNorm (weight of head_dim, eps
+             rms_norm_eps) over each head's head_dim values of q and of k, after the
+             projection's view to heads and before RoPE."""
+
     def __init__(self, cfg):
         super().__init__()
-        self.head_dim = cfg["head_dim"]
+        family = cfg.get("model_type", "llama")
+        self.head_dim = head_dim_of(cfg)
         self.num_heads = cfg["num_attention_heads"]
         self.num_key_value_heads = cfg["num_key_value_heads"]
         self.num_key_value_groups = self.num_heads // self.num_key_value_heads
         self.scaling = self.head_dim ** -0.5
-        self.module = cfg["attention"]["module"]
+        self.module = cfg.get("attention", {"module": "softmax"})["module"]
         hidden = cfg["hidden_size"]
-        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, self.num_key_value_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, self.num_key_value_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+        bias = cfg.get("attention_bias", False)
+        qkv_bias = True if family == "qwen2" else bias
+        o_bias = False if family == "qwen2" else bias
+        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(hidden, self.num_key_value_heads * self.head_dim, bias=qkv_bias)
+        self.v_proj = nn.Linear(hidden, self.num_key_value_heads * self.head_dim, bias=qkv_bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=o_bias)
+        self.qk_norm = family == "qwen3"
+        if self.qk_norm:
+            self.q_norm = LlamaRMSNorm(self.head_dim, cfg["rms_norm_eps"])
+            self.k_norm = LlamaRMSNorm(self.head_dim, cfg["rms_norm_eps"])
 
     def forward(self, hidden_states, cos, sin):  # (B, T, hidden) -> (B, T, hidden)
         b, t, _ = hidden_states.shape
-        q = self.q_proj(hidden_states).view(b, t, -1, self.head_dim).transpose(1, 2)
-        k = self.k_proj(hidden_states).view(b, t, -1, self.head_dim).transpose(1, 2)
+        q = self.q_proj(hidden_states).view(b, t, -1, self.head_dim)  # (B, T, H, D)
+        k = self.k_proj(hidden_states).view(b, t, -1, self.head_dim)  # (B, T, Hkv, D)
+        if self.qk_norm:  # each (b, t, head) row of D values on its own
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(hidden_states).view(b, t, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         k = repeat_kv(k, self.num_key_value_groups)
@@ -192,7 +230,7 @@ class LlamaModel(nn.Module):
         self.layers = nn.ModuleList(LlamaDecoderLayer(cfg)
                                     for _ in range(cfg["num_hidden_layers"]))
         self.norm = LlamaRMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
-        self.rotary_emb = LlamaRotaryEmbedding(cfg["head_dim"], cfg["rope_theta"])
+        self.rotary_emb = LlamaRotaryEmbedding(head_dim_of(cfg), cfg["rope_theta"])
 
     def forward(self, input_ids):  # (B, T) -> (B, T, hidden)
         x = self.embed_tokens(input_ids)
@@ -217,6 +255,11 @@ class LlamaForCausalLM(nn.Module):
     def _init_weights(module):  # Hugging Face's, initializer_range 0.02
         if isinstance(module, (nn.Linear, nn.Embedding)):
             module.weight.data.normal_(mean=0.0, std=0.02)
+        # Hugging Face zeros the biases; these start at N(0, 0.5) so that the trained
+        # model's q/k/v biases are far from zero (as in released Qwen2 checkpoints) and a
+        # server that dropped them could not pass.
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            module.bias.data.normal_(mean=0.0, std=0.5)
 
     def forward(self, input_ids):  # (B, T) -> logits (B, T, V) fp32
         return self.lm_head(self.model(input_ids)).float()
@@ -437,7 +480,61 @@ def record(model, sp, out_dir, name, vocab_size):
     return ref
 
 
+def ref_model_ids(ref):
+    return ref["ids"] + ref["greedy"]["ids"]
+
+
+def q8_0_rounded(w):
+    """A matrix (out, in) as ggml's Q8_0 holds it (quantize_row_q8_0_ref, then
+    dequantize_row_q8_0), in fp32: each row in blocks of 32; per block d = max|x| / 127,
+    stored as fp16; q = roundf(x * (1 / d)) (fp32 products, halves away from zero);
+    the value q * fp16(d)."""
+    x = w.float().reshape(-1, 32)
+    d = x.abs().max(dim=1, keepdim=True).values / 127
+    inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    v = x * inv
+    q = torch.sign(v) * torch.floor(v.abs() + 0.5)
+    return (q * d.half().float()).reshape(w.shape)
+
+
+@torch.no_grad()
+def ablate(model, ids):
+    """How far the logits move without what the Qwen family adds (q/k/v biases zeroed,
+    or q/k norms skipped): a server that ignored it would be off by this much."""
+    want = model(torch.tensor([ids]))[0]
+    ablated = copy.deepcopy(model)
+    for layer in ablated.model.layers:
+        attn = layer.self_attn
+        for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
+            if proj.bias is not None:
+                proj.bias.zero_()
+        attn.qk_norm = False
+    what = "q_norm, k_norm" if model.model.layers[0].self_attn.qk_norm else "q/k/v biases"
+    diff = (ablated(torch.tensor([ids]))[0] - want).abs().max().item()
+    return {"without": what, "max_logit_diff": round(diff, 4)}
+
+
+@torch.no_grad()
+def record_q8_0(cfg, sd, ref, out_dir):
+    """What the directory's model computes with every matrix and the embedding rounded to
+    Q8_0 (a server's load-time quantization): logits of the text + continuation, added to
+    reference.safetensors as logits_full_q8_0."""
+    model = LlamaForCausalLM(cfg)
+    model.load_state_dict({k: q8_0_rounded(t) if t.dim() == 2 else t for k, t in sd.items()})
+    model.eval()
+    logits = model(torch.tensor([ref_model_ids(ref)]))[0].contiguous()
+    path = os.path.join(out_dir, "reference.safetensors")
+    tensors = {k: t.contiguous() for k, t in read_safetensors(path).items()}
+    tensors["logits_full_q8_0"] = logits
+    write_safetensors(path, tensors)
+    fp32 = tensors["logits_full"]
+    return {"full": "logits_full_q8_0",
+            "max_diff_from_fp32": round((logits - fp32).abs().max().item(), 4)}
+
+
 def hf_config(name, v, vocab_size):
+    if v.get("family", "llama") != "llama":
+        return qwen_config(name, v, vocab_size)
     cfg = {
         "architectures": ["LlamaForCausalLM"],
         "attention": v["attention"],
@@ -466,6 +563,45 @@ def hf_config(name, v, vocab_size):
         "use_cache": True,
         "vocab_size": vocab_size,
     }
+    return cfg
+
+
+def qwen_config(name, v, vocab_size):
+    """config.json as Qwen2Config / Qwen3Config's to_json_string writes it (keys sorted,
+    defaults included) plus our "name": no "attention" object (softmax, as for any
+    checkpoint from elsewhere); Qwen's sliding_window with use_sliding_window false (Qwen2
+    as transformers 4.40 wrote it, a number; Qwen3 as 4.51 does, null). Qwen2Config has no
+    head_dim nor attention_bias (head_dim is hidden_size / heads; q/k/v biases always)."""
+    qwen3 = v["family"] == "qwen3"
+    cfg = {
+        "architectures": ["Qwen3ForCausalLM" if qwen3 else "Qwen2ForCausalLM"],
+        "attention_dropout": 0.0,
+        "bos_token_id": BOS_ID,
+        "eos_token_id": EOS_ID,
+        "hidden_act": "silu",
+        "hidden_size": 64,
+        "initializer_range": 0.02,
+        "intermediate_size": 192,
+        "max_position_embeddings": 2048,
+        "max_window_layers": 2,
+        "model_type": v["family"],
+        "name": name,
+        "num_attention_heads": v["heads"],
+        "num_hidden_layers": 2,
+        "num_key_value_heads": v["kv_heads"],
+        "rms_norm_eps": v["eps"],
+        "rope_theta": v["theta"],
+        "sliding_window": None if qwen3 else 4096,
+        "tie_word_embeddings": v["tied"],
+        "torch_dtype": "float32",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": vocab_size,
+    }
+    if qwen3:
+        cfg.update({"attention_bias": False, "head_dim": v["head_dim"], "rope_scaling": None})
+    else:
+        assert v["head_dim"] == cfg["hidden_size"] // v["heads"]
     return cfg
 
 
@@ -518,8 +654,15 @@ VARIANTS = [
     dict(name="taylor2", attention={"module": "taylor", "order": 2, "chunk_size": 8},
          heads=4, kv_heads=2, head_dim=16, tied=False, eps=1e-5, theta=10000.0,
          tokenizer="unigram", seed=23),
+    # Qwen2: q/k/v biases; 4 query heads on 2 KV heads of hidden / heads = 16; untied.
+    dict(name="qwen2", family="qwen2", heads=4, kv_heads=2, head_dim=16, tied=False,
+         eps=1e-6, theta=1000000.0, tokenizer="bpe", seed=24),
+    # Qwen3: per-head q/k RMSNorm; 4 on 2 KV heads of head_dim 32 != hidden / heads; tied.
+    dict(name="qwen3", family="qwen3", heads=4, kv_heads=2, head_dim=32, tied=True,
+         eps=1e-6, theta=1000000.0, tokenizer="bpe", seed=25),
 ]
 VOCAB = {"bpe": 768, "unigram": 640}
+QUANTIZED = "qwen2"  # its reference also has the logits of its Q8_0-rounded weights
 # The seeds were picked among a few so that every greedy continuation's top-1 logit leads
 # the runner-up by at least 0.01 at every step: a thousand times the float error the
 # comparisons allow, so that equal continuations test the model and not rounding luck.
@@ -591,6 +734,10 @@ def main():
         if name == "mha":
             dirs.append((name + "_sharded", dict(cfg, name=cfg["name"] + "-sharded"),
                          weights, 2))
+        if name == "qwen2":  # every tensor F16, as save_pretrained of a float16 model
+            f16 = {k: t.to(torch.float16) for k, t in weights.items()}
+            dirs.append((name + "_f16", dict(cfg, name=cfg["name"] + "-f16",
+                                             torch_dtype="float16"), f16, 1))
         for dir_name, dcfg, dweights, shards in dirs:
             write_dir(os.path.join(out, "models", dir_name), dcfg, dweights, path, shards)
             # The oracle runs the weights as stored (bf16 rounded, computed in fp32).
@@ -601,6 +748,10 @@ def main():
             ref_model.load_state_dict(sd)
             ref = record(ref_model, sp, os.path.join(out, "reference", dir_name),
                          dcfg["name"], vocab)
+            if v.get("family", "llama") != "llama":
+                ref["ablated"] = ablate(ref_model, ref_model_ids(ref))
+            if dir_name == QUANTIZED:
+                ref["q8_0"] = record_q8_0(dcfg, sd, ref, os.path.join(out, "reference", dir_name))
             ref["eval_loss"] = round(loss, 4)  # the trained fp32 weights
             ref["train_steps"] = args.steps
             with open(os.path.join(out, "reference", dir_name, "reference.json"), "w") as f:
