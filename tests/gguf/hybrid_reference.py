@@ -65,6 +65,16 @@ GGUF facts (dims innermost first, as GGUF writes them; numpy shapes are the reve
     RMSNorm of each head of q and k before RoPE. The final norm is
     token_embd_norm.weight {d} (no output_norm); output.weight optional (tied).
 
+  nemotron_h (Nemotron-H, dense): the mamba2 keys under nemotron_h.* (inner size free,
+    e.g. Mamba heads x head dim), attention.layer_norm_epsilon (required by the loader)
+    and layer_norm_rms_epsilon, head_count, head_count_kv and feed_forward_length per
+    layer, attention.key_length / value_length. Every layer is x += block(attn_norm(x))
+    with one block: Mamba-2 where head_count_kv and feed_forward_length are both 0
+    (tensors as mamba2, ssm_conv1d.bias optional), attention where only
+    feed_forward_length is 0 (no RoPE at all; scale 1/sqrt(hd) or attention.scale), an
+    MLP where feed_forward_length > 0: ffn_up {d, ff}, ffn_down {ff, d},
+    down(relu(up h)^2), no gate, no ffn_norm. output_norm.weight; output optional.
+
 llama.cpp rounds what it multiplies: activations to Q8_0 blocks before a Q8_0 matmul,
 and keeps K and V (and the query and softmax weights it multiplies them with) in F16.
 `llama_rounding` in Forward mimics that so the logits can be compared closely.
@@ -295,7 +305,12 @@ class Forward:
             heads_kv = [heads_kv] * self.layers
         self.heads_kv = heads_kv
         self.heads = self.kv("attention.head_count", 0)
-        self.recurrent = [self.arch == "mamba2" or h == 0 for h in heads_kv]
+        ff = self.kv("feed_forward_length", 0)
+        self.ff = ff if isinstance(ff, list) else [ff] * self.layers
+        # nemotron_h: a layer with neither KV heads nor an MLP is Mamba-2; one with an
+        # MLP is only that MLP
+        self.recurrent = [self.arch == "mamba2" or (h == 0 and (self.arch != "nemotron_h" or f == 0))
+                          for h, f in zip(heads_kv, self.ff)]
         if self.heads:
             self.hd = self.kv("attention.key_length", self.d // self.heads)
         self.scale = {"embedding": self.kv("embedding_scale", 0.0),
@@ -319,7 +334,9 @@ class Forward:
         state = {"pos": 0, "layers": []}
         for il in range(self.layers):
             b = f"blk.{il}."
-            if not self.recurrent[il]:
+            if self.arch == "nemotron_h" and self.ff[il] > 0:
+                state["layers"].append({})
+            elif not self.recurrent[il]:
                 state["layers"].append({"k": [], "v": []})
             elif self.arch == "lfm2":
                 w = self.t[b + "shortconv.conv.weight"]
@@ -385,6 +402,11 @@ class Forward:
         up = self.matmul(h, b + "ffn_up.weight")
         return self.matmul(silu(gate) * up, b + "ffn_down.weight")
 
+    def relu2_mlp(self, h, il):
+        b = f"blk.{il}."
+        up = self.matmul(h, b + "ffn_up.weight")
+        return self.matmul(np.maximum(up, 0.0) ** 2, b + "ffn_down.weight")
+
     def run(self, ids, state):
         ids = np.asarray(ids)
         pos = state["pos"] + np.arange(len(ids), dtype=np.float64)
@@ -395,7 +417,9 @@ class Forward:
         for il in range(self.layers):
             b, st = f"blk.{il}.", state["layers"][il]
             h = rms_norm(x, self.t[b + "attn_norm.weight"], self.eps)
-            if not self.recurrent[il]:
+            if self.arch == "nemotron_h" and self.ff[il] > 0:
+                h = self.relu2_mlp(h, il)
+            elif not self.recurrent[il]:
                 h = self.attention(h, il, st, pos)
             elif self.arch == "lfm2":
                 h = self.short_conv(h, il, st)

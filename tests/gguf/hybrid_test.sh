@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Recurrent and hybrid GGUF files against llama.cpp itself: make_hybrid_gguf.py writes
-# mamba2, granitehybrid and lfm2 files with random weights (F32 and Q8_0),
+# mamba2, granitehybrid, lfm2 and nemotron_h files with random weights (F32 and Q8_0),
 # node-llama-cpp's prebuilt llama.cpp loads each, continues a prompt greedily and gives
 # its logits after every position (hybrid_llama_cpp.mjs), and hybrid_reference.py's numpy
 # forward of the same files must give the same logits and the same greedy tokens up to

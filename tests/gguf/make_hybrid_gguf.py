@@ -11,7 +11,11 @@ the keys, tensor names, shapes and the computation each file means):
     are): llama.cpp's NORM RoPE, adjacent pairs;
   - lfm2: short-convolution layers and two GQA attention layers with per-head q/k
     RMSNorm and NEOX RoPE, a SwiGLU MLP on every layer, the final norm as
-    token_embd_norm, the output tied to the embedding.
+    token_embd_norm, the output tied to the embedding;
+  - nemotron_h (Nemotron-H, dense): three kinds of layer, each one block behind its
+    attn_norm: Mamba-2 (4 groups of 3 heads, inner size not 2d), GQA attention without
+    RoPE, and a squared-ReLU MLP (up, down; no gate); feed_forward_length and
+    head_count_kv per layer (both 0 on a Mamba-2 layer).
 
 Each as F32 and as Q8_0 (the big matrices: projections, MLP, embedding, output; norms,
 convolution taps, A, D and biases stay F32 as llama.cpp requires). Shapes are small
@@ -47,6 +51,8 @@ FILES = {
     "granitehybrid-q8_0": ("granitehybrid", Q8_0),
     "granitehybrid-rope-f32": ("granitehybrid-rope", F32),
     "lfm2-f32": ("lfm2", F32),
+    "nemotron_h-f32": ("nemotron_h", F32),
+    "nemotron_h-q8_0": ("nemotron_h", Q8_0),
     "lfm2-q8_0": ("lfm2", Q8_0),
 }
 
@@ -258,7 +264,41 @@ def make_lfm2(name, kind, seed=33):
     return kvs, w.tensors
 
 
-MAKERS = {"mamba2": make_mamba2, "granitehybrid": make_granitehybrid,
+NEMOTRON_PATTERN = "M-M*-M-"  # M Mamba-2, * attention, - MLP (its hybrid_override_pattern)
+
+
+def make_nemotron_h(name, kind, seed=34):
+    layers, heads, kv_heads, head_dim, ff = len(NEMOTRON_PATTERN), 8, 2, 32, 768
+    ssm = dict(inner=384, state=32, heads=12, groups=4, conv=4)
+    arch = "nemotron_h"
+    kvs = common_kvs(arch, name, kind, layers) + ssm_kvs(arch, ssm) + [
+        gguf_kv(f"{arch}.attention.layer_norm_epsilon", F32V, 1e-5),
+        gguf_kv(f"{arch}.feed_forward_length", ARRAY,
+                [ff if c == "-" else 0 for c in NEMOTRON_PATTERN], I32),
+        gguf_kv(f"{arch}.attention.head_count", U32, heads),
+        gguf_kv(f"{arch}.attention.head_count_kv", ARRAY,
+                [kv_heads if c == "*" else 0 for c in NEMOTRON_PATTERN], I32),
+        gguf_kv(f"{arch}.attention.key_length", U32, head_dim),
+        gguf_kv(f"{arch}.attention.value_length", U32, head_dim),
+    ]
+    w = Weights(seed)
+    w.add("token_embd.weight", w.normal((VOCAB, EMBD), 1.0), kind)
+    for i, c in enumerate(NEMOTRON_PATTERN):
+        b = f"blk.{i}."
+        w.norm(b + "attn_norm.weight", (EMBD,))
+        if c == "M":
+            mamba2_layer(w, b, EMBD, ssm, kind)
+        elif c == "*":
+            attention_layer(w, b, EMBD, heads, kv_heads, head_dim, kind, qk_norm=False)
+        else:
+            w.linear(b + "ffn_up.weight", ff, EMBD, kind, gain=2.0)
+            w.linear(b + "ffn_down.weight", EMBD, ff, kind, gain=0.5)
+    w.norm("output_norm.weight", (EMBD,))
+    w.linear("output.weight", VOCAB, EMBD, kind, gain=5.0)
+    return kvs, w.tensors
+
+
+MAKERS = {"nemotron_h": make_nemotron_h, "mamba2": make_mamba2, "granitehybrid": make_granitehybrid,
           "granitehybrid-rope": lambda name, kind: make_granitehybrid(name, kind, rope=True),
           "lfm2": make_lfm2}
 
