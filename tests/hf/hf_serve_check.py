@@ -84,10 +84,12 @@ def expected_state_bytes(cfg, context):
     """Bytes of one session's state after `context` tokens, from config.json alone: a KV
     cache of K and V per KV head and token; for taylor order N the fixed state per KV
     head, C(d + N, N) features x (d_v + 1) floats (numerator and normaliser)."""
-    layers, hkv, d = cfg["num_hidden_layers"], cfg["num_key_value_heads"], cfg["head_dim"]
-    if cfg["attention"]["module"] == "taylor":
-        return layers * hkv * math.comb(d + cfg["attention"]["order"],
-                                        cfg["attention"]["order"]) * (d + 1) * 4
+    layers, hkv = cfg["num_hidden_layers"], cfg["num_key_value_heads"]
+    # Hugging Face's head_dim when the config has none (Qwen2Config): hidden / heads.
+    d = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    attention = cfg.get("attention", {"module": "softmax"})  # Qwen's configs: none
+    if attention["module"] == "taylor":
+        return layers * hkv * math.comb(d + attention["order"], attention["order"]) * (d + 1) * 4
     return layers * hkv * context * 2 * d * 4
 
 

@@ -17,8 +17,10 @@ a_pid="" b_pid=""
 trap 'stop "$a_pid"; stop "$b_pid"; rm -rf "$work"' EXIT
 logs="a b"
 
-all="gqa_tied gqa_tied_bf16 mha mha_sharded taylor2"
-gqa="gqa_tied taylor2"  # 4 query heads on 2 KV heads: softmax (KV cache) and taylor (state)
+all="gqa_tied gqa_tied_bf16 mha mha_sharded taylor2 qwen2 qwen2_f16 qwen3"
+# 4 query heads on 2 KV heads: softmax (KV cache), taylor (state), and Qwen3's KV cache of
+# head_dim 32 on hidden 64
+gqa="gqa_tied taylor2 qwen3"
 dirs=""
 for d in $all; do
   [ -f "$out/models/$d/config.json" ] ||
