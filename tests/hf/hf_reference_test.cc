@@ -34,14 +34,60 @@ namespace {
 // of fp32 operations differs. Logits here span about +-15.
 constexpr double kTolerance = 1e-4;
 
-// The directories make_reference.py writes, with what each one exercises.
-const char* const kDirs[] = {
-    "gqa_tied",       // 4 query heads on 2 KV heads, tied head (no lm_head.weight), BPE
-    "gqa_tied_bf16",  // the same weights stored as BF16
-    "mha",            // untied, head_dim 32 with hidden 64 (4 x 32 != 64), eps 1e-6, theta 5e5
-    "mha_sharded",    // the same weights in model.safetensors.index.json + 2 shards
-    "taylor2",        // taylor order 2, 4 on 2 KV heads, prefill chunks of 8, unigram
+// LoadOptions::quantize = "q8_0": every matrix and the embedding quantized at load to
+// ggml's Q8_0 (blocks of 32 weights: an f16 scale and 32 int8, 34 bytes), the norms and
+// biases left fp32. make_reference.py records PyTorch's logits on the weights rounded as
+// ggml rounds them (logits_full_q8_0): the LibTorch paths, which dequantize and run fp32,
+// must give those within kTolerance. The fused step's dot products also take the
+// activations to 8 bits (weights::PackedLinear, as ggml's Q8_0 x Q8_0 dot): within
+// kQ8FusedBound of them (measured 0.053 on logits of std 2.1). Against PyTorch's fp32
+// logits every path stays within kQ8Bound (measured 0.064), so greedy decoding must give
+// PyTorch's ids for as long as PyTorch's top-1 leads by more than 2 x kQ8Bound: logits
+// that close to PyTorch's cannot reorder its top two.
+constexpr double kQ8Bound = 0.1;
+constexpr double kQ8FusedBound = 0.1;
+
+// The directories make_reference.py writes, with what each one exercises and what its
+// config.json must give.
+struct Dir {
+  const char* name;
+  const char* what;
+  int kv_heads;  // of 4 query heads
+  int head_dim;
+  bool tied;
+  const char* module;
+  float eps, theta;
+  bool attention_bias;  // Qwen2's q/k/v biases
+  bool qk_head_norm;    // Qwen3's per-head q/k RMSNorm
+  const char* sixteen_bit_of;  // a 16-bit directory: its fp32 twin (same weights, rounded)
+  const char* weight_type;     // the packed matrices' WeightTypes(), or "F32"
 };
+const Dir kDirs[] = {
+    {"gqa_tied", "4 query heads on 2 KV heads, tied head (no lm_head.weight), BPE", 2, 16, true,
+     "softmax", 1e-5f, 1e4f, false, false, nullptr, "F32"},
+    {"gqa_tied_bf16", "the same weights stored as BF16", 2, 16, true, "softmax", 1e-5f, 1e4f,
+     false, false, "gqa_tied", "BF16 100%"},
+    {"mha", "untied, head_dim 32 with hidden 64 (4 x 32 != 64), eps 1e-6, theta 5e5", 4, 32,
+     false, "softmax", 1e-6f, 5e5f, false, false, nullptr, "F32"},
+    {"mha_sharded", "the same weights in model.safetensors.index.json + 2 shards", 4, 32, false,
+     "softmax", 1e-6f, 5e5f, false, false, nullptr, "F32"},
+    {"taylor2", "taylor order 2, 4 on 2 KV heads, prefill chunks of 8, unigram", 2, 16, false,
+     "taylor", 1e-5f, 1e4f, false, false, nullptr, "F32"},
+    {"qwen2", "model_type qwen2: q/k/v biases, 4 on 2 KV heads, untied, sliding_window 4096 "
+     "unused", 2, 16, false, "softmax", 1e-6f, 1e6f, true, false, nullptr, "F32"},
+    {"qwen2_f16", "the same weights stored as F16 (biases and norms too)", 2, 16, false,
+     "softmax", 1e-6f, 1e6f, true, false, "qwen2", "F16 100%"},
+    {"qwen3", "model_type qwen3: per-head q/k RMSNorm, head_dim 32 with hidden 64, 4 on 2 KV "
+     "heads, tied", 2, 32, true, "softmax", 1e-6f, 1e6f, false, true, nullptr, "F32"},
+};
+
+const Dir& DirNamed(const std::string& name) {
+  for (const Dir& d : kDirs) {
+    if (name == d.name) return d;
+  }
+  ADD_FAILURE() << "no directory " << name;
+  return kDirs[0];
+}
 
 std::string OutDir() {
   const char* dir = std::getenv("ATTNSERVE_HF_REFERENCE");
@@ -84,8 +130,13 @@ struct Reference {
   std::vector<int32_t> greedy;  // PyTorch's greedy continuation
   bool stopped_at_eos = false;
   double min_margin = 0;  // smallest top-1 minus top-2 logit over the greedy steps
+  std::vector<double> margins;  // top-1 minus top-2 logit at each greedy step
+  // Qwen directories: how far PyTorch's logits move without the family's own part
+  // (reference.json "ablated"); -1 elsewhere.
+  double ablated_diff = -1;
   at::Tensor logits;       // (T, V) over the prompt
   at::Tensor logits_full;  // (T + n, V) over prompt + continuation
+  at::Tensor logits_full_q8_0;  // the same with the matrices rounded to Q8_0 (one directory)
   std::vector<int32_t> Full() const {
     std::vector<int32_t> ids = prompt;
     ids.insert(ids.end(), greedy.begin(), greedy.end());
@@ -102,9 +153,12 @@ Reference LoadReference(const std::string& dir_name) {
   r.greedy = j["greedy"]["ids"].get<std::vector<int32_t>>();
   r.stopped_at_eos = j["greedy"]["stopped_at_eos"];
   r.min_margin = j["greedy"]["min_margin"];
+  r.margins = j["greedy"]["margins"].get<std::vector<double>>();
+  if (j.contains("ablated")) r.ablated_diff = j["ablated"]["max_logit_diff"];
   auto tensors = ReadF32Safetensors(dir / "reference.safetensors");
   r.logits = tensors["logits"];
   r.logits_full = tensors["logits_full"];
+  if (tensors.count("logits_full_q8_0") > 0) r.logits_full_q8_0 = tensors["logits_full_q8_0"];
   return r;
 }
 
@@ -127,7 +181,7 @@ class Report : public testing::Environment {
   }
   void TearDown() override {
     std::cout << "\nmax |attnserve - PyTorch| per directory and path (bound "
-              << kTolerance << "):\n";
+              << kTolerance << "; q8_0 rows " << kQ8Bound << "):\n";
     for (const auto& [dir, path, diff] : rows_) {
       std::printf("  %-14s %-26s %.3g\n", dir.c_str(), path.c_str(), diff);
     }
@@ -204,6 +258,7 @@ class HfReference : public testing::TestWithParam<std::string> {
 };
 
 TEST_P(HfReference, ConfigIsTheDirectorysOwn) {
+  const Dir& d = DirNamed(GetParam());
   const ModelConfig& c = model_->config();
   EXPECT_EQ(c.name, ref_.name);
   EXPECT_EQ(c.vocab_size, ref_.logits.size(1));
@@ -213,19 +268,47 @@ TEST_P(HfReference, ConfigIsTheDirectorysOwn) {
   EXPECT_EQ(c.bos_token_id, 1);
   EXPECT_EQ(c.eos_token_ids, std::vector<int>{2});
   EXPECT_EQ(c.attention.num_heads, 4);
-  const bool gqa = GetParam().rfind("mha", 0) != 0;
-  EXPECT_EQ(c.attention.num_kv_heads, gqa ? 2 : 4);
-  EXPECT_EQ(c.attention.head_dim, gqa ? 16 : 32);
-  EXPECT_EQ(c.tie_embeddings, GetParam().rfind("gqa_tied", 0) == 0);
-  EXPECT_EQ(c.attention.module, GetParam() == "taylor2" ? "taylor" : "softmax");
+  EXPECT_EQ(c.attention.num_kv_heads, d.kv_heads);
+  EXPECT_EQ(c.attention.head_dim, d.head_dim);
+  EXPECT_EQ(c.tie_embeddings, d.tied);
+  EXPECT_EQ(c.attention.module, d.module);
+  EXPECT_FLOAT_EQ(c.norm_eps, d.eps);
+  EXPECT_FLOAT_EQ(c.rope_theta, d.theta);
+  EXPECT_EQ(c.attention_bias, d.attention_bias);
+  EXPECT_EQ(c.qk_head_norm, d.qk_head_norm);
   if (GetParam() == "taylor2") {
     EXPECT_EQ(c.attention.order, 2);
     EXPECT_EQ(c.attention.chunk_size, 8);
   }
-  if (GetParam().rfind("mha", 0) == 0) {
-    EXPECT_FLOAT_EQ(c.norm_eps, 1e-6f);
-    EXPECT_FLOAT_EQ(c.rope_theta, 500000.0f);
+  if (d.attention_bias || d.qk_head_norm) {
+    // The tests below would fail by this much if attnserve ignored the q/k/v biases
+    // (Qwen2) or the q/k norms (Qwen3): PyTorch's logits without them.
+    EXPECT_GT(ref_.ablated_diff, 1e4 * kTolerance);
   }
+}
+
+TEST_P(HfReference, WeightsStayAsTheFileHoldsThem) {
+  // F32 files load as fp32 tensors; F16 / BF16 ones keep every matrix (7 per layer, the
+  // embedding, an untied head) in 16 bits: about half the bytes of the fp32 twin.
+  const Dir& d = DirNamed(GetParam());
+  EXPECT_EQ(model_->WeightTypes(), d.weight_type);
+  if (d.sixteen_bit_of == nullptr) {
+    EXPECT_FALSE(model_->HasPackedWeights());
+    EXPECT_EQ(model_->WeightBytes(), 4 * model_->ParameterCount());
+    return;
+  }
+  const size_t matrices = 7 * model_->config().num_layers + (d.tied ? 1 : 2);
+  EXPECT_EQ(model_->PackedParameters().size(), matrices);
+  auto twin = Model::Load((std::filesystem::path(OutDir()) / "models" / d.sixteen_bit_of).string());
+  ASSERT_TRUE(twin.ok()) << twin.status();
+  EXPECT_EQ(model_->ParameterCount(), (*twin)->ParameterCount());
+  const double ratio = double(model_->WeightBytes()) / double((*twin)->WeightBytes());
+  std::printf("%s: WeightBytes %lld, %s's %lld (x%.4f)\n", d.name,
+              (long long)model_->WeightBytes(), d.sixteen_bit_of,
+              (long long)(*twin)->WeightBytes(), ratio);
+  // Above 0.5 only by the norms (and biases) that stay fp32: under 0.5% of the weights.
+  EXPECT_GT(ratio, 0.5);
+  EXPECT_LT(ratio, 0.51);
 }
 
 TEST_P(HfReference, ForwardEqualsPyTorch) {
@@ -299,9 +382,123 @@ TEST_P(HfReference, GreedyContinuationEqualsPyTorch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dirs, HfReference,
-                         testing::ValuesIn(std::vector<std::string>(std::begin(kDirs),
-                                                                    std::end(kDirs))),
+const char* const kQuantizedDirs[] = {"qwen2"};
+
+class HfQuantized : public HfReference {
+ protected:
+  std::unique_ptr<Model> LoadQuantized(bool reference_step) const {
+    LoadOptions options;
+    options.quantize = "q8_0";
+    if (reference_step) setenv("ATTNSERVE_REFERENCE_STEP", "1", 1);
+    auto model = Model::Load(ModelDir(), options);
+    unsetenv("ATTNSERVE_REFERENCE_STEP");
+    EXPECT_TRUE(model.ok()) << ModelDir() << ": " << model.status();
+    return model.ok() ? std::move(model).value() : nullptr;
+  }
+  // Against PyTorch's fp32 logits (bound kQ8Bound) and against PyTorch's on the same
+  // Q8_0-rounded weights (bound `rounded_bound`).
+  void CheckQ8(const std::string& path, const at::Tensor& got, double rounded_bound) {
+    const double diff = MaxAbsDiff(got, ref_.logits_full);
+    Report::Add(GetParam() + " q8_0", path + " vs fp32", diff);
+    EXPECT_LT(diff, kQ8Bound) << GetParam() << " " << path;
+    const double rounded = MaxAbsDiff(got, ref_.logits_full_q8_0);
+    Report::Add(GetParam() + " q8_0", path + " vs rounded", rounded);
+    EXPECT_LT(rounded, rounded_bound) << GetParam() << " " << path << " vs PyTorch on the "
+                                      << "Q8_0-rounded weights";
+  }
+};
+
+TEST_P(HfQuantized, Q8_0HoldsAQuarterOfTheBytes) {
+  std::unique_ptr<Model> q8 = LoadQuantized(false);
+  ASSERT_NE(q8, nullptr);
+  EXPECT_EQ(q8->WeightTypes(), "Q8_0 100%");
+  EXPECT_EQ(q8->ParameterCount(), model_->ParameterCount());
+  const double ratio = double(q8->WeightBytes()) / double(model_->WeightBytes());
+  std::printf("%s q8_0: WeightBytes %lld, fp32 %lld (x%.4f)\n", GetParam().c_str(),
+              (long long)q8->WeightBytes(), (long long)model_->WeightBytes(), ratio);
+  // 34 bytes per 32 weights = 1.0625 of 4, plus the fp32 norms and biases (0.3%).
+  EXPECT_GT(ratio, 1.0625 / 4);
+  EXPECT_LT(ratio, 1.0625 / 4 + 0.005);
+}
+
+TEST_P(HfQuantized, Q8_0LogitsStayNearPyTorch) {
+  std::unique_ptr<Model> q8 = LoadQuantized(false);
+  std::unique_ptr<Model> q8_reference = LoadQuantized(true);
+  ASSERT_NE(q8, nullptr);
+  ASSERT_NE(q8_reference, nullptr);
+  EXPECT_TRUE(q8->UsesFusedStep());
+  EXPECT_FALSE(q8_reference->UsesFusedStep());
+  ASSERT_TRUE(ref_.logits_full_q8_0.defined()) << "make_reference.py writes logits_full_q8_0";
+  const std::vector<int32_t> full = ref_.Full();
+  // The LibTorch paths dequantize the blocks and run fp32: PyTorch's logits on the
+  // rounded weights, as for the fp32 directories.
+  CheckQ8("Forward", q8->Forward(AsBatch(full))[0], kTolerance);
+  CheckQ8("Step(reference)", StepOneByOne(*q8_reference, full), kTolerance);
+  CheckQ8("Prefill(reference)", PrefillInPieces(*q8_reference, full), kTolerance);
+  // The fused step's dot products also take the activations to 8 bits.
+  CheckQ8("Step(fused)", StepOneByOne(*q8, full), kQ8FusedBound);
+  CheckQ8("Prefill(pieces 1,2,3..)", PrefillInPieces(*q8, full), kQ8FusedBound);
+  // The rounding shows: PyTorch's fp32 and rounded logits are far apart.
+  EXPECT_GT(MaxAbsDiff(ref_.logits_full_q8_0, ref_.logits_full), 100 * kTolerance);
+}
+
+TEST_P(HfQuantized, Q8_0PicksPyTorchsTokenWhereTheMarginIsClear) {
+  // Teacher-forced on PyTorch's continuation: at every greedy step where PyTorch's top-1
+  // leads by more than 2 x kQ8Bound, the quantized model's top-1 is PyTorch's token.
+  std::unique_ptr<Model> q8 = LoadQuantized(false);
+  ASSERT_NE(q8, nullptr);
+  const at::Tensor logits = StepOneByOne(*q8, ref_.Full());  // (T + n, V)
+  const size_t first = ref_.prompt.size() - 1;  // the row that predicts greedy[0]
+  int clear = 0;
+  for (size_t i = 0; i < ref_.greedy.size(); ++i) {
+    if (ref_.margins[i] <= 2 * kQ8Bound) continue;
+    ++clear;
+    EXPECT_EQ(logits[first + i].argmax().item<int64_t>(), ref_.greedy[i])
+        << GetParam() << " q8_0: greedy step " << i << ", PyTorch's margin " << ref_.margins[i];
+  }
+  std::printf("%s q8_0: PyTorch's token at all %d of %zu teacher-forced steps with margins > "
+              "%g\n", GetParam().c_str(), clear, ref_.greedy.size(), 2 * kQ8Bound);
+  EXPECT_GE(clear, 20) << "too few clear steps to test";
+}
+
+TEST_P(HfQuantized, Q8_0GreedyIsPyTorchsWhileTheMarginsAreClear) {
+  std::unique_ptr<Model> q8 = LoadQuantized(false);
+  ASSERT_NE(q8, nullptr);
+  size_t clear = 0;  // leading greedy steps whose PyTorch margin exceeds 2 x kQ8Bound
+  while (clear < ref_.margins.size() && ref_.margins[clear] > 2 * kQ8Bound) ++clear;
+  ASSERT_GE(clear, 10u) << "PyTorch's greedy run has too few clear steps to test";
+  auto state = q8->NewState();
+  auto logits = q8->Prefill(*state, ref_.prompt);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  at::Tensor last = (*logits)[-1];
+  std::vector<int32_t> got;
+  DecodeState* states[] = {state.get()};
+  while (got.size() < clear) {
+    got.push_back(int32_t(last.argmax().item<int64_t>()));
+    auto next = q8->Step(states, {got.back()});
+    ASSERT_TRUE(next.ok()) << next.status();
+    last = (*next)[0];
+  }
+  EXPECT_EQ(got, std::vector<int32_t>(ref_.greedy.begin(), ref_.greedy.begin() + clear))
+      << GetParam() << " q8_0: the first " << clear << " greedy ids";
+  std::printf("%s q8_0: greedy ids equal PyTorch's over the first %zu steps (margins > %g)\n",
+              GetParam().c_str(), clear, 2 * kQ8Bound);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dirs, HfQuantized,
+                         testing::ValuesIn(std::vector<std::string>(std::begin(kQuantizedDirs),
+                                                                    std::end(kQuantizedDirs))),
+                         [](const testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+std::vector<std::string> DirNames() {
+  std::vector<std::string> out;
+  for (const Dir& d : kDirs) out.push_back(d.name);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Dirs, HfReference, testing::ValuesIn(DirNames()),
                          [](const testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
