@@ -75,6 +75,31 @@ GGUF facts (dims innermost first, as GGUF writes them; numpy shapes are the reve
     MLP where feed_forward_length > 0: ffn_up {d, ff}, ffn_down {ff, d},
     down(relu(up h)^2), no gate, no ffn_norm. output_norm.weight; output optional.
 
+Hugging Face names of the same tensors (llama.cpp's converter, gguf-py's
+tensor_mapping; L the layer):
+  mamba2 (Mamba2ForCausalLM): backbone.embeddings -> token_embd; backbone.layers.L.norm
+    -> attn_norm; backbone.layers.L.mixer.{in_proj, conv1d (C, 1, K: squeezed), conv1d
+    .bias, dt_bias -> ssm_dt.bias, A_log -> ssm_a = -exp(A_log), D -> ssm_d, norm ->
+    ssm_norm (reshaped to (G, I/G)), out_proj}; backbone.norm_f -> output_norm; lm_head.
+  granitehybrid (GraniteMoeHybridForCausalLM without experts): model.embed_tokens;
+    model.layers.L.input_layernorm -> attn_norm; .mamba.{in_proj, conv1d, dt_bias, A_log,
+    D, norm, out_proj} as above; .self_attn.{q,k,v,o}_proj -> attn_q/k/v/output (q and k
+    rows permuted per head to RoPE pairs as llama's converter does; immaterial without
+    RoPE); .post_attention_layernorm -> ffn_norm; .shared_mlp.input_linear (2 ff rows:
+    gate, then up) -> ffn_gate, ffn_up; .shared_mlp.output_linear -> ffn_down;
+    model.norm -> output_norm; lm_head. Config: embedding_multiplier, residual_multiplier,
+    logits_scaling, attention_multiplier, position_embedding_type, layer_types.
+  nemotron_h (NemotronHForCausalLM): backbone.embeddings; backbone.layers.L.norm ->
+    attn_norm; backbone.layers.L.mixer.* as mamba2 on "M" layers, {q,k,v,o}_proj on "*"
+    layers, {up_proj, down_proj} on "-" layers (hybrid_override_pattern);
+    backbone.norm_f; lm_head.
+  lfm2 (Lfm2ForCausalLM): model.embed_tokens; model.layers.L.operator_norm -> attn_norm;
+    .conv.{in_proj, conv (C, 1, K: squeezed), out_proj} -> shortconv.*;
+    .self_attn.{q_proj, k_proj, v_proj, out_proj, q_layernorm, k_layernorm} -> attn_q,
+    attn_k, attn_v, attn_output, attn_q_norm, attn_k_norm; .ffn_norm;
+    .feed_forward.{w1, w3, w2} -> ffn_gate, ffn_up, ffn_down; model.embedding_norm ->
+    token_embd_norm (the final norm, despite its name); the output tied.
+
 llama.cpp rounds what it multiplies: activations to Q8_0 blocks before a Q8_0 matmul,
 and keeps K and V (and the query and softmax weights it multiplies them with) in F16.
 `llama_rounding` in Forward mimics that so the logits can be compared closely.
