@@ -48,6 +48,38 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
     return absl::InvalidArgumentError("value_dim must equal head_dim");
   }
   // dim need not equal num_heads * head_dim: the projections map between the two.
+  if (!c.mixers.empty() && int(c.mixers.size()) != c.num_layers) {
+    return Invalid("mixers", absl::StrCat("must list one mixer per layer (", c.num_layers, ")"),
+                   int64_t(c.mixers.size()));
+  }
+  bool mamba2 = false, shortconv = false;
+  for (const std::string& m : c.mixers) {
+    if (m != kAttentionMixer && m != kMamba2Mixer && m != kShortConvMixer) {
+      return absl::InvalidArgumentError(absl::StrCat("mixers: '", m, "' is not a mixer (",
+                                                     kAttentionMixer, ", ", kMamba2Mixer, ", ",
+                                                     kShortConvMixer, ")"));
+    }
+    mamba2 = mamba2 || m == kMamba2Mixer;
+    shortconv = shortconv || m == kShortConvMixer;
+  }
+  if (mamba2) {
+    if (c.ssm_heads < 1 || c.ssm_groups < 1 || c.ssm_heads % c.ssm_groups != 0) {
+      return Invalid("ssm_groups", absl::StrCat("must divide ssm_heads ", c.ssm_heads), c.ssm_groups);
+    }
+    if (c.ssm_inner < 1 || c.ssm_inner % c.ssm_heads != 0) {
+      return Invalid("ssm_inner", absl::StrCat("must be a multiple of ssm_heads ", c.ssm_heads),
+                     c.ssm_inner);
+    }
+    if (c.ssm_state < 1) return Invalid("ssm_state", "must be >= 1", c.ssm_state);
+  }
+  if ((mamba2 || shortconv) && c.conv_kernel < 2) {
+    return Invalid("conv_kernel", "must be >= 2", c.conv_kernel);
+  }
+  if (!(c.embedding_scale > 0) || !(c.residual_scale > 0) || !(c.logit_scale > 0) ||
+      !(c.attention_scale >= 0)) {
+    return absl::InvalidArgumentError("embedding_scale, residual_scale and logit_scale must be "
+                                      "> 0, attention_scale >= 0");
+  }
   if (c.bos_token_id < -1 || c.bos_token_id >= c.vocab_size) {
     return Invalid("bos_token_id", absl::StrCat("must be -1 (none) or in [0, vocab_size ",
                                                 c.vocab_size, ")"),
@@ -100,6 +132,18 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view text) {
   c.tie_embeddings = proto.tie_embeddings();
   c.attention_bias = proto.attention_bias();
   c.qk_head_norm = proto.qk_head_norm();
+  c.mixers.assign(proto.mixers().begin(), proto.mixers().end());
+  c.ssm_inner = proto.ssm_inner();
+  c.ssm_state = proto.ssm_state();
+  c.ssm_heads = proto.ssm_heads();
+  c.ssm_groups = proto.ssm_groups();
+  c.conv_kernel = proto.conv_kernel();
+  c.mlp = !proto.no_mlp();
+  c.rope = !proto.no_rope();
+  c.embedding_scale = proto.embedding_scale() != 0 ? proto.embedding_scale() : 1.0f;
+  c.residual_scale = proto.residual_scale() != 0 ? proto.residual_scale() : 1.0f;
+  c.logit_scale = proto.logit_scale() != 0 ? proto.logit_scale() : 1.0f;
+  c.attention_scale = proto.attention_scale();
   c.bos_token_id = proto.has_bos_token_id() ? proto.bos_token_id() : d.bos_token_id;
   if (proto.eos_token_ids_size() > 0) {
     c.eos_token_ids.assign(proto.eos_token_ids().begin(), proto.eos_token_ids().end());
@@ -143,6 +187,19 @@ std::string ModelConfigToText(const ModelConfig& c) {
   proto.set_tie_embeddings(c.tie_embeddings);
   proto.set_attention_bias(c.attention_bias);
   proto.set_qk_head_norm(c.qk_head_norm);
+  // Printed only where they differ from a Llama's, so its text (its fingerprint) stays.
+  for (const std::string& m : c.mixers) proto.add_mixers(m);
+  proto.set_ssm_inner(c.ssm_inner);
+  proto.set_ssm_state(c.ssm_state);
+  proto.set_ssm_heads(c.ssm_heads);
+  proto.set_ssm_groups(c.ssm_groups);
+  proto.set_conv_kernel(c.conv_kernel);
+  proto.set_no_mlp(!c.mlp);
+  proto.set_no_rope(!c.rope);
+  if (c.embedding_scale != 1.0f) proto.set_embedding_scale(c.embedding_scale);
+  if (c.residual_scale != 1.0f) proto.set_residual_scale(c.residual_scale);
+  if (c.logit_scale != 1.0f) proto.set_logit_scale(c.logit_scale);
+  proto.set_attention_scale(c.attention_scale);
   if (c.bos_token_id != d.bos_token_id) proto.set_bos_token_id(c.bos_token_id);
   if (c.eos_token_ids != d.eos_token_ids) {
     if (c.eos_token_ids.empty()) proto.add_eos_token_ids(-1);
@@ -154,19 +211,49 @@ std::string ModelConfigToText(const ModelConfig& c) {
   return out;
 }
 
+const std::string& ModelConfig::Mixer(int l) const {
+  static const std::string* const kAttention = new std::string(kAttentionMixer);
+  return mixers.empty() ? *kAttention : mixers[size_t(l)];
+}
+
+bool ModelConfig::HasAttention() const {
+  for (int l = 0; l < num_layers; ++l) {
+    if (IsAttention(l)) return true;
+  }
+  return false;
+}
+
+bool ModelConfig::HasRecurrent() const {
+  for (int l = 0; l < num_layers; ++l) {
+    if (!IsAttention(l)) return true;
+  }
+  return false;
+}
+
 int64_t ParameterCount(const ModelConfig& c) {
   const int64_t dim = c.dim, hidden = c.mlp_hidden, vocab = c.vocab_size;
   const int64_t q_width = int64_t{c.attention.num_heads} * c.attention.head_dim;
   const int64_t kv_width = int64_t{c.attention.num_kv_heads} * c.attention.head_dim;
-  const int64_t per_layer = 2 * dim                       // two RMSNorm gains
-                            + 2 * q_width * dim           // wq, wo
-                            + 2 * kv_width * dim          // wk, wv
-                            + 3 * dim * hidden            // w_gate, w_up, w_down
+  const int64_t attention = 2 * q_width * dim           // wq, wo
+                            + 2 * kv_width * dim        // wk, wv
                             + (c.attention.learn_temperature ? 1 : 0)
                             + (c.attention_bias ? q_width + 2 * kv_width : 0)
                             + (c.qk_head_norm ? 2 * c.attention.head_dim : 0);
+  // Mamba-2: in_proj (z, xBC, dt), conv taps and bias over xBC, dt_bias, A, D, the norm,
+  // out_proj. Short conv: in_proj (b, c, x), taps, out_proj.
+  const int64_t conv = int64_t{c.ssm_inner} + 2 * int64_t{c.ssm_groups} * c.ssm_state;
+  const int64_t mamba2 = (c.ssm_inner + conv + c.ssm_heads) * dim + conv * (c.conv_kernel + 1) +
+                         3 * int64_t{c.ssm_heads} + c.ssm_inner + dim * c.ssm_inner;
+  const int64_t shortconv = 3 * dim * dim + dim * c.conv_kernel + dim * dim;
+  int64_t layers = 0;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string& m = c.Mixer(l);
+    layers += dim  // the mixer's norm
+              + (m == kMamba2Mixer ? mamba2 : m == kShortConvMixer ? shortconv : attention)
+              + (c.mlp ? dim + 3 * dim * hidden : 0);  // its norm, w_gate, w_up, w_down
+  }
   return (c.tie_embeddings ? 1 : 2) * vocab * dim  // embedding (+ the untied head)
-         + c.num_layers * per_layer + dim;  // + final norm
+         + layers + dim;  // + final norm
 }
 
 }  // namespace attnserve::model

@@ -13,6 +13,11 @@
 
 namespace attnserve::model {
 
+// ModelConfig::mixers values.
+inline constexpr char kAttentionMixer[] = "attention";
+inline constexpr char kMamba2Mixer[] = "mamba2";
+inline constexpr char kShortConvMixer[] = "shortconv";
+
 struct ModelConfig {
   std::string name = "attnserve";
   // Embedding rows (token ids); at least kMinVocabSize. A tokenizer's vocabulary may be
@@ -45,6 +50,32 @@ struct ModelConfig {
   // Each head's q and k go through an RMSNorm with gains q_norm, k_norm (head_dim)
   // before RoPE (Qwen3).
   bool qk_head_norm = false;
+
+  // Each layer's token mixer (server/DESIGN.md §11): kAttention (the module above),
+  // kMamba2 or kShortConv. Empty: every layer attention (Mixer(l) reads it).
+  std::vector<std::string> mixers;
+  // Mamba-2 layers: inner width I (x and z), state size N, heads H (head dim P = I / H),
+  // groups G sharing B and C (H / G heads each).
+  int ssm_inner = 0, ssm_state = 0, ssm_heads = 0, ssm_groups = 0;
+  // Taps K of the causal convolutions (Mamba-2's conv1d over x, B, C; LFM2's short conv):
+  // a session keeps the last K - 1 inputs.
+  int conv_kernel = 0;
+  // A feed-forward block (norm, SwiGLU, residual) after each mixer; pure Mamba-2 has none.
+  bool mlp = true;
+  // RoPE on q and k in the attention layers (Granite 4.0-H has none).
+  bool rope = true;
+  // Granite's multipliers: embeddings times embedding_scale, every mixer and MLP output
+  // times residual_scale before its residual add, logits divided by logit_scale;
+  // attention_scale replaces 1/sqrt(head_dim) when not 0.
+  float embedding_scale = 1.0f, residual_scale = 1.0f, logit_scale = 1.0f;
+  float attention_scale = 0.0f;
+
+  // Layer l's mixer (kAttention when `mixers` is empty).
+  const std::string& Mixer(int l) const;
+  bool IsAttention(int l) const { return Mixer(l) == kAttentionMixer; }
+  // Whether any layer is attention / any is recurrent.
+  bool HasAttention() const;
+  bool HasRecurrent() const;
 };
 
 // tokenizer_class of the byte-level tokenizer (tokenizer.h), which needs no files.

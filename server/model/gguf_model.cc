@@ -47,11 +47,64 @@ bool IsGgufPath(const std::string& path) { return absl::EndsWith(path, kGgufSuff
 // qwen2 (q/k/v biases) and qwen3 (per-head q/k RMSNorm): one decoder with two options.
 // llama.cpp's converter stores llama's q and k rows in interleaved RoPE pairs; the Qwen
 // families use NEOX RoPE, which is our rotate-half layout.
-constexpr const char* kGgufArchitectures[] = {"llama", "qwen2", "qwen3"};
+// The recurrent and hybrid ones (server/DESIGN.md §11): mamba2 (every layer Mamba-2, no
+// MLP), granitehybrid (Granite 4.0-H: Mamba-2 and attention layers, the layer's
+// attention.head_count_kv 0 for Mamba-2; Granite's multipliers; RoPE only when
+// rope.scaling.finetuned) and lfm2 (short-conv and attention layers likewise, per-head q/k
+// norms, the final norm token_embd_norm).
+constexpr const char* kGgufArchitectures[] = {"llama", "qwen2", "qwen3", "mamba2",
+                                              "granitehybrid", "lfm2"};
 
 bool GgufInterleavedRope(const GgufFile& file) {
-  return file.metadata.value("general.architecture", json()) == "llama";
+  const json arch = file.metadata.value("general.architecture", json());
+  // Granite's attention layers rotate adjacent pairs (llama.cpp's NORM RoPE) when they
+  // rotate at all.
+  return arch == "llama" ||
+         (arch == "granitehybrid" &&
+          file.metadata.value("granitehybrid.rope.scaling.finetuned", json(false)) == true);
 }
+
+namespace {
+
+// A per-layer integer key (hybrids write head counts as arrays), or a scalar for every
+// layer; `fallback` for every layer when absent.
+absl::StatusOr<std::vector<int64_t>> PerLayer(const json& m, const std::string& key,
+                                              int64_t layers, int64_t fallback) {
+  if (!m.contains(key)) return std::vector<int64_t>(size_t(layers), fallback);
+  const json& v = m[key];
+  if (!v.is_array()) {
+    auto one = UInt(m, key);
+    if (!one.ok()) return one.status();
+    return std::vector<int64_t>(size_t(layers), *one);
+  }
+  if (int64_t(v.size()) != layers) {
+    return BadKey(key, absl::StrCat("has ", v.size(), " entries for ", layers, " layers"));
+  }
+  std::vector<int64_t> out;
+  for (const json& e : v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > INT32_MAX) {
+      return BadKey(key, absl::StrCat("must hold non-negative integers, got ", GgufValueText(e)));
+    }
+    out.push_back(e.get<int64_t>());
+  }
+  return out;
+}
+
+// The one non-zero value of `per_layer` (the attention layers'); 0 when there is none.
+absl::StatusOr<int64_t> Uniform(const std::vector<int64_t>& per_layer, const std::string& key) {
+  int64_t value = 0;
+  for (int64_t v : per_layer) {
+    if (v == 0) continue;
+    if (value != 0 && v != value) {
+      return BadKey(key, "differs between attention layers: attnserve's attention layers share "
+                         "one shape");
+    }
+    value = v;
+  }
+  return value;
+}
+
+}  // namespace
 
 absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::string& name) {
   const json& m = file.metadata;
@@ -77,16 +130,46 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
   attention::AttentionOptions& a = c.attention;
   a = attention::AttentionOptions();
   a.module = "softmax";
+  const bool mamba2 = arch == "mamba2", lfm2 = arch == "lfm2";
+  const bool hybrid = arch == "granitehybrid" || lfm2;
   auto dim = UInt(m, p + "embedding_length");
   auto layers = UInt(m, p + "block_count");
-  auto hidden = UInt(m, p + "feed_forward_length");
-  auto heads = UInt(m, p + "attention.head_count");
-  for (const auto* v : {&dim, &layers, &hidden, &heads}) {
+  for (const auto* v : {&dim, &layers}) {
     if (!v->ok()) return v->status();
   }
-  if (*heads < 1) return BadKey(p + "attention.head_count", "must be at least 1");
-  auto kv_heads = UInt(m, p + "attention.head_count_kv", *heads);
-  if (!kv_heads.ok()) return kv_heads.status();
+  if (*layers < 1) return BadKey(p + "block_count", "must be at least 1");
+  auto hidden = UInt(m, p + "feed_forward_length", mamba2 ? std::optional<int64_t>(0) : std::nullopt);
+  if (!hidden.ok()) return hidden.status();
+  auto head_counts = PerLayer(m, p + "attention.head_count", *layers, 0);
+  if (!head_counts.ok()) return head_counts.status();
+  auto heads_or = Uniform(*head_counts, p + "attention.head_count");
+  if (!heads_or.ok()) return heads_or.status();
+  auto kv_counts = PerLayer(m, p + "attention.head_count_kv", *layers, *heads_or);
+  if (!kv_counts.ok()) return kv_counts.status();
+  auto kv_or = Uniform(*kv_counts, p + "attention.head_count_kv");
+  if (!kv_or.ok()) return kv_or.status();
+  // Each layer's mixer: a hybrid's head_count_kv of 0 marks a recurrent layer.
+  c.mixers.clear();
+  int attention_layers = 0, last_attention = -1;
+  for (int64_t l = 0; l < *layers; ++l) {
+    const bool attends = !mamba2 && (!hybrid || (*kv_counts)[size_t(l)] != 0);
+    c.mixers.push_back(attends ? kAttentionMixer : lfm2 ? kShortConvMixer : kMamba2Mixer);
+    if (attends) {
+      ++attention_layers;
+      last_attention = int(l);
+    }
+  }
+  if (attention_layers == *layers) c.mixers.clear();  // every layer attention: as before
+  if (!mamba2 && !hybrid && *heads_or < 1) {
+    return BadKey(p + "attention.head_count", "must be at least 1");
+  }
+  // A model without attention layers still names a head shape: one head of dim, what a
+  // full-attention model of its width would cache (its break-even's reference).
+  auto heads = absl::StatusOr<int64_t>(attention_layers > 0 ? *heads_or : 1);
+  auto kv_heads = absl::StatusOr<int64_t>(attention_layers > 0 ? *kv_or : 1);
+  if (attention_layers > 0 && *heads < 1) {
+    return BadKey(p + "attention.head_count", "must be at least 1 in the attention layers");
+  }
   auto key_length = UInt(m, p + "attention.key_length", *dim / *heads);
   if (!key_length.ok()) return key_length.status();
   auto value_length = UInt(m, p + "attention.value_length", *key_length);
@@ -94,6 +177,42 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
   if (*value_length != *key_length) {
     return BadKey(p + "attention.value_length", "must equal key_length");
   }
+  if (mamba2 || arch == "granitehybrid") {
+    auto conv = UInt(m, p + "ssm.conv_kernel");
+    auto inner = UInt(m, p + "ssm.inner_size");
+    auto state = UInt(m, p + "ssm.state_size");
+    auto ssm_heads = UInt(m, p + "ssm.time_step_rank");
+    auto groups = UInt(m, p + "ssm.group_count", 1);
+    for (const auto* v : {&conv, &inner, &state, &ssm_heads, &groups}) {
+      if (!v->ok()) return v->status();
+    }
+    c.conv_kernel = int(*conv);
+    c.ssm_inner = int(*inner);
+    c.ssm_state = int(*state);
+    c.ssm_heads = int(*ssm_heads);
+    c.ssm_groups = int(*groups);
+  }
+  if (lfm2) {
+    auto taps = UInt(m, p + "shortconv.l_cache");
+    if (!taps.ok()) return taps.status();
+    c.conv_kernel = int(*taps);
+  }
+  c.mlp = !mamba2;
+  if (arch == "granitehybrid") {
+    c.rope = GgufInterleavedRope(file);
+    auto embedding_scale = Float(m, p + "embedding_scale", 1.0);
+    auto residual_scale = Float(m, p + "residual_scale", 1.0);
+    auto logit_scale = Float(m, p + "logit_scale", 1.0);
+    auto attention_scale = Float(m, p + "attention.scale", 0.0);
+    for (const auto* v : {&embedding_scale, &residual_scale, &logit_scale, &attention_scale}) {
+      if (!v->ok()) return v->status();
+    }
+    c.embedding_scale = float(*embedding_scale);
+    c.residual_scale = float(*residual_scale);
+    c.logit_scale = float(*logit_scale);
+    c.attention_scale = float(*attention_scale);
+  }
+  if (mamba2) c.rope = false;
   auto rope_dims = UInt(m, p + "rope.dimension_count", *key_length);
   if (!rope_dims.ok()) return rope_dims.status();
   if (*rope_dims != *key_length) {
@@ -124,18 +243,21 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
     }
     return absl::OkStatus();
   };
-  if (*layers < 1) return BadKey(p + "block_count", "must be at least 1");
   if (*kv_heads < 1 || *heads % *kv_heads != 0) {
     return BadKey(p + "attention.head_count_kv",
                   absl::StrCat(*kv_heads, " must divide head_count ", *heads));
   }
-  const std::string last = absl::StrCat("blk.", *layers - 1, ".");
-  for (absl::Status s :
-       {expect("token_embd.weight", {*dim, embed->dims[1]}),
-        expect(last + "attn_q.weight", {*dim, *heads * *key_length}),
-        expect(last + "attn_k.weight", {*dim, *kv_heads * *key_length}),
-        expect(last + "ffn_up.weight", {*dim, *hidden})}) {
-    if (!s.ok()) return s;
+  if (absl::Status s = expect("token_embd.weight", {*dim, embed->dims[1]}); !s.ok()) return s;
+  if (last_attention >= 0) {
+    const std::string last = absl::StrCat("blk.", last_attention, ".");
+    for (absl::Status s : {expect(last + "attn_q.weight", {*dim, *heads * *key_length}),
+                           expect(last + "attn_k.weight", {*dim, *kv_heads * *key_length})}) {
+      if (!s.ok()) return s;
+    }
+  }
+  if (c.mlp) {
+    const std::string last = absl::StrCat("blk.", *layers - 1, ".");
+    if (absl::Status s = expect(last + "ffn_up.weight", {*dim, *hidden}); !s.ok()) return s;
   }
   c.dim = int(*dim);
   c.num_layers = int(*layers);
@@ -150,8 +272,10 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
   c.vocab_size = int(embed->dims[1]);
   c.tie_embeddings = file.Find("output.weight") == nullptr;
   // Qwen2's q/k/v biases (llama.cpp reads them where present); Qwen3's per-head norms.
-  c.attention_bias = file.Find("blk.0.attn_q.bias") != nullptr;
-  c.qk_head_norm = file.Find("blk.0.attn_q_norm.weight") != nullptr;
+  c.attention_bias = last_attention >= 0 &&
+                     file.Find(absl::StrCat("blk.", last_attention, ".attn_q.bias")) != nullptr;
+  c.qk_head_norm = last_attention >= 0 &&
+                   file.Find(absl::StrCat("blk.", last_attention, ".attn_q_norm.weight")) != nullptr;
   if (arch == "qwen3" && !c.qk_head_norm) {
     return absl::InvalidArgumentError("GGUF: a qwen3 file needs blk.N.attn_q_norm.weight");
   }
@@ -186,13 +310,21 @@ std::string GgufTensorName(const std::string& name) {
       {"wv", "attn_v"},           {"wo", "attn_output"}, {"mlp_norm", "ffn_norm"},
       {"w_gate", "ffn_gate"},     {"w_up", "ffn_up"},   {"w_down", "ffn_down"},
       {"bq", "attn_q.bias"},      {"bk", "attn_k.bias"}, {"bv", "attn_v.bias"},
-      {"q_norm", "attn_q_norm"},  {"k_norm", "attn_k_norm"}};
+      {"q_norm", "attn_q_norm"},  {"k_norm", "attn_k_norm"},
+      // Mamba-2 (ssm_a and ssm_d have no ".weight": written whole below) and short conv.
+      {"ssm_in", "ssm_in"},       {"ssm_conv_w", "ssm_conv1d"}, {"ssm_conv_b", "ssm_conv1d.bias"},
+      {"ssm_dt_bias", "ssm_dt.bias"}, {"ssm_a", "ssm_a"},       {"ssm_d", "ssm_d"},
+      {"ssm_norm", "ssm_norm"},   {"ssm_out", "ssm_out"},
+      {"conv_in", "shortconv.in_proj"}, {"conv_w", "shortconv.conv"},
+      {"conv_out", "shortconv.out_proj"}};
   // "layers.N.rest"
   const size_t dot = name.find('.', 7);
   const std::string layer = name.substr(7, dot - 7);
   auto it = kLayer.find(name.substr(dot + 1));
   if (it == kLayer.end()) return "";  // not a llama parameter (attention-module extras)
-  if (absl::EndsWith(it->second, ".bias")) return absl::StrCat("blk.", layer, ".", it->second);
+  if (absl::EndsWith(it->second, ".bias") || it->second == "ssm_a" || it->second == "ssm_d") {
+    return absl::StrCat("blk.", layer, ".", it->second);
+  }
   return absl::StrCat("blk.", layer, ".", it->second, ".weight");
 }
 
@@ -214,11 +346,28 @@ std::vector<float> UninterleaveRopeRows(const std::vector<float>& values, int he
 
 namespace {
 
+}  // namespace
+
+std::string GgufFileTensorName(const GgufFile& file, const ModelConfig& config,
+                               const std::string& name) {
+  if (name == "head" && config.tie_embeddings) return GgufTensorName("embed");
+  if (name == "norm" && file.metadata.value("general.architecture", json()) == "lfm2") {
+    return "token_embd_norm.weight";  // LFM2's final norm
+  }
+  return GgufTensorName(name);
+}
+
+bool GgufOptionalTensor(const std::string& name) {
+  return absl::EndsWith(name, ".ssm_conv_b");  // Granite's conv may have no bias: zeros
+}
+
+namespace {
+
 // Parameter `name`'s tensor, checked against the shape the network needs.
 absl::StatusOr<const GgufTensor*> FindParameter(const GgufFile& file, const ModelConfig& config,
                                                 const std::string& name,
                                                 const std::vector<int64_t>& shape) {
-  const std::string gguf = GgufTensorName(name == "head" && config.tie_embeddings ? "embed" : name);
+  const std::string gguf = GgufFileTensorName(file, config, name);
   const GgufTensor* t = gguf.empty() ? nullptr : file.Find(gguf);
   if (t == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -36,6 +36,12 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
 
 // The GGUF tensor name of an attnserve parameter ("embed", "layers.3.wq", "head", ...).
 std::string GgufTensorName(const std::string& name);
+// The same in `file` for a model of `config`: a tied head reads token_embd, LFM2's final
+// norm is token_embd_norm.
+std::string GgufFileTensorName(const GgufFile& file, const ModelConfig& config,
+                               const std::string& name);
+// Parameters a file may leave out (zeros then): Granite's Mamba-2 conv bias.
+bool GgufOptionalTensor(const std::string& name);
 
 // The values of attnserve parameter `name` (row-major, [rows, columns] as the network
 // holds it), dequantized to fp32, q and k rows in our RoPE layout. `shape` is what the

@@ -12,6 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "server/attention/registry.h"
 #include "server/common/torch_status.h"
+#include "server/mixer/conv_kernels.h"
+#include "server/mixer/ssd_kernels.h"
+#include "server/model/recurrent_state.h"
 
 namespace attnserve::model {
 namespace {
@@ -64,7 +67,8 @@ void DecodeState::Rewind(std::unique_ptr<DecodeState> checkpoint) {
 }
 
 const at::Tensor& Model::Layer::dense(Matrix m) const {
-  const at::Tensor* const all[kMatrices] = {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down};
+  const at::Tensor* const all[kMatrices] = {&wq,     &wk,   &wv,     &wo,     &w_gate,
+                                            &w_up,   &w_down, &in_proj, &out_proj};
   return *all[m];
 }
 
@@ -72,9 +76,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateEmpty(const ModelConfig& con
   if (absl::Status s = ValidateModelConfig(config); !s.ok()) return s;
   std::unique_ptr<Model> m(new Model(config));
   for (int i = 0; i < config.num_layers; ++i) {
+    m->layers_.push_back(Layer{});
+    m->layers_.back().mixer = config.Mixer(i);
+    if (!config.IsAttention(i)) continue;
     auto attn = attention::CreateAttention(config.attention);
     if (!attn.ok()) return attn.status();
-    m->layers_.push_back(Layer{});
     m->layers_.back().attention = std::move(attn).value();
   }
   absl::Status rope = CatchTorch("initialising model", [&]() -> absl::Status {
@@ -97,20 +103,41 @@ std::vector<Model::Slot> Model::Slots() {
     Layer& l = layers_[i];
     const std::string p = absl::StrCat("layers.", i, ".");
     out.push_back({p + "attn_norm", &l.attn_norm, nullptr, {dim}});
-    out.push_back({p + "wq", &l.wq, &l.packed[kWq], {q_width, dim}});
-    out.push_back({p + "wk", &l.wk, &l.packed[kWk], {kv_width, dim}});
-    out.push_back({p + "wv", &l.wv, &l.packed[kWv], {kv_width, dim}});
-    out.push_back({p + "wo", &l.wo, &l.packed[kWo], {dim, q_width}});
-    out.push_back({p + "mlp_norm", &l.mlp_norm, nullptr, {dim}});
-    out.push_back({p + "w_gate", &l.w_gate, &l.packed[kWGate], {hidden, dim}});
-    out.push_back({p + "w_up", &l.w_up, &l.packed[kWUp], {hidden, dim}});
-    out.push_back({p + "w_down", &l.w_down, &l.packed[kWDown], {dim, hidden}});
-    if (config_.attention_bias) {
+    if (l.mixer == kMamba2Mixer) {
+      const int64_t inner = config_.ssm_inner, heads = config_.ssm_heads;
+      const int64_t groups = config_.ssm_groups;
+      const int64_t channels = inner + 2 * groups * config_.ssm_state;  // x, B, C
+      out.push_back({p + "ssm_in", &l.in_proj, &l.packed[kInProj],
+                     {inner + channels + heads, dim}});  // z | xBC | dt
+      out.push_back({p + "ssm_conv_w", &l.conv_w, nullptr, {channels, config_.conv_kernel}});
+      out.push_back({p + "ssm_conv_b", &l.conv_b, nullptr, {channels}});
+      out.push_back({p + "ssm_dt_bias", &l.dt_bias, nullptr, {heads}});
+      out.push_back({p + "ssm_a", &l.ssm_a, nullptr, {heads, 1}});
+      out.push_back({p + "ssm_d", &l.ssm_d, nullptr, {heads, 1}});
+      out.push_back({p + "ssm_norm", &l.ssm_norm, nullptr, {groups, inner / groups}});
+      out.push_back({p + "ssm_out", &l.out_proj, &l.packed[kOutProj], {dim, inner}});
+    } else if (l.mixer == kShortConvMixer) {
+      out.push_back({p + "conv_in", &l.in_proj, &l.packed[kInProj], {3 * dim, dim}});  // b | c | x
+      out.push_back({p + "conv_w", &l.conv_w, nullptr, {dim, config_.conv_kernel}});
+      out.push_back({p + "conv_out", &l.out_proj, &l.packed[kOutProj], {dim, dim}});
+    } else {
+      out.push_back({p + "wq", &l.wq, &l.packed[kWq], {q_width, dim}});
+      out.push_back({p + "wk", &l.wk, &l.packed[kWk], {kv_width, dim}});
+      out.push_back({p + "wv", &l.wv, &l.packed[kWv], {kv_width, dim}});
+      out.push_back({p + "wo", &l.wo, &l.packed[kWo], {dim, q_width}});
+    }
+    if (config_.mlp) {
+      out.push_back({p + "mlp_norm", &l.mlp_norm, nullptr, {dim}});
+      out.push_back({p + "w_gate", &l.w_gate, &l.packed[kWGate], {hidden, dim}});
+      out.push_back({p + "w_up", &l.w_up, &l.packed[kWUp], {hidden, dim}});
+      out.push_back({p + "w_down", &l.w_down, &l.packed[kWDown], {dim, hidden}});
+    }
+    if (l.mixer == kAttentionMixer && config_.attention_bias) {
       out.push_back({p + "bq", &l.bq, nullptr, {q_width}});
       out.push_back({p + "bk", &l.bk, nullptr, {kv_width}});
       out.push_back({p + "bv", &l.bv, nullptr, {kv_width}});
     }
-    if (config_.qk_head_norm) {
+    if (l.mixer == kAttentionMixer && config_.qk_head_norm) {
       out.push_back({p + "q_norm", &l.q_norm, nullptr, {d}});
       out.push_back({p + "k_norm", &l.k_norm, nullptr, {d}});
     }
@@ -138,13 +165,22 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
       const std::string& n = slot.name;
       if (absl::EndsWith(n, "norm")) {
         *slot.dense = at::ones(slot.shape);
+      } else if (absl::EndsWith(n, ".ssm_a")) {  // A = -exp(A_log), A_log in [0, log 16]
+        *slot.dense = -at::exp(at::rand(slot.shape, gen) * std::log(16.0));
+      } else if (absl::EndsWith(n, ".ssm_d") || absl::EndsWith(n, ".ssm_dt_bias")) {
+        *slot.dense = at::ones(slot.shape);
+      } else if (absl::EndsWith(n, ".ssm_conv_b")) {
+        *slot.dense = at::zeros(slot.shape);
+      } else if (absl::EndsWith(n, "_conv_w") || absl::EndsWith(n, ".conv_w")) {
+        *slot.dense = normal(slot.shape, 0.5);
       } else if (absl::EndsWith(n, ".bq") || absl::EndsWith(n, ".bk") ||
                  absl::EndsWith(n, ".bv")) {
         *slot.dense = at::zeros(slot.shape);
       } else if (n == "head") {
         continue;  // after the layers, below
       } else {
-        const bool residual = absl::EndsWith(n, ".wo") || absl::EndsWith(n, ".w_down");
+        const bool residual = absl::EndsWith(n, ".wo") || absl::EndsWith(n, ".w_down") ||
+                              absl::EndsWith(n, "_out");
         *slot.dense = normal(slot.shape, residual ? out_std : 0.02);
       }
     }
@@ -163,7 +199,7 @@ attention::NamedTensors Model::NamedParameters() const {
   // Each layer's slots, then its attention module's own parameters ("layers.N.attn.NAME").
   int layer = -1;
   auto module_parameters = [&] {
-    if (layer < 0) return;
+    if (layer < 0 || layers_[layer].attention == nullptr) return;
     for (auto& [name, t] : layers_[layer].attention->NamedParameters()) {
       out.emplace_back(absl::StrCat("layers.", layer, ".attn.", name), t);
     }
@@ -230,15 +266,38 @@ std::string Model::WeightTypes() const {
 }
 
 int64_t Model::StateBytes(int64_t context) const {
-  return config_.num_layers * attention::StateBytesPerLayer(config_.attention, context);
+  int64_t total = 0;
+  for (int l = 0; l < config_.num_layers; ++l) {
+    total += config_.IsAttention(l)
+                 ? attention::StateBytesPerLayer(config_.attention, context)
+                 : RecurrentState::BytesOf(config_, config_.Mixer(l));
+  }
+  return total;
 }
 
 int64_t Model::BreakEvenContext() const {
-  return attention::BreakEvenContext(config_.attention);
+  if (!config_.HasRecurrent()) return attention::BreakEvenContext(config_.attention);
+  // Against the same model with every layer softmax attention (a KV cache of Hkv heads
+  // of D keys and values per token per layer): the first context where this one's state
+  // is smaller. StateBytes grows no faster than that cache, so the search is monotone.
+  const int64_t per_token = int64_t{config_.num_layers} * 2 * config_.attention.num_kv_heads *
+                            config_.attention.head_dim * int64_t(sizeof(float));
+  auto smaller = [&](int64_t c) { return StateBytes(c) < per_token * c; };
+  int64_t hi = 1;
+  while (!smaller(hi) && hi < config_.max_context) hi *= 2;
+  if (!smaller(hi)) return 0;
+  int64_t lo = hi / 2;  // not smaller at lo (or lo == 0)
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    (smaller(mid) ? hi : lo) = mid;
+  }
+  return hi;
 }
 
-attention::TensorShapes Model::StateShapes(int64_t position) const {
-  return layers_.front().attention->StateShapes(position);
+attention::TensorShapes Model::StateShapes(int layer, int64_t position) const {
+  const Layer& l = layers_[size_t(layer)];
+  if (l.attention != nullptr) return l.attention->StateShapes(position);
+  return RecurrentState::Shapes(config_, l.mixer);
 }
 
 absl::StatusOr<std::unique_ptr<DecodeState>> Model::RestoreState(
@@ -255,7 +314,12 @@ absl::StatusOr<std::unique_ptr<DecodeState>> Model::RestoreState(
   auto state = std::make_unique<DecodeState>();
   absl::Status s = CatchTorch("restoring a state", [&]() -> absl::Status {
     for (size_t l = 0; l < layers_.size(); ++l) {
-      state->layers_.push_back(layers_[l].attention->RestoreState(position, layers[l]));
+      if (layers_[l].attention != nullptr) {
+        state->layers_.push_back(layers_[l].attention->RestoreState(position, layers[l]));
+      } else {
+        state->layers_.push_back(
+            RecurrentState::Restore(config_, layers_[l].mixer, position, layers[l]));
+      }
     }
     return absl::OkStatus();
   });
@@ -315,12 +379,18 @@ absl::StatusOr<std::unique_ptr<Model>> Model::ServeAs(const std::string& module,
   std::unique_ptr<Model> m(new Model(config));
   absl::Status built = CatchTorch("serving a model as another module", [&]() -> absl::Status {
     for (const Layer& from : layers_) {
+      Layer l{from.attn_norm, from.wq,     from.wk,   from.wv,     from.wo,
+              from.mlp_norm,  from.w_gate, from.w_up, from.w_down, nullptr,
+              from.bq,        from.bk,     from.bv,   from.q_norm, from.k_norm,
+              from.packed,    from.mixer,  from.in_proj, from.out_proj, from.conv_w,
+              from.conv_b,    from.dt_bias, from.ssm_a, from.ssm_d, from.ssm_norm};
+      if (from.attention == nullptr) {  // a recurrent layer: shared as it is
+        m->layers_.push_back(std::move(l));
+        continue;
+      }
       auto attn = attention::CreateAttention(config.attention);
       if (!attn.ok()) return attn.status();
-      Layer l{from.attn_norm, from.wq,     from.wk,   from.wv,     from.wo,
-              from.mlp_norm,  from.w_gate, from.w_up, from.w_down, std::move(attn).value(),
-              from.bq,        from.bk,     from.bv,   from.q_norm, from.k_norm,
-              from.packed};
+      l.attention = std::move(attn).value();
       // Trained attention parameters (the qk_norm temperature) by name, where both
       // modules have them.
       attention::NamedTensors source = from.attention->NamedParameters();
@@ -356,7 +426,8 @@ void Model::UseBf16Weights() {
   };
   for (const Layer& l : layers_) {
     copies->layers.push_back({pack(l.wq), pack(l.wk), pack(l.wv), pack(l.wo), pack(l.w_gate),
-                              pack(l.w_up), pack(l.w_down)});
+                              pack(l.w_up), pack(l.w_down), pack(l.in_proj),
+                              pack(l.out_proj)});
   }
   copies->head = pack(head_);
   bf16_ = std::move(copies);
@@ -364,17 +435,24 @@ void Model::UseBf16Weights() {
 
 std::unique_ptr<DecodeState> Model::NewState() const {
   auto state = std::make_unique<DecodeState>();
-  for (const Layer& l : layers_) state->layers_.push_back(l.attention->NewState());
+  for (const Layer& l : layers_) {
+    if (l.attention != nullptr) {
+      state->layers_.push_back(l.attention->NewState());
+    } else {
+      state->layers_.push_back(std::make_unique<RecurrentState>(config_, l.mixer));
+    }
+  }
   state->owner_ = this;
   return state;
 }
 
 at::Tensor Model::Run(const at::Tensor& tokens, const at::Tensor& positions,
-                      const AttendFn& attend) const {
+                      const AttendFn& attend, const RecurrentStateFn& state_of) const {
   const int64_t b = tokens.size(0), t = tokens.size(1);
   const int64_t h = config_.attention.num_heads, d = config_.attention.head_dim;
   const int64_t hkv = config_.attention.num_kv_heads;
   const double eps = config_.norm_eps;
+  const double rs = config_.residual_scale;
   // RoPE angles in fp64 so that long positions keep their precision: (B, T, 1, D/2).
   at::Tensor angles = (positions.to(at::kDouble).unsqueeze(-1) * inv_freq_).unsqueeze(2);
   at::Tensor cos = angles.cos().to(at::kFloat), sin = angles.sin().to(at::kFloat);
@@ -390,32 +468,88 @@ at::Tensor Model::Run(const at::Tensor& tokens, const at::Tensor& positions,
     }
     x = x.view({b, t, config_.dim});
   }
+  if (config_.embedding_scale != 1.0f) x = x * config_.embedding_scale;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     auto lin = [&](const at::Tensor& in, Matrix m) { return LinearRef(in, l.dense(m), l.packed[m]); };
     at::Tensor hn = RmsNorm(x, l.attn_norm, eps);
-    at::Tensor q = lin(hn, kWq), k = lin(hn, kWk), v = lin(hn, kWv);  // (B, T, H*D), ...
-    if (config_.attention_bias) {
-      q = q + l.bq;
-      k = k + l.bk;
-      v = v + l.bv;
+    at::Tensor mixed;  // (B, T, dim)
+    if (l.attention == nullptr) {
+      std::vector<at::Tensor> rows;  // each sequence through its own state
+      for (int64_t s = 0; s < b; ++s) {
+        rows.push_back(RecurrentRef(l, hn[s].contiguous(), state_of(int(i), s)));
+      }
+      mixed = at::stack(rows);
+    } else {
+      at::Tensor q = lin(hn, kWq), k = lin(hn, kWk), v = lin(hn, kWv);  // (B, T, H*D), ...
+      if (config_.attention_bias) {
+        q = q + l.bq;
+        k = k + l.bk;
+        v = v + l.bv;
+      }
+      q = q.view({b, t, h, d});
+      k = k.view({b, t, hkv, d});
+      if (config_.qk_head_norm) {  // per head, over D
+        q = RmsNorm(q, l.q_norm, eps);
+        k = RmsNorm(k, l.k_norm, eps);
+      }
+      if (config_.rope) {
+        q = Rope(q, cos, sin);
+        k = Rope(k, cos, sin);
+      }
+      // Granite's attention scale in place of the modules' 1/sqrt(D).
+      if (config_.attention_scale != 0) q = q * (config_.attention_scale * std::sqrt(double(d)));
+      // (B, T, H, D) -> (B, H, T, D); k, v with Hkv heads.
+      at::Tensor o = attend(*l.attention, int(i), q.transpose(1, 2), k.transpose(1, 2),
+                            v.view({b, t, hkv, d}).transpose(1, 2));  // (B, H, T, Dv)
+      mixed = lin(o.transpose(1, 2).reshape({b, t, h * d}), kWo);
     }
-    q = q.view({b, t, h, d});
-    k = k.view({b, t, hkv, d});
-    if (config_.qk_head_norm) {  // per head, over D
-      q = RmsNorm(q, l.q_norm, eps);
-      k = RmsNorm(k, l.k_norm, eps);
+    x = x + (rs == 1.0 ? mixed : mixed * rs);
+    if (config_.mlp) {
+      at::Tensor mn = RmsNorm(x, l.mlp_norm, eps);
+      at::Tensor mlp = lin(at::silu(lin(mn, kWGate)) * lin(mn, kWUp), kWDown);
+      x = x + (rs == 1.0 ? mlp : mlp * rs);
     }
-    // (B, T, H, D) -> rotate -> (B, H, T, D); k, v with Hkv heads.
-    q = Rope(q, cos, sin).transpose(1, 2);
-    k = Rope(k, cos, sin).transpose(1, 2);
-    v = v.view({b, t, hkv, d}).transpose(1, 2);
-    at::Tensor o = attend(*l.attention, int(i), q, k, v);  // (B, H, T, Dv)
-    x = x + lin(o.transpose(1, 2).reshape({b, t, h * d}), kWo);
-    at::Tensor mn = RmsNorm(x, l.mlp_norm, eps);
-    x = x + lin(at::silu(lin(mn, kWGate)) * lin(mn, kWUp), kWDown);
   }
-  return LinearRef(RmsNorm(x, norm_, eps), head_, head_packed_);  // (B, T, V)
+  at::Tensor logits = LinearRef(RmsNorm(x, norm_, eps), head_, head_packed_);  // (B, T, V)
+  if (config_.logit_scale != 1.0f) logits = logits / config_.logit_scale;
+  return logits;
+}
+
+at::Tensor Model::RecurrentRef(const Layer& l, const at::Tensor& hn,
+                               attention::AttentionState& state) const {
+  auto& st = static_cast<RecurrentState&>(state);
+  const int64_t t = hn.size(0), dim = config_.dim, k = config_.conv_kernel;
+  at::Tensor proj = LinearRef(hn, l.in_proj, l.packed[kInProj]).contiguous();  // (T, in_proj)
+  const int64_t ld = proj.size(1);
+  const float* p = proj.data_ptr<float>();
+  at::Tensor y;
+  if (l.mixer == kShortConvMixer) {
+    y = at::empty({t, dim}, at::kFloat);  // c * conv(b * x)
+    mixer::ShortConvPrefillReference(l.conv_w.data_ptr<float>(), dim, k, p, ld, t, st.conv(),
+                                     y.data_ptr<float>(), dim);
+  } else {
+    const int64_t inner = config_.ssm_inner, groups = config_.ssm_groups;
+    const int64_t n = config_.ssm_state, channels = inner + 2 * groups * n;
+    // Columns of proj: z [0, I), xBC [I, I + C), dt [I + C, I + C + H).
+    at::Tensor xbc = at::empty({t, channels}, at::kFloat);
+    const mixer::ConvWeights cw{l.conv_w.data_ptr<float>(), l.conv_b.data_ptr<float>(), channels,
+                                k, /*silu=*/true};
+    mixer::CausalConv1dPrefillReference(cw, p + inner, ld, t, st.conv(), xbc.data_ptr<float>(),
+                                        channels);
+    const mixer::SsdWeights sw{l.ssm_a.data_ptr<float>(), l.ssm_d.data_ptr<float>(),
+                               l.dt_bias.data_ptr<float>(), config_.ssm_heads,
+                               inner / config_.ssm_heads, groups, n};
+    const float* xp = xbc.data_ptr<float>();
+    const mixer::SsdInputs in{xp, channels, xp + inner, xp + inner + groups * n, channels,
+                              p + inner + channels, ld};
+    y = at::empty({t, inner}, at::kFloat);
+    mixer::SsdPrefillReference(sw, in, t, st.ssm(), y.data_ptr<float>(), inner);
+    mixer::GatedGroupRmsNorm(y.data_ptr<float>(), inner, p, ld, l.ssm_norm.data_ptr<float>(), t,
+                             inner, groups, config_.norm_eps, y.data_ptr<float>(), inner);
+  }
+  st.Advance(t);
+  return LinearRef(y, l.out_proj, l.packed[kOutProj]);  // (T, dim)
 }
 
 at::Tensor Model::LinearRef(const at::Tensor& x, const at::Tensor& dense, const Packed& packed) {
@@ -428,9 +562,14 @@ at::Tensor Model::LinearRef(const at::Tensor& x, const at::Tensor& dense, const 
 at::Tensor Model::Forward(const at::Tensor& tokens) const {
   const int64_t t = tokens.size(1);
   at::Tensor positions = at::arange(t, at::kLong).unsqueeze(0).expand({tokens.size(0), t});
-  return Run(tokens, positions,
-             [](const attention::Attention& a, int, const at::Tensor& q, const at::Tensor& k,
-                const at::Tensor& v) { return a.Parallel(q, k, v); });
+  // Recurrent layers from fresh states, one per sequence.
+  std::vector<std::unique_ptr<DecodeState>> fresh;
+  for (int64_t s = 0; s < tokens.size(0); ++s) fresh.push_back(NewState());
+  return Run(
+      tokens, positions,
+      [](const attention::Attention& a, int, const at::Tensor& q, const at::Tensor& k,
+         const at::Tensor& v) { return a.Parallel(q, k, v); },
+      [&](int layer, int64_t s) -> attention::AttentionState& { return *fresh[s]->layers_[layer]; });
 }
 
 absl::Status Model::CheckTokens(absl::Span<const int32_t> tokens) const {
@@ -470,6 +609,9 @@ absl::StatusOr<at::Tensor> Model::Prefill(DecodeState& state,
                                 const at::Tensor& k, const at::Tensor& v) {
                               return a.Prefill(*state.layers_[layer], q[0], k[0], v[0])
                                   .unsqueeze(0);
+                            },
+                            [&](int layer, int64_t) -> attention::AttentionState& {
+                              return *state.layers_[layer];
                             });
     return logits[0];  // (T, V)
   });
@@ -569,6 +711,9 @@ absl::StatusOr<at::Tensor> Model::Step(absl::Span<DecodeState* const> states,
                               return a.Step(layer_states, q.select(2, 0), k.select(2, 0),
                                             v.select(2, 0))
                                   .unsqueeze(2);
+                            },
+                            [&](int layer, int64_t s) -> attention::AttentionState& {
+                              return *states[s]->layers_[layer];
                             });
     return logits.select(1, 0);  // (B, V)
   });

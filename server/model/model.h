@@ -118,11 +118,12 @@ class Model {
 
   std::unique_ptr<DecodeState> NewState() const;
 
-  // Names and shapes of one layer's state tensors at `position` (every layer alike).
-  attention::TensorShapes StateShapes(int64_t position) const;
+  // Names and shapes of layer `layer`'s state tensors at `position`: its attention
+  // module's (Attention::StateShapes), or a recurrent layer's "conv" (and "ssm").
+  attention::TensorShapes StateShapes(int layer, int64_t position) const;
   // A state at `position` made of `layers[l]` for each layer (taken as
   // Attention::RestoreState says), whose names and shapes the caller has checked against
-  // StateShapes(position). INVALID_ARGUMENT for a
+  // StateShapes(l, position). INVALID_ARGUMENT for a
   // position past max_context or the wrong number of layers.
   absl::StatusOr<std::unique_ptr<DecodeState>> RestoreState(
       int64_t position, const std::vector<attention::NamedTensors>& layers) const;
@@ -216,7 +217,9 @@ class Model {
                                                          const LoadOptions& options);
   using Packed = std::shared_ptr<const weights::PackedMatrix>;
   // The linear weights of a layer, in the order of Layer::packed.
-  enum Matrix { kWq, kWk, kWv, kWo, kWGate, kWUp, kWDown, kMatrices };
+  // kInProj and kOutProj are a recurrent layer's (Mamba-2: z | xBC | dt and back to dim;
+  // short conv: b | c | x and back), where an attention layer has wq .. wo.
+  enum Matrix { kWq, kWk, kWv, kWo, kWGate, kWUp, kWDown, kInProj, kOutProj, kMatrices };
   struct Layer {
     // (dim); wq (H*D, dim); wk, wv (Hkv*D, dim); wo (dim, H*D): H query heads, Hkv KV
     // heads of head_dim D (attention options), independent of dim. A matrix kept packed
@@ -227,6 +230,13 @@ class Model {
     at::Tensor bq, bk, bv;       // attention_bias: (H*D), (Hkv*D) x 2; else undefined
     at::Tensor q_norm, k_norm;   // qk_head_norm: (D) each; else undefined
     std::array<Packed, kMatrices> packed;  // null where the matrix is the fp32 tensor
+    // The mixer (ModelConfig::Mixer): attention (`attention` set) or a recurrent one
+    // (`attention` null) with, for Mamba-2 (I inner, C = I + 2GN conv channels, H heads):
+    // in_proj (2I + 2GN + H, dim), conv_w (C, K), conv_b (C), dt_bias (H), ssm_a (H, 1)
+    // (A itself, negative), ssm_d (H, 1), ssm_norm (G, I / G), out_proj (dim, I); for
+    // the short conv: in_proj (3 dim, dim), conv_w (dim, K), out_proj (dim, dim).
+    std::string mixer;
+    at::Tensor in_proj, out_proj, conv_w, conv_b, dt_bias, ssm_a, ssm_d, ssm_norm;
     const at::Tensor& dense(Matrix m) const;
   };
   // Attention over rotated q: (B, H, T, D), k: (B, Hkv, T, D) and v: (B, Hkv, T, Dv)
@@ -234,6 +244,8 @@ class Model {
   using AttendFn = std::function<at::Tensor(const attention::Attention&, int layer,
                                             const at::Tensor& q, const at::Tensor& k,
                                             const at::Tensor& v)>;
+  // Sequence b's state in recurrent layer `layer` (Run's B sequences).
+  using RecurrentStateFn = std::function<attention::AttentionState&(int layer, int64_t b)>;
 
   explicit Model(ModelConfig config) : config_(std::move(config)) {}
   // A model of `config` whose layers have their attention modules and no weights yet
@@ -250,9 +262,14 @@ class Model {
   std::vector<Slot> Slots();
   // x (..., in) W^T through LibTorch: W dequantized into a temporary when packed.
   static at::Tensor LinearRef(const at::Tensor& x, const at::Tensor& dense, const Packed& packed);
-  // tokens (B, T) int64, positions (B, T) int64 -> logits (B, T, V).
-  at::Tensor Run(const at::Tensor& tokens, const at::Tensor& positions,
-                 const AttendFn& attend) const;
+  // tokens (B, T) int64, positions (B, T) int64 -> logits (B, T, V). Recurrent layers run
+  // the plain reference kernels (server/mixer) over each sequence from state_of(l, b).
+  at::Tensor Run(const at::Tensor& tokens, const at::Tensor& positions, const AttendFn& attend,
+                 const RecurrentStateFn& state_of) const;
+  // A recurrent layer through the reference kernels: hn (T, dim) of one sequence, from
+  // and into `state` -> (T, dim), before the residual scale.
+  at::Tensor RecurrentRef(const Layer& l, const at::Tensor& hn,
+                          attention::AttentionState& state) const;
   absl::Status CheckTokens(absl::Span<const int32_t> tokens) const;
   // Sets fused_step_ once the layers exist (Create, ServeAs).
   void ChooseStepPath();
@@ -263,18 +280,27 @@ class Model {
   at::Tensor PrefillFused(DecodeState& state, absl::Span<const int32_t> tokens) const;
   // The fused Batch (model_step.cc) over validated, distinct segments: (S, V).
   at::Tensor BatchFused(absl::Span<const Segment> segments) const;
-  // Attention of layer `layer` on the workspace's rows: q (rows, H, D), k (rows, Hkv, D)
-  // rotated, v (rows, Hkv, Dv) -> out (rows, H, Dv); scratch as the caller sized it.
-  using RawAttendFn = absl::FunctionRef<void(size_t layer, float* q, float* k, float* v,
-                                             float* out, float* scratch)>;
-  // The layers on raw buffers for B rows (token tokens[i] at positions[i]), attention by
-  // `attend`: (B, V) logits. The caller holds workspace_.mu.
+  // The rows of one fused pass: the first `decode` rows are one token each of distinct
+  // sessions (decode_states[i]), then each prefill segment's rows in order: a session and
+  // its tokens' rows [first, first + count).
+  struct RowGroups {
+    std::vector<DecodeState*> decode_states;
+    struct Prefill {
+      DecodeState* state;
+      int64_t first, count;
+    };
+    std::vector<Prefill> prefills;
+  };
+  // The layers on raw buffers for the rows of `groups` (token tokens[i] at positions[i]);
+  // attention layers by the modules' StepRaw over the decode rows and PrefillRaw over each
+  // prefill segment, recurrent ones by server/mixer's step and chunked prefill likewise:
+  // (rows, V) logits. The caller holds workspace_.mu and has moved the positions.
   at::Tensor RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* positions,
-                          int64_t scratch_floats, const RawAttendFn& attend) const;
+                          const RowGroups& groups) const;
 
   // UseBf16Weights' copies: per layer wq, wk, wv, wo, w_gate, w_up, w_down; the head.
   struct Bf16Weights {
-    std::vector<std::array<Bf16Matrix, 7>> layers;
+    std::vector<std::array<Bf16Matrix, kMatrices>> layers;
     Bf16Matrix head;
   };
 
@@ -292,6 +318,7 @@ class Model {
   struct StepWorkspace {
     std::mutex mu;
     std::vector<float> x, hn, q, k, v, o, gate, up, cos, sin, scratch, linear;
+    std::vector<float> proj, conv, mixed;  // recurrent layers: in_proj out, conv out, y
     weights::LinearScratch packed;  // PackedLinear's quantized activations
   };
   bool fused_step_ = false;

@@ -117,9 +117,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path,
     auto checked = CreateEmpty(*config);
     if (!checked.ok()) return checked.status();
     for (const Slot& slot : (*checked)->Slots()) {
-      const std::string gguf =
-          GgufTensorName(slot.name == "head" && config->tie_embeddings ? "embed" : slot.name);
+      const std::string gguf = GgufFileTensorName(file, *config, slot.name);
       const GgufTensor* t = file.Find(gguf);
+      if (t == nullptr && GgufOptionalTensor(slot.name)) continue;
       if (t == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat(
             path, ": GGUF: tensor '", gguf, "' is missing (the model needs shape [",
@@ -145,6 +145,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path,
       auto fail = [&](const absl::Status& s) {
         return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
       };
+      const std::string gguf = GgufFileTensorName(file, *config, slot.name);
+      if (file.Find(gguf) == nullptr && GgufOptionalTensor(slot.name)) {
+        *slot.dense = at::zeros(slot.shape);
+        continue;
+      }
       if (slot.packed != nullptr && !options.dequantize) {
         // A matrix or the embedding: kept as the file holds it (F32 as a tensor).
         auto matrix = GgufMatrixParameter(file, *config, slot.name, slot.shape);
@@ -159,7 +164,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path,
         if (!values.ok()) return fail(values.status());
         *slot.dense = at::from_blob(values->data(), slot.shape, at::kFloat).clone();
       }
-      used.insert(GgufTensorName(slot.name));
+      used.insert(gguf);
     }
     if (config->tie_embeddings) {  // the head is the embedding (Slots has no "head")
       (*model)->head_ = (*model)->embed_;

@@ -1,9 +1,11 @@
 // The fused decode step and prefill: Model::Run for one token per session, or a prompt of
-// one session, without LibTorch ops.
+// one session, or both at once (Batch), without LibTorch ops.
 // Every buffer is the model's workspace (grown to the largest batch, then reused); the
-// projections are direct BLAS calls over all B rows at once; norms, RoPE and SwiGLU are
-// the loops of step_kernels.h; attention is the module's StepRaw or PrefillRaw
-// (feature_kernels.h, kv_kernels.h).
+// projections are direct BLAS calls (or weights::PackedLinear) over all rows at once;
+// norms, RoPE and SwiGLU are the loops of step_kernels.h; attention is the module's
+// StepRaw or PrefillRaw (feature_kernels.h, kv_kernels.h); a recurrent layer is
+// server/mixer's batched step over the decode rows and its chunked prefill over each
+// prompt's rows.
 // Model::Run is the reference; tests/model/model_step_test.cc (FusedStep, FusedPrefill)
 // ties the two.
 #include <ATen/ATen.h>
@@ -13,7 +15,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "server/mixer/conv_kernels.h"
+#include "server/mixer/ssd_kernels.h"
 #include "server/model/model.h"
+#include "server/model/recurrent_state.h"
 #include "server/model/step_kernels.h"
 
 namespace attnserve::model {
@@ -37,30 +42,59 @@ void Model::ChooseStepPath() {
   const char* env = std::getenv("ATTNSERVE_REFERENCE_STEP");
   const bool force_reference = env != nullptr && env[0] != '\0' && std::strcmp(env, "0") != 0;
   fused_step_ = !force_reference && !layers_.empty();
-  for (const Layer& l : layers_) fused_step_ = fused_step_ && l.attention->HasRawStep();
+  for (const Layer& l : layers_) {
+    fused_step_ = fused_step_ && (l.attention == nullptr || l.attention->HasRawStep());
+  }
 }
 
 at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* positions,
-                               int64_t scratch_floats, const RawAttendFn& attend) const {
+                               const RowGroups& groups) const {
   const int64_t b = int64_t(tokens.size()), dim = config_.dim, hidden = config_.mlp_hidden;
   const int64_t vocab = config_.vocab_size, heads = config_.attention.num_heads;
   const int64_t kv_heads = config_.attention.num_kv_heads;
   const int64_t d = config_.attention.head_dim, half = d / 2;
   const int64_t q_width = heads * d, kv_width = kv_heads * d;  // value_dim == head_dim
+  const int64_t decode = int64_t(groups.decode_states.size());
+  int64_t longest = 1;
+  for (const RowGroups::Prefill& p : groups.prefills) longest = std::max(longest, p.count);
+  int64_t scratch_floats = 0;
+  for (const Layer& l : layers_) {
+    if (l.attention == nullptr) continue;
+    scratch_floats = std::max({scratch_floats, l.attention->StepScratchFloats(decode),
+                               l.attention->PrefillScratchFloats(longest)});
+  }
+  // Recurrent layers: in_proj's width (Mamba-2 z | xBC | dt; short conv b | c | x), the
+  // conv's output (Mamba-2's xBC) and the mixed rows before out_proj.
+  const int64_t inner = config_.ssm_inner, groups_n = int64_t{config_.ssm_groups} * config_.ssm_state;
+  const int64_t conv_channels = inner + 2 * groups_n;
+  int64_t proj_width = 0, mixed_width = 0;
+  for (const Layer& l : layers_) {
+    if (l.mixer == kMamba2Mixer) {
+      proj_width = std::max(proj_width, inner + conv_channels + config_.ssm_heads);
+      mixed_width = std::max(mixed_width, inner);
+    } else if (l.mixer == kShortConvMixer) {
+      proj_width = std::max(proj_width, 3 * dim);
+      mixed_width = std::max(mixed_width, dim);
+    }
+  }
   const float eps = config_.norm_eps;
+  const float rs = config_.residual_scale;
   StepWorkspace& w = workspace_;
   float* x = Grow(w.x, b * dim);  // (B, dim) residual stream
   float* hn = Grow(w.hn, b * std::max(dim, hidden));
   float* q = Grow(w.q, b * q_width);   // (B, H, D)
   float* k = Grow(w.k, b * kv_width);  // (B, Hkv, D)
   float* v = Grow(w.v, b * kv_width);  // (B, Hkv, Dv)
-  float* o = Grow(w.o, b * q_width);   // (B, H, Dv)
+  float* o = Grow(w.o, b * std::max(q_width, dim));  // (B, H, Dv); a scaled residual's (B, dim)
   float* gate = Grow(w.gate, b * hidden);
   float* up = Grow(w.up, b * hidden);
   float* cos = Grow(w.cos, b * half);  // (B, D/2)
   float* sin = Grow(w.sin, b * half);
   float* scratch = Grow(w.scratch, scratch_floats);
-  float* lin = Grow(w.linear, b * std::max({dim, hidden, vocab, q_width}));  // Linear's (out, B)
+  float* proj = Grow(w.proj, b * proj_width);         // (B, in_proj)
+  float* conv = Grow(w.conv, b * conv_channels);      // (B, C): Mamba-2's xBC after the conv
+  float* mixed = Grow(w.mixed, b * mixed_width);      // (B, I) or (B, dim)
+  float* lin = Grow(w.linear, b * std::max({dim, hidden, vocab, q_width, proj_width}));
 
   // Embedding rows (dequantized when packed) and RoPE angles (fp64 angles as in Run, then
   // fp32 cos and sin).
@@ -71,6 +105,9 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
       std::memcpy(x + i * dim, embed + int64_t(tokens[i]) * dim, dim * sizeof(float));
     } else {
       embed_packed_->DequantizeRowTo(tokens[i], x + i * dim);
+    }
+    if (config_.embedding_scale != 1.0f) {
+      for (int64_t j = 0; j < dim; ++j) x[i * dim + j] *= config_.embedding_scale;
     }
     const double pos = double(positions[i]);
     for (int64_t j = 0; j < half; ++j) {
@@ -100,39 +137,133 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
       for (int64_t j = 0; j < width; ++j) rows[i * width + j] += bv[j];
     }
   };
+  // The states of the decode rows in layer li (for StepRaw and the recurrent steps).
+  std::vector<attention::AttentionState*> layer_states(decode);
+  std::vector<float*> conv_states(decode), ssm_states(decode);
+  auto decode_states = [&](size_t li) {
+    for (int64_t r = 0; r < decode; ++r) {
+      layer_states[r] = groups.decode_states[r]->layers_[li].get();
+    }
+  };
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& l = layers_[li];
-    const Bf16Matrix* w16 = bf16 ? bf16_->layers[li].data() : nullptr;  // wq .. w_down
-    auto lin = [&](const float* in, int64_t n, Matrix m, int64_t out, float* y, float beta) {
+    const Bf16Matrix* w16 = bf16 ? bf16_->layers[li].data() : nullptr;  // by Matrix
+    auto lin_m = [&](const float* in, int64_t n, Matrix m, int64_t out, float* y, float beta) {
       linear(in, n, l.dense(m), l.packed[m], w16 == nullptr ? nullptr : w16 + m, out, y, beta);
     };
+    // x += rs * (in W^T): straight into x when rs is 1.
+    auto residual = [&](const float* in, int64_t n, Matrix m) {
+      if (rs == 1.0f) {
+        lin_m(in, n, m, dim, x, /*beta=*/1.0f);
+        return;
+      }
+      lin_m(in, n, m, dim, o, 0.0f);
+      for (int64_t i = 0; i < b * dim; ++i) x[i] += rs * o[i];
+    };
     RmsNormRows(x, b, dim, Data(l.attn_norm), eps, hn);
-    lin(hn, dim, kWq, q_width, q, 0.0f);   // (B, H*D)
-    lin(hn, dim, kWk, kv_width, k, 0.0f);  // (B, Hkv*D)
-    lin(hn, dim, kWv, kv_width, v, 0.0f);  // (B, Hkv*Dv)
-    if (config_.attention_bias) {
-      add_bias(q, l.bq, q_width);
-      add_bias(k, l.bk, kv_width);
-      add_bias(v, l.bv, kv_width);
+    decode_states(li);
+    if (l.mixer == kAttentionMixer) {
+      lin_m(hn, dim, kWq, q_width, q, 0.0f);   // (B, H*D)
+      lin_m(hn, dim, kWk, kv_width, k, 0.0f);  // (B, Hkv*D)
+      lin_m(hn, dim, kWv, kv_width, v, 0.0f);  // (B, Hkv*Dv)
+      if (config_.attention_bias) {
+        add_bias(q, l.bq, q_width);
+        add_bias(k, l.bk, kv_width);
+        add_bias(v, l.bv, kv_width);
+      }
+      if (config_.qk_head_norm) {  // each head's D values: (B * H, D), (B * Hkv, D)
+        RmsNormRows(q, b * heads, d, Data(l.q_norm), eps, q);
+        RmsNormRows(k, b * kv_heads, d, Data(l.k_norm), eps, k);
+      }
+      if (config_.rope) {
+        RopeRows(q, b, heads, d, cos, sin);
+        RopeRows(k, b, kv_heads, d, cos, sin);
+      }
+      if (config_.attention_scale != 0) {  // in place of the modules' 1/sqrt(D)
+        const float f = config_.attention_scale * std::sqrt(float(d));
+        for (int64_t i = 0; i < b * q_width; ++i) q[i] *= f;
+      }
+      if (decode > 0) l.attention->StepRaw(layer_states, q, k, v, o, scratch);  // (B, H, Dv)
+      for (const RowGroups::Prefill& p : groups.prefills) {
+        const int64_t qa = p.first * q_width, ka = p.first * kv_width;
+        l.attention->PrefillRaw(*p.state->layers_[li], p.count, q + qa, k + ka, v + ka, o + qa,
+                                scratch);
+      }
+      if (rs == 1.0f) {
+        lin_m(o, q_width, kWo, dim, x, /*beta=*/1.0f);  // x += o W_o^T
+      } else {
+        lin_m(o, q_width, kWo, dim, hn, 0.0f);  // hn is free until the MLP's norm
+        for (int64_t i = 0; i < b * dim; ++i) x[i] += rs * hn[i];
+      }
+    } else if (l.mixer == kShortConvMixer) {
+      lin_m(hn, dim, kInProj, 3 * dim, proj, 0.0f);  // (B, 3 dim): b | c | x
+      const float* cw = Data(l.conv_w);
+      const int64_t kk = config_.conv_kernel;
+      for (int64_t r = 0; r < decode; ++r) {
+        conv_states[r] = static_cast<RecurrentState*>(layer_states[r])->conv();
+      }
+      if (decode > 0) {
+        mixer::ShortConvStep(cw, dim, kk, proj, 3 * dim, decode, conv_states.data(), mixed, dim);
+      }
+      for (const RowGroups::Prefill& p : groups.prefills) {
+        auto& st = static_cast<RecurrentState&>(*p.state->layers_[li]);
+        mixer::ShortConvPrefill(cw, dim, kk, proj + p.first * 3 * dim, 3 * dim, p.count,
+                                st.conv(), mixed + p.first * dim, dim);
+      }
+      residual(mixed, dim, kOutProj);
+    } else {  // Mamba-2
+      const int64_t h = config_.ssm_heads, pw = inner + conv_channels + h;
+      lin_m(hn, dim, kInProj, pw, proj, 0.0f);  // (B, z | xBC | dt)
+      const mixer::ConvWeights cw{Data(l.conv_w), Data(l.conv_b), conv_channels,
+                                  config_.conv_kernel, /*silu=*/true};
+      const mixer::SsdWeights sw{Data(l.ssm_a), Data(l.ssm_d), Data(l.dt_bias), h, inner / h,
+                                 config_.ssm_groups, config_.ssm_state};
+      // Row r's inputs: x, B, C in the conv output, dt in the projection.
+      auto inputs = [&](int64_t r) {
+        const float* xp = conv + r * conv_channels;
+        return mixer::SsdInputs{xp,           conv_channels, xp + inner, xp + inner + groups_n,
+                                conv_channels, proj + r * pw + inner + conv_channels, pw};
+      };
+      for (int64_t r = 0; r < decode; ++r) {
+        auto* st = static_cast<RecurrentState*>(layer_states[r]);
+        conv_states[r] = st->conv();
+        ssm_states[r] = st->ssm();
+      }
+      if (decode > 0) {
+        mixer::CausalConv1dStep(cw, proj + inner, pw, decode, conv_states.data(), conv,
+                                conv_channels);
+        mixer::SsdStep(sw, inputs(0), decode, ssm_states.data(), mixed, inner);
+      }
+      constexpr int64_t kSsdChunk = 64;
+      for (const RowGroups::Prefill& p : groups.prefills) {
+        auto& st = static_cast<RecurrentState&>(*p.state->layers_[li]);
+        mixer::CausalConv1dPrefill(cw, proj + p.first * pw + inner, pw, p.count, st.conv(),
+                                   conv + p.first * conv_channels, conv_channels);
+        mixer::SsdPrefill(sw, inputs(p.first), p.count, kSsdChunk, st.ssm(),
+                          mixed + p.first * inner, inner);
+      }
+      mixer::GatedGroupRmsNorm(mixed, inner, proj, pw, Data(l.ssm_norm), b, inner,
+                               config_.ssm_groups, eps, mixed, inner);
+      residual(mixed, inner, kOutProj);
     }
-    if (config_.qk_head_norm) {  // each head's D values: (B * H, D), (B * Hkv, D)
-      RmsNormRows(q, b * heads, d, Data(l.q_norm), eps, q);
-      RmsNormRows(k, b * kv_heads, d, Data(l.k_norm), eps, k);
+    if (l.attention == nullptr) {  // the states' positions (attention modules keep their own)
+      for (int64_t r = 0; r < decode; ++r) static_cast<RecurrentState*>(layer_states[r])->Advance(1);
+      for (const RowGroups::Prefill& p : groups.prefills) {
+        static_cast<RecurrentState&>(*p.state->layers_[li]).Advance(p.count);
+      }
     }
-    RopeRows(q, b, heads, d, cos, sin);
-    RopeRows(k, b, kv_heads, d, cos, sin);
-    attend(li, q, k, v, o, scratch);  // (B, H, Dv)
-    lin(o, q_width, kWo, dim, x, /*beta=*/1.0f);  // x += o W_o^T
+    if (!config_.mlp) continue;
     RmsNormRows(x, b, dim, Data(l.mlp_norm), eps, hn);
-    lin(hn, dim, kWGate, hidden, gate, 0.0f);
-    lin(hn, dim, kWUp, hidden, up, 0.0f);
+    lin_m(hn, dim, kWGate, hidden, gate, 0.0f);
+    lin_m(hn, dim, kWUp, hidden, up, 0.0f);
     SiluMul(gate, up, b * hidden);
-    lin(gate, hidden, kWDown, dim, x, /*beta=*/1.0f);  // x += . W_down^T
+    residual(gate, hidden, kWDown);  // x += rs * . W_down^T
   }
   RmsNormRows(x, b, dim, Data(norm_), eps, hn);
   at::Tensor logits = at::empty({b, vocab}, at::kFloat);  // (B, V)
   linear(hn, dim, head_, head_packed_, bf16 ? &bf16_->head : nullptr, vocab,
          logits.data_ptr<float>(), 0.0f);
+  if (config_.logit_scale != 1.0f) logits.div_(config_.logit_scale);
   return logits;
 }
 
@@ -140,37 +271,23 @@ at::Tensor Model::StepFused(absl::Span<DecodeState* const> states,
                             absl::Span<const int32_t> tokens) const {
   const int64_t b = int64_t(states.size());
   std::lock_guard<std::mutex> lock(workspace_.mu);
-  int64_t scratch_floats = 0;
-  for (const Layer& l : layers_) {
-    scratch_floats = std::max(scratch_floats, l.attention->StepScratchFloats(b));
-  }
   std::vector<int64_t> positions(b);
   for (int64_t i = 0; i < b; ++i) positions[i] = states[i]->position_;
-  std::vector<attention::AttentionState*> layer_states(b);
+  RowGroups groups;
+  groups.decode_states.assign(states.begin(), states.end());
   // Moved before any layer is: a step that throws leaves a state it touched at a new
   // position (Model::Batch, on failure).
   for (DecodeState* s : states) s->position_ += 1;
-  return RunRowsFused(tokens, positions.data(), scratch_floats,
-                      [&](size_t li, float* q, float* k, float* v, float* o, float* scratch) {
-                        for (int64_t i = 0; i < b; ++i) {
-                          layer_states[i] = states[i]->layers_[li].get();
-                        }
-                        layers_[li].attention->StepRaw(layer_states, q, k, v, o, scratch);
-                      });
+  return RunRowsFused(tokens, positions.data(), groups);
 }
 
 at::Tensor Model::PrefillFused(DecodeState& state, absl::Span<const int32_t> tokens) const {
   // The prompt in blocks of at most kPrefillBlock tokens, each through every layer before
-  // the next: exact, since each block's attention sees the state the blocks before it
-  // left, and it bounds the workspace whatever the prompt's length.
+  // the next: exact, since each block's mixers see the state the blocks before it left,
+  // and it bounds the workspace whatever the prompt's length.
   constexpr int64_t kPrefillBlock = 512;
   const int64_t t = int64_t(tokens.size());
   std::lock_guard<std::mutex> lock(workspace_.mu);
-  int64_t scratch_floats = 0;
-  for (const Layer& l : layers_) {
-    scratch_floats =
-        std::max(scratch_floats, l.attention->PrefillScratchFloats(std::min(t, kPrefillBlock)));
-  }
   at::Tensor logits = at::empty({t, config_.vocab_size}, at::kFloat);  // (T, V)
   std::vector<int64_t> positions;
   for (int64_t start = 0; start < t; start += kPrefillBlock) {
@@ -178,71 +295,47 @@ at::Tensor Model::PrefillFused(DecodeState& state, absl::Span<const int32_t> tok
     positions.resize(len);
     for (int64_t i = 0; i < len; ++i) positions[i] = state.position_ + i;
     state.position_ += len;  // before the layers change (Model::Batch, on failure)
-    at::Tensor block = RunRowsFused(
-        tokens.subspan(start, len), positions.data(), scratch_floats,
-        [&](size_t li, float* q, float* k, float* v, float* o, float* scratch) {
-          layers_[li].attention->PrefillRaw(*state.layers_[li], len, q, k, v, o, scratch);
-        });
+    RowGroups groups;
+    groups.prefills.push_back({&state, 0, len});
+    at::Tensor block = RunRowsFused(tokens.subspan(start, len), positions.data(), groups);
     logits.narrow(0, start, len).copy_(block);
   }
   return logits;
 }
 
 at::Tensor Model::BatchFused(absl::Span<const Segment> segments) const {
-  // Rows: first the one-token segments (one StepRaw over them all), then each longer
-  // segment's tokens (its own PrefillRaw on its rows). Every row goes through the
-  // projections and MLPs in the same BLAS calls.
+  // Rows: first the one-token segments (one step over them all), then each longer
+  // segment's tokens (its own prefill on its rows). Every row goes through the
+  // projections and MLPs in the same calls.
+  RowGroups groups;
   std::vector<size_t> order;  // segment index by row group
   for (size_t i = 0; i < segments.size(); ++i) {
     if (segments[i].tokens.size() == 1) order.push_back(i);
   }
-  const int64_t decode = int64_t(order.size());
+  const size_t decode = order.size();
   for (size_t i = 0; i < segments.size(); ++i) {
     if (segments[i].tokens.size() != 1) order.push_back(i);
   }
   std::vector<int32_t> tokens;
-  std::vector<int64_t> positions, first_row(segments.size()), last_row(segments.size());
-  int64_t longest = 1;
-  for (size_t i : order) {
-    const Segment& seg = segments[i];
-    first_row[i] = int64_t(tokens.size());
+  std::vector<int64_t> positions, last_row(segments.size());
+  for (size_t g = 0; g < order.size(); ++g) {
+    const Segment& seg = segments[order[g]];
+    const int64_t first = int64_t(tokens.size());
+    if (g < decode) {
+      groups.decode_states.push_back(seg.state);
+    } else {
+      groups.prefills.push_back({seg.state, first, int64_t(seg.tokens.size())});
+    }
     for (size_t j = 0; j < seg.tokens.size(); ++j) {
       tokens.push_back(seg.tokens[j]);
       positions.push_back(seg.state->position_ + int64_t(j));
     }
-    last_row[i] = int64_t(tokens.size()) - 1;
-    longest = std::max(longest, int64_t(seg.tokens.size()));
+    last_row[order[g]] = int64_t(tokens.size()) - 1;
   }
   std::lock_guard<std::mutex> lock(workspace_.mu);
-  int64_t scratch_floats = 0;
-  for (const Layer& l : layers_) {
-    scratch_floats = std::max({scratch_floats, l.attention->StepScratchFloats(decode),
-                               l.attention->PrefillScratchFloats(longest)});
-  }
-  // A row's width in q and out (H * D, H * Dv) and in k and v (Hkv * D, Hkv * Dv).
-  const int64_t d = config_.attention.head_dim;
-  const int64_t q_width = config_.attention.num_heads * d;
-  const int64_t kv_width = config_.attention.num_kv_heads * d;
-  std::vector<attention::AttentionState*> layer_states(decode);
   // Before any layer changes (Model::Batch, on failure).
   for (const Segment& seg : segments) seg.state->position_ += int64_t(seg.tokens.size());
-  at::Tensor rows = RunRowsFused(
-      tokens, positions.data(), scratch_floats,
-      [&](size_t li, float* q, float* k, float* v, float* o, float* scratch) {
-        if (decode > 0) {
-          for (int64_t r = 0; r < decode; ++r) {
-            layer_states[r] = segments[order[r]].state->layers_[li].get();
-          }
-          layers_[li].attention->StepRaw(layer_states, q, k, v, o, scratch);
-        }
-        for (size_t g = size_t(decode); g < order.size(); ++g) {
-          const size_t i = order[g];
-          const int64_t qa = first_row[i] * q_width, ka = first_row[i] * kv_width;
-          layers_[li].attention->PrefillRaw(*segments[i].state->layers_[li],
-                                            int64_t(segments[i].tokens.size()), q + qa,
-                                            k + ka, v + ka, o + qa, scratch);
-        }
-      });
+  at::Tensor rows = RunRowsFused(tokens, positions.data(), groups);
   at::Tensor out = at::empty({int64_t(segments.size()), config_.vocab_size}, at::kFloat);
   for (size_t i = 0; i < segments.size(); ++i) out[int64_t(i)].copy_(rows[last_row[i]]);
   return out;  // (S, V)

@@ -268,8 +268,10 @@ absl::StatusOr<VerifiedSnapshot> VerifySnapshot(std::shared_ptr<const std::strin
                                 "' has ", m.config().num_layers));
   }
   if (ttl_ms < 0) return Invalid(absl::StrCat("ttl ", ttl_ms, " ms is negative"));
-  const attention::TensorShapes shapes = m.StateShapes(position);
   for (uint32_t l = 0; l < num_layers; ++l) {
+    // Each layer's own tensors: a hybrid's recurrent layers hold "conv" (and "ssm"), its
+    // attention layers their module's.
+    const attention::TensorShapes shapes = m.StateShapes(int(l), position);
     const std::string where = absl::StrCat("layer ", l);
     uint32_t count = 0;
     if (!r.Read(&count) || count != shapes.size()) {
@@ -321,9 +323,10 @@ absl::StatusOr<VerifiedSnapshot> VerifySnapshot(std::shared_ptr<const std::strin
 absl::StatusOr<std::unique_ptr<model::DecodeState>> RestoreSnapshotState(
     const VerifiedSnapshot& snapshot) {
   const model::Model& m = *snapshot.model->model;
-  const attention::TensorShapes shapes = m.StateShapes(snapshot.info.position);
   std::vector<attention::NamedTensors> layers;
   for (const auto& offsets : snapshot.payload_offsets) {
+    const attention::TensorShapes shapes =
+        m.StateShapes(int(layers.size()), snapshot.info.position);
     attention::NamedTensors tensors;
     for (size_t i = 0; i < shapes.size(); ++i) {
       // Payloads are not aligned: copy them into fresh tensors rather than wrap them.

@@ -204,7 +204,7 @@ TEST_P(GroupedQueryModel, EqualsTheMultiHeadModelWithRepeatedKeyValueRows) {
     EXPECT_LE(MaxAbsDiff((*batch)[0], want[59]), tol) << "batch prefill";
     EXPECT_LE(MaxAbsDiff((*batch)[1], want[18]), tol) << "batch step";
     // The state holds KV heads only, H / Hkv times fewer bytes than the MHA one.
-    for (const auto& [name, dims] : m.StateShapes(60)) EXPECT_EQ(dims[0], g.kv_heads) << name;
+    for (const auto& [name, dims] : m.StateShapes(0, 60)) EXPECT_EQ(dims[0], g.kv_heads) << name;
     if (m.BreakEvenContext() > 0) {
       EXPECT_EQ(a->Bytes() * group, mha->NewState()->Bytes());
       EXPECT_EQ(a->Bytes(), m.StateBytes(60));
