@@ -24,6 +24,9 @@ struct ConvWeights {
   bool silu = false;            // SiLU after the bias
 };
 
+// Floats in one session's conv state: channels * (K - 1).
+inline int64_t ConvStateFloats(const ConvWeights& cw) { return cw.channels * (cw.kernel - 1); }
+
 // T tokens of one session. Time mixes within each channel only:
 //   y[t][c] = act(sum_k w[c][k] in[t-K+1+k][c] + bias[c]),  in = state's K-1, then x
 // x: (T, channels), row stride ldx; y: (T, channels), row stride ldy (must not overlap

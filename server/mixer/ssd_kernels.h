@@ -30,6 +30,11 @@ struct SsdWeights {
   int64_t state_size = 0;          // N (ssm.state_size)
 };
 
+// Floats in one session's SSM state: H * P * N.
+inline int64_t SsdStateFloats(const SsdWeights& w) {
+  return w.heads * w.head_dim * w.state_size;
+}
+
 // Row i of each input is token i (prefill) or session i (step). The row strides let the
 // inputs point into the in_proj and conv outputs as they are: x, B and C into the conv
 // output xBC (x at column 0, B at H*P, C at H*P + G*N), dt into the in_proj output.

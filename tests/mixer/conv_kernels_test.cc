@@ -36,9 +36,9 @@ void CheckConvCase(const std::string& name, PrefillFn prefill) {
   const std::vector<float> want_y = Fixture(name + ".y"), want_s = Fixture(name + ".state1");
   const std::vector<float> bias = has_bias ? Fixture(name + ".bias") : std::vector<float>();
   std::vector<float> state = Fixture(name + ".state0");
-  ASSERT_EQ(state.size(), size_t(ch * (k - 1)));
   ASSERT_EQ(want_y.size(), size_t(t * ch));
   const ConvWeights cw{w.data(), has_bias ? bias.data() : nullptr, ch, k, dims[4] != 0};
+  ASSERT_EQ(int64_t(state.size()), ConvStateFloats(cw));  // numpy's (channels, K-1)
   std::vector<float> y(t * ch);
   prefill(cw, x.data(), ch, t, state.data(), y.data(), ch);
   EXPECT_LE(MaxRelDiff(y.data(), want_y.data(), t * ch), 1e-6) << name;

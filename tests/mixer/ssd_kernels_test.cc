@@ -71,6 +71,7 @@ TEST(Ssd, ReferenceMatchesNumpyReference) {
   for (const std::string name : {"ssd_groups", "ssd_long"}) {
     const SsdCase k(name);
     ASSERT_TRUE(k.ok()) << name;
+    ASSERT_EQ(int64_t(k.state0.size()), SsdStateFloats(k.weights()));  // numpy's (H, P, N)
     std::vector<float> s = k.state0, y(k.t * k.width());
     SsdPrefillReference(k.weights(), k.inputs(), k.t, s.data(), y.data(), k.width());
     EXPECT_LE(MaxRelDiff(y.data(), k.y.data(), y.size()), kTol) << name;
