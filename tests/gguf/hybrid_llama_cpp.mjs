@@ -3,8 +3,10 @@
 // it generates greedily with the top-1 probability margin of each step, and then, on a
 // fresh sequence fed prompt + generated tokens in one evaluation, the full logits after
 // every position (llama.cpp's raw logits, one row of n_vocab per position).
+// With STATE_DIR, that sequence's state (llama_state_seq_save_file: its recurrent rows
+// and KV cells) is saved to STATE_DIR/FILE.state.
 // Prints one JSON object {file: {prompt, greedy, margins, logits: [[...]...]}} on stdout.
-// Usage: node hybrid_llama_cpp.mjs PROMPT GREEDY_TOKENS FILE.gguf...
+// Usage: [STATE_DIR=DIR] node hybrid_llama_cpp.mjs PROMPT GREEDY_TOKENS FILE.gguf...
 import path from "node:path";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 
@@ -39,6 +41,9 @@ for (const file of files) {
     for (const [token, value] of r.next.logits) row[token] = value;
     return row;
   });
+  if (process.env.STATE_DIR) {
+    await sequence.saveStateToFile(path.join(process.env.STATE_DIR, path.basename(file) + ".state"));
+  }
   out[path.basename(file)] = { prompt: promptTokens, greedy, margins, logits };
   await context.dispose();
   await model.dispose();

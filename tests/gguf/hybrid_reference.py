@@ -105,7 +105,9 @@ and keeps K and V (and the query and softmax weights it multiplies them with) in
 `llama_rounding` in Forward mimics that so the logits can be compared closely.
 
 Usage:
-  hybrid_reference.py check LLAMA_JSON GGUF_DIR   compare with hybrid_llama_cpp.mjs output
+  hybrid_reference.py check LLAMA_JSON GGUF_DIR [STATE_DIR]
+      compare with what hybrid_llama_cpp.mjs printed (and, with STATE_DIR, the sequence
+      states it saved there: each recurrent layer's conv and SSM rows)
 """
 import json
 import math
@@ -487,14 +489,56 @@ def greedy(model, prompt, n):
 NEAR_TIE = 0.02
 
 
-def check(llama_json, gguf_dir):
+def llama_cpp_states(path, model, state):
+    """The recurrent rows of a llama_state_seq_save_file of one sequence (one cell), as
+    llama_memory_recurrent::state_write lays them out: s_trans 0, n_layer, then for each
+    recurrent layer (type, row bytes, row) of r_l (the conv state, {K-1, C}), then the
+    same of s_l (the SSM state, {N, P, H}; rows of 0 bytes where there is none). Found by
+    that header, whatever precedes it (token ids, an attention KV cache). Returns
+    {layer: (conv (C, K-1), ssm (H, P, N) or None)}."""
+    with open(path, "rb") as f:
+        data = f.read()
+    layers = [il for il, st in enumerate(state["layers"]) if "conv" in st]
+    first = state["layers"][layers[0]]["conv"]
+    key = struct.pack("<IIiQ", 0, model.layers, 0, first.size * 4)
+    pos = data.find(key)
+    if pos < 0 or data.find(key, pos + 1) >= 0:
+        raise ValueError(f"{path}: no single recurrent state header")
+    pos += 8
+    rows = []
+    for _ in range(2 * len(layers)):
+        kind, size = struct.unpack_from("<iQ", data, pos)
+        assert kind == GGML_F32, (path, kind)
+        rows.append(np.frombuffer(data, np.float32, size // 4, pos + 12).astype(np.float64))
+        pos += 12 + size
+    out = {}
+    for i, il in enumerate(layers):
+        st = state["layers"][il]
+        ssm = rows[len(layers) + i].reshape(st["ssm"].shape) if "ssm" in st else None
+        out[il] = (rows[i].reshape(st["conv"].shape), ssm)
+    return out
+
+
+def state_diff(path, model, state):
+    """max over recurrent layers of |llama.cpp - ours| / (1 + max |ours|), conv and SSM."""
+    worst = [0.0, 0.0]
+    for il, (conv, ssm) in llama_cpp_states(path, model, state).items():
+        st = state["layers"][il]
+        worst[0] = max(worst[0], np.abs(conv - st["conv"]).max() / (1 + np.abs(st["conv"]).max()))
+        if ssm is not None:
+            worst[1] = max(worst[1], np.abs(ssm - st["ssm"]).max() / (1 + np.abs(st["ssm"]).max()))
+    return worst
+
+
+def check(llama_json, gguf_dir, state_dir=None):
     with open(llama_json) as f:
         theirs = json.load(f)
     failures = []
     for file, their in sorted(theirs.items()):
         model = Forward(os.path.join(gguf_dir, file))
         fed = their["prompt"] + their["greedy"][:-1]
-        ours = model.run(fed, model.new_state())
+        fed_state = model.new_state()
+        ours = model.run(fed, fed_state)
         ref = np.array(their["logits"], dtype=np.float64)
         diff = np.abs(ours - ref).max()
         spread = ref.std()
@@ -524,6 +568,14 @@ def check(llama_json, gguf_dir):
               f"equal before the first near-tie")
         if diff > tol:
             failures.append(f"{file}: logits differ by {diff:.3e} > {tol:.3e}")
+        if state_dir:
+            # The states after the same tokens, in the kernels' layouts (server/mixer):
+            # llama.cpp's rows read as (C, K-1) and (H, P, N) must be ours.
+            conv, ssm = state_diff(os.path.join(state_dir, file + ".state"), model, fed_state)
+            print(f"hybrid_reference: {file}: llama.cpp's recurrent states after {len(fed)} "
+                  f"tokens: conv {conv:.1e}, SSM {ssm:.1e} (of the largest element)")
+            if max(conv, ssm) > (1e-3 if exact else 0.05):
+                failures.append(f"{file}: recurrent states differ: conv {conv:.2e}, SSM {ssm:.2e}")
         if split > 1e-9:
             failures.append(f"{file}: a prefill in pieces differs from one prefill by {split:.3e}")
         if exact and agree < min(8, len(ids)):
@@ -534,8 +586,8 @@ def check(llama_json, gguf_dir):
 
 
 def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "check":
-        sys.exit(0 if check(sys.argv[2], sys.argv[3]) else 1)
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "check":
+        sys.exit(0 if check(*sys.argv[2:]) else 1)
     print(__doc__.split("Usage:")[1], file=sys.stderr)
     sys.exit(2)
 

@@ -4,8 +4,10 @@
 # node-llama-cpp's prebuilt llama.cpp loads each, continues a prompt greedily and gives
 # its logits after every position (hybrid_llama_cpp.mjs), and hybrid_reference.py's numpy
 # forward of the same files must give the same logits and the same greedy tokens up to
-# the first near-tie. That proves the files (llama.cpp reads them as the architecture
-# they claim) and the reference (which server/mixer's kernels are tested against).
+# the first near-tie, and llama.cpp's saved sequence state must hold the same recurrent
+# states (conv and SSM, in the layouts server/mixer keeps). That proves the files
+# (llama.cpp reads them as the architecture they claim) and the reference (which
+# server/mixer's kernels are tested against).
 # Usage: hybrid_test.sh
 set -euo pipefail
 work=$(mktemp -d)
@@ -20,11 +22,12 @@ greedy=32
   exit 1
 }
 /usr/bin/python3 "$here/make_hybrid_gguf.py" "$work/gguf"
-node "$here/hybrid_llama_cpp.mjs" "$prompt" "$greedy" "$work"/gguf/*.gguf \
+mkdir "$work/states"
+STATE_DIR="$work/states" node "$here/hybrid_llama_cpp.mjs" "$prompt" "$greedy" "$work"/gguf/*.gguf \
   >"$work/llama.json" 2>"$work/llama.err" || {
   cat "$work/llama.err" >&2
   echo "hybrid_test: hybrid_llama_cpp.mjs failed" >&2
   exit 1
 }
-/usr/bin/python3 "$here/hybrid_reference.py" check "$work/llama.json" "$work/gguf"
+/usr/bin/python3 "$here/hybrid_reference.py" check "$work/llama.json" "$work/gguf" "$work/states"
 echo "hybrid_test: PASS"
