@@ -6,8 +6,8 @@
 //
 // Conv state layout (what a session owns and snapshots): (channels, K-1) fp32, for each
 // channel the last K-1 inputs, oldest first; zeros before the first token. It is
-// llama.cpp's layout of the same state (its r_l rows), so the two can be compared as
-// they are.
+// llama.cpp's layout of the same state (its r_l rows, {K-1, C}): gguf_hybrid_reference_test
+// reads llama.cpp's saved sequence states this way and finds the reference's.
 #pragma once
 
 #include <cstdint>

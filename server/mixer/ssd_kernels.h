@@ -12,7 +12,9 @@
 // chunked prefill is its quadratic form inside a chunk and the state across chunks.
 //
 // SSM state layout (what a session owns and snapshots): (H, P, N) fp32, S[h][p][n]; zeros
-// before the first token. It is llama.cpp's layout of the same state ({N, P, H}).
+// before the first token. It is llama.cpp's layout of the same state (its s_l rows,
+// {N, P, H}): gguf_hybrid_reference_test reads llama.cpp's saved sequence states this way
+// and finds the reference's.
 #pragma once
 
 #include <cstdint>
