@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "server/attention/bf16.h"
 #include "server/attention/target_clones.h"
 
@@ -102,6 +106,29 @@ ATTNSERVE_INLINE void UpdateAndReadGroup(T* sh, const float* pq, const float* pk
   std::copy(acc, acc + group * dv, num);
 }
 
+// The z half of StateUpdateAndRead: z[h] = g[h] z[h] + phi_k[h], then den[q] = phi_q[q] .
+// z[h] for the group's queries, from the fp32 values. zf: m floats of scratch.
+template <typename T>
+ATTNSERVE_INLINE void UpdateAndReadZ(T* z, const float* phi_q, const float* phi_k,
+                                     const float* decay, int64_t kv_heads, int64_t group,
+                                     int64_t m, float* zf, float* den) {
+  for (int64_t h = 0; h < kv_heads; ++h) {
+    T* zh = z + h * m;
+    const float* pk = phi_k + h * m;
+    const float g = decay == nullptr ? 1.0f : decay[h];
+    for (int64_t i = 0; i < m; ++i) {
+      zf[i] = g * Load(zh[i]) + pk[i];
+      zh[i] = Store<T>(zf[i]);
+    }
+    for (int64_t q = 0; q < group; ++q) {  // read after the update: causal, self included
+      const float* pq = phi_q + (h * group + q) * m;
+      float d = 0;
+      for (int64_t i = 0; i < m; ++i) d += pq[i] * zf[i];
+      den[h * group + q] = d;
+    }
+  }
+}
+
 // StateUpdateAndRead for a state of element type T (float or bf16 bits).
 template <typename T>
 ATTNSERVE_INLINE void UpdateAndRead(T* s, T* z, const float* phi_q, const float* phi_k,
@@ -124,24 +151,79 @@ ATTNSERVE_INLINE void UpdateAndRead(T* s, T* z, const float* phi_q, const float*
                          num + h * group * dv);
     }
   }
-  if (z == nullptr) return;
-  float* zf = row;  // (m): z[h] updated, in fp32
-  for (int64_t h = 0; h < kv_heads; ++h) {
-    T* zh = z + h * m;
-    const float* pk = phi_k + h * m;
-    const float g = decay == nullptr ? 1.0f : decay[h];
-    for (int64_t i = 0; i < m; ++i) {
-      zf[i] = g * Load(zh[i]) + pk[i];
-      zh[i] = Store<T>(zf[i]);
+  if (z != nullptr) UpdateAndReadZ(z, phi_q, phi_k, decay, kv_heads, group, m, row, den);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define ATTNSERVE_STATE_BF16_AVX512 1
+// GCC 12's AVX-512 intrinsics trip its own -Wmaybe-uninitialized (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define ATTNSERVE_AVX512 __attribute__((target("avx512f"), always_inline)) inline
+
+// 16 bf16 values widened to fp32: the bits become the high half of each lane.
+ATTNSERVE_AVX512 __m512 WidenBf16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// 16 fp32 values stored as bf16, rounded as RoundToBf16 (bf16.h) rounds one.
+ATTNSERVE_AVX512 void StoreBf16(uint16_t* p, __m512 x) {
+  const __m512i bits = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  rounded = _mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0x7FC0));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rounded));
+}
+
+// UpdateAndReadGroup<uint16_t> with each row of V * 16 values in registers: the row is
+// read, updated (g x + k v, one FMA), stored rounded and read by the `group` queries
+// (into registers for one query, into acc for several) from the fp32 values.
+template <int V>
+__attribute__((target("avx512f"))) void UpdateAndReadBf16Avx512(
+    uint16_t* sh, const float* pq, const float* pk, const float* vh, float g, int64_t group,
+    int64_t m, float* acc, float* num) {
+  constexpr int64_t dv = 16 * V;
+  __m512 v[V], a[V];
+  for (int j = 0; j < V; ++j) {
+    v[j] = _mm512_loadu_ps(vh + 16 * j);
+    a[j] = _mm512_setzero_ps();
+  }
+  if (group > 1) std::fill(acc, acc + group * dv, 0.0f);
+  const __m512 gv = _mm512_set1_ps(g);
+  for (int64_t i = 0; i < m; ++i) {
+    uint16_t* row = sh + i * dv;
+    const __m512 k = _mm512_set1_ps(pk[i]);
+    __m512 r[V];
+    for (int j = 0; j < V; ++j) {
+      r[j] = _mm512_fmadd_ps(gv, WidenBf16(row + 16 * j), _mm512_mul_ps(k, v[j]));
+      StoreBf16(row + 16 * j, r[j]);
     }
-    for (int64_t q = 0; q < group; ++q) {  // read after the update: causal, self included
-      const float* pq = phi_q + (h * group + q) * m;
-      float d = 0;
-      for (int64_t i = 0; i < m; ++i) d += pq[i] * zf[i];
-      den[h * group + q] = d;
+    if (group == 1) {
+      const __m512 w = _mm512_set1_ps(pq[i]);
+      for (int j = 0; j < V; ++j) a[j] = _mm512_fmadd_ps(w, r[j], a[j]);
+      continue;
+    }
+    for (int64_t q = 0; q < group; ++q) {
+      const __m512 w = _mm512_set1_ps(pq[q * m + i]);
+      float* aq = acc + q * dv;
+      for (int j = 0; j < V; ++j) {
+        _mm512_storeu_ps(aq + 16 * j, _mm512_fmadd_ps(w, r[j], _mm512_loadu_ps(aq + 16 * j)));
+      }
     }
   }
+  if (group == 1) {
+    for (int j = 0; j < V; ++j) _mm512_storeu_ps(num + 16 * j, a[j]);
+  } else {
+    std::copy(acc, acc + group * dv, num);
+  }
 }
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace
 
@@ -173,10 +255,39 @@ void StateUpdateAndRead(float* s, float* z, const float* phi_q, const float* phi
 }
 
 ATTNSERVE_CLONES
+void StateUpdateAndReadBf16Plain(uint16_t* s, uint16_t* z, const float* phi_q,
+                                 const float* phi_k, const float* v, const float* decay,
+                                 int64_t kv_heads, int64_t group, int64_t m, int64_t dv,
+                                 float* num, float* den) {
+  UpdateAndRead(s, z, phi_q, phi_k, v, decay, kv_heads, group, m, dv, num, den);
+}
+
 void StateUpdateAndReadBf16(uint16_t* s, uint16_t* z, const float* phi_q, const float* phi_k,
                             const float* v, const float* decay, int64_t kv_heads,
                             int64_t group, int64_t m, int64_t dv, float* num, float* den) {
-  UpdateAndRead(s, z, phi_q, phi_k, v, decay, kv_heads, group, m, dv, num, den);
+#if defined(ATTNSERVE_STATE_BF16_AVX512)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  auto* head = !avx512 ? nullptr
+               : dv == 16 ? &UpdateAndReadBf16Avx512<1>
+               : dv == 32 ? &UpdateAndReadBf16Avx512<2>
+               : dv == 48 ? &UpdateAndReadBf16Avx512<3>
+               : dv == 64 ? &UpdateAndReadBf16Avx512<4>
+                          : nullptr;
+  if (head != nullptr) {
+    std::vector<float> acc(group > 1 ? group * dv : 0);
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      head(s + h * m * dv, phi_q + h * group * m, phi_k + h * m, v + h * dv,
+           decay == nullptr ? 1.0f : decay[h], group, m, acc.data(), num + h * group * dv);
+    }
+    // z (kv_heads x m, small next to s) through the plain loop.
+    if (z != nullptr) {
+      std::vector<float> zf(m);
+      UpdateAndReadZ(z, phi_q, phi_k, decay, kv_heads, group, m, zf.data(), den);
+    }
+    return;
+  }
+#endif
+  StateUpdateAndReadBf16Plain(s, z, phi_q, phi_k, v, decay, kv_heads, group, m, dv, num, den);
 }
 
 ATTNSERVE_CLONES

@@ -27,11 +27,19 @@ void StateUpdateAndRead(float* s, float* z, const float* phi_q, const float* phi
 
 // StateUpdateAndRead on a state kept in bf16 (AttentionOptions::state_bf16): each element
 // of s and z is read into fp32, updated in fp32 and stored rounded to nearest even
-// (bf16.h); num and den read the updated fp32 values, before rounding.
+// (bf16.h); num and den read the updated fp32 values, before rounding. On AVX-512 with
+// dv of 16, 32, 48 or 64, s goes through a loop that keeps each row in registers;
+// otherwise through StateUpdateAndReadBf16Plain.
 void StateUpdateAndReadBf16(uint16_t* s, uint16_t* z, const float* phi_q,
                             const float* phi_k, const float* v, const float* decay,
                             int64_t kv_heads, int64_t group, int64_t m, int64_t dv, float* num,
                             float* den);
+// The same in plain loops (what the compiler vectorises): the fallback, and what
+// tests/attention/state_bf16_test.cc ties the AVX-512 loop to.
+void StateUpdateAndReadBf16Plain(uint16_t* s, uint16_t* z, const float* phi_q,
+                                 const float* phi_k, const float* v, const float* decay,
+                                 int64_t kv_heads, int64_t group, int64_t m, int64_t dv,
+                                 float* num, float* den);
 
 // n bf16 values widened to fp32 (exact), and n fp32 values rounded to nearest even bf16:
 // how the chunked prefill reads a bf16 state and stores it back.
