@@ -20,12 +20,14 @@ struct ConvWeights {
                                 // ssm_conv1d.weight {K, C}, shortconv.conv.weight {K, C})
   const float* bias = nullptr;  // (channels), or null for none
   int64_t channels = 0;
-  int64_t kernel = 0;           // K >= 2
-  bool silu = false;            // SiLU after the bias
+  int64_t kernel = 0;  // K >= 2
+  bool silu = false;   // SiLU after the bias
 };
 
 // Floats in one session's conv state: channels * (K - 1).
-inline int64_t ConvStateFloats(const ConvWeights& cw) { return cw.channels * (cw.kernel - 1); }
+inline int64_t ConvStateFloats(const ConvWeights& cw) {
+  return cw.channels * (cw.kernel - 1);
+}
 
 // T tokens of one session. Time mixes within each channel only:
 //   y[t][c] = act(sum_k w[c][k] in[t-K+1+k][c] + bias[c]),  in = state's K-1, then x

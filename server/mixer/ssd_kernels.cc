@@ -52,8 +52,12 @@ namespace {
 // Scratch for one chunk of up to `chunk` tokens.
 struct ChunkScratch {
   explicit ChunkScratch(int64_t chunk, int64_t heads, int64_t p_dim)
-      : dt(chunk * heads), cum(chunk * heads), cb(chunk * chunk), masked(chunk * chunk),
-        read(chunk * p_dim), xw(chunk * p_dim) {}
+      : dt(chunk * heads),
+        cum(chunk * heads),
+        cb(chunk * chunk),
+        masked(chunk * chunk),
+        read(chunk * p_dim),
+        xw(chunk * p_dim) {}
   std::vector<float> dt;      // (l, H): softplus(dt_raw + dt_bias)
   std::vector<float> cum;     // (l, H): sum of dt A over the chunk up to and with token i
   std::vector<float> cb;      // (l, l): C_i . B_j of one group

@@ -41,7 +41,7 @@ inline int64_t SsdStateFloats(const SsdWeights& w) {
 // inputs point into the in_proj and conv outputs as they are: x, B and C into the conv
 // output xBC (x at column 0, B at H*P, C at H*P + G*N), dt into the in_proj output.
 struct SsdInputs {
-  const float* x = nullptr;   // (rows, H*P), after the conv and SiLU
+  const float* x = nullptr;  // (rows, H*P), after the conv and SiLU
   int64_t ldx = 0;
   const float* b = nullptr;   // (rows, G*N)
   const float* c = nullptr;   // (rows, G*N)

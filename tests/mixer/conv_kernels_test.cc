@@ -33,7 +33,8 @@ void CheckConvCase(const std::string& name, PrefillFn prefill) {
   const int64_t ch = int64_t(dims[0]), k = int64_t(dims[1]), t = int64_t(dims[2]);
   const bool has_bias = dims[3] != 0;
   const std::vector<float> x = Fixture(name + ".x"), w = Fixture(name + ".w");
-  const std::vector<float> want_y = Fixture(name + ".y"), want_s = Fixture(name + ".state1");
+  const std::vector<float> want_y = Fixture(name + ".y"),
+                           want_s = Fixture(name + ".state1");
   const std::vector<float> bias = has_bias ? Fixture(name + ".bias") : std::vector<float>();
   std::vector<float> state = Fixture(name + ".state0");
   ASSERT_EQ(want_y.size(), size_t(t * ch));
@@ -67,7 +68,8 @@ TEST(CausalConv1d, PrefillInPiecesEqualsOnePrefillAndTheReference) {
   // pieces of 1, 2 (shorter than K-1: the state is partly old, partly new), 0, then 20
   int64_t done = 0;
   for (int64_t n : {1, 2, 0, 20}) {
-    CausalConv1dPrefill(cw, x.data() + done * ld, ld, n, s.data(), y.data() + done * ch, ch);
+    CausalConv1dPrefill(cw, x.data() + done * ld, ld, n, s.data(), y.data() + done * ch,
+                        ch);
     done += n;
   }
   ASSERT_EQ(done, t);
@@ -86,7 +88,8 @@ TEST(CausalConv1d, StepOfEachSessionEqualsItsPrefill) {
     s.push_back(Random(rng, ch * (k - 1)));
     s_ref.push_back(s.back());
     y_ref.emplace_back(t * ch);
-    CausalConv1dPrefillReference(cw, x[b].data(), ch, t, s_ref[b].data(), y_ref[b].data(), ch);
+    CausalConv1dPrefillReference(cw, x[b].data(), ch, t, s_ref[b].data(), y_ref[b].data(),
+                                 ch);
   }
   std::vector<float*> states;
   for (auto& st : s) states.push_back(st.data());

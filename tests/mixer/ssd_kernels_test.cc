@@ -35,7 +35,8 @@ struct SsdCase {
     n = int64_t(dims[3]), t = int64_t(dims[4]);
     const std::vector<float> x = Fixture(name + ".x"), b = Fixture(name + ".b");
     const std::vector<float> c = Fixture(name + ".c"), dt_raw = Fixture(name + ".dt");
-    dt_bias = Fixture(name + ".dt_bias"), a = Fixture(name + ".a"), d = Fixture(name + ".d");
+    dt_bias = Fixture(name + ".dt_bias"), a = Fixture(name + ".a"),
+    d = Fixture(name + ".d");
     state0 = Fixture(name + ".state0"), y = Fixture(name + ".y");
     state1 = Fixture(name + ".state1");
     const int64_t hp = heads * p, gn = groups * n;
@@ -56,8 +57,9 @@ struct SsdCase {
   // The inputs from token i on.
   SsdInputs inputs(int64_t i = 0) const {
     const float* row = xbc.data() + i * ld;
-    return {row, ld, row + heads * p, row + heads * p + groups * n, ld,
-            dt.data() + i * lddt, lddt};
+    return {
+        row, ld, row + heads * p, row + heads * p + groups * n, ld, dt.data() + i * lddt,
+        lddt};
   }
   int64_t width() const { return heads * p; }
   int64_t state_size() const { return heads * p * n; }
@@ -133,8 +135,9 @@ TEST(Ssd, StepOfEachSessionMatchesNumpyReference) {
       std::copy_n(k.xbc.data() + rows[b] * k.ld, k.ld, xbc.data() + b * k.ld);
       std::copy_n(k.dt.data() + rows[b] * k.lddt, k.lddt, dt.data() + b * k.lddt);
     }
-    const SsdInputs in{xbc.data(), k.ld, xbc.data() + w, xbc.data() + w + k.groups * k.n,
-                       k.ld, dt.data(), k.lddt};
+    const SsdInputs in{
+        xbc.data(), k.ld,      xbc.data() + w, xbc.data() + w + k.groups * k.n,
+        k.ld,       dt.data(), k.lddt};
     SsdStep(k.weights(), in, batch, states.data(), y.data(), w);
     EXPECT_LE(MaxRelDiff(y.data(), k.y.data() + i * w, w), kTol) << "token " << i;
     SsdPrefillReference(k.weights(), k.inputs(rows[1]), 1, s1_ref.data(), y1_ref.data(), w);
@@ -162,8 +165,8 @@ TEST(Ssd, ChunkedPrefillEqualsTheRecurrenceOnALongRandomSequence) {
     bias[h] = 0.5f * normal(rng), a[h] = -std::exp(uniform(rng)), d[h] = 1.0f;
   }
   const SsdWeights w{a.data(), d.data(), bias.data(), heads, p, groups, n};
-  const SsdInputs in{xbc.data(), ld, xbc.data() + hp, xbc.data() + hp + groups * n, ld,
-                     dt.data(), heads};
+  const SsdInputs in{xbc.data(), ld,   xbc.data() + hp, xbc.data() + hp + groups * n, ld,
+                     dt.data(),  heads};
   std::vector<float> s_ref(heads * p * n, 0.0f), y_ref(t * hp);
   SsdPrefillReference(w, in, t, s_ref.data(), y_ref.data(), hp);
   std::vector<float> s(heads * p * n, 0.0f), y(t * hp);
@@ -173,7 +176,7 @@ TEST(Ssd, ChunkedPrefillEqualsTheRecurrenceOnALongRandomSequence) {
   std::vector<float> s_step(heads * p * n, 0.0f), y_step(t * hp);
   float* state = s_step.data();
   for (int64_t i = 0; i < t; ++i) {
-    const SsdInputs row{in.x + i * ld, ld, in.b + i * ld, in.c + i * ld, ld,
+    const SsdInputs row{in.x + i * ld,     ld,   in.b + i * ld, in.c + i * ld, ld,
                         in.dt + i * heads, heads};
     SsdStep(w, row, 1, &state, y_step.data() + i * hp, hp);
   }
@@ -229,12 +232,16 @@ TEST(Mamba2Mixer, ChainedKernelsMatchNumpyReferenceByPrefillAndByStep) {
   std::vector<float> ssm = Fixture("mamba2_chain.ssm_state0");
   std::vector<float> xbc(t * conv_dim), y(t * inner);
   CausalConv1dPrefill(cw, in_proj.data() + inner, ld, t, conv.data(), xbc.data(), conv_dim);
-  const SsdInputs in{xbc.data(), conv_dim, xbc.data() + inner,
-                     xbc.data() + inner + groups * n, conv_dim,
-                     in_proj.data() + inner + conv_dim, ld};
+  const SsdInputs in{xbc.data(),
+                     conv_dim,
+                     xbc.data() + inner,
+                     xbc.data() + inner + groups * n,
+                     conv_dim,
+                     in_proj.data() + inner + conv_dim,
+                     ld};
   SsdPrefill(sw, in, t, 8, ssm.data(), y.data(), inner);
-  GatedGroupRmsNorm(y.data(), inner, in_proj.data(), ld, norm_w.data(), t, inner, groups, eps,
-                    y.data(), inner);
+  GatedGroupRmsNorm(y.data(), inner, in_proj.data(), ld, norm_w.data(), t, inner, groups,
+                    eps, y.data(), inner);
   EXPECT_LE(MaxRelDiff(y.data(), want_y.data(), y.size()), kTol);
   EXPECT_LE(MaxRelDiff(conv.data(), want_conv.data(), conv.size()), 0.0);
   EXPECT_LE(MaxRelDiff(ssm.data(), want_ssm.data(), ssm.size()), kTol);
@@ -248,13 +255,18 @@ TEST(Mamba2Mixer, ChainedKernelsMatchNumpyReferenceByPrefillAndByStep) {
   for (int64_t i = 0; i < t; ++i) {
     const float* row = in_proj.data() + i * ld;
     CausalConv1dStep(cw, row + inner, ld, 1, &conv_state, xbc_row.data(), conv_dim);
-    const SsdInputs one{xbc_row.data(), conv_dim, xbc_row.data() + inner,
-                        xbc_row.data() + inner + groups * n, conv_dim, row + inner + conv_dim,
+    const SsdInputs one{xbc_row.data(),
+                        conv_dim,
+                        xbc_row.data() + inner,
+                        xbc_row.data() + inner + groups * n,
+                        conv_dim,
+                        row + inner + conv_dim,
                         ld};
     SsdStep(sw, one, 1, &ssm_state, y_row.data(), inner);
     GatedGroupRmsNorm(y_row.data(), inner, row, ld, norm_w.data(), 1, inner, groups, eps,
                       y_row.data(), inner);
-    EXPECT_LE(MaxRelDiff(y_row.data(), want_y.data() + i * inner, inner), kTol) << "token " << i;
+    EXPECT_LE(MaxRelDiff(y_row.data(), want_y.data() + i * inner, inner), kTol)
+        << "token " << i;
   }
   EXPECT_LE(MaxRelDiff(conv.data(), want_conv.data(), conv.size()), 0.0);
   EXPECT_LE(MaxRelDiff(ssm.data(), want_ssm.data(), ssm.size()), kTol);
