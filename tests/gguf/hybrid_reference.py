@@ -336,8 +336,9 @@ class Forward:
         self.ff = ff if isinstance(ff, list) else [ff] * self.layers
         # nemotron_h: a layer with neither KV heads nor an MLP is Mamba-2; one with an
         # MLP is only that MLP
-        self.recurrent = [self.arch == "mamba2" or (h == 0 and (self.arch != "nemotron_h" or f == 0))
-                          for h, f in zip(heads_kv, self.ff)]
+        self.recurrent = [
+            self.arch == "mamba2" or (h == 0 and (self.arch != "nemotron_h" or f == 0))
+            for h, f in zip(heads_kv, self.ff)]
         if self.heads:
             self.hd = self.kv("attention.key_length", self.d // self.heads)
         self.scale = {"embedding": self.kv("embedding_scale", 0.0),

@@ -24,8 +24,9 @@ learnt from texts.json, <|endoftext|> as BOS and EOS. Weights come from a seeded
 generator, scaled so that the final logits spread over several units and greedy decoding
 has clear top-1 margins.
 
-Usage: /usr/bin/python3 make_hybrid_gguf.py OUT_DIR
-Writes OUT_DIR/NAME.gguf for each of FILES and prints one line per file.
+Usage: /usr/bin/python3 make_hybrid_gguf.py OUT_DIR [NAME...]
+Writes OUT_DIR/NAME.gguf for each of FILES (or each NAME given) and prints one line per
+file.
 """
 import json
 import os
@@ -36,8 +37,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_gguf import (ALIGN, ARRAY, BOOL, F32, F32V, I32, Q8_0, STRING, TYPE_NAMES, U32,  # noqa: E402
-                       byte_symbols, gguf_kv, write_gguf)
+from make_gguf import (  # noqa: E402
+    ALIGN, ARRAY, BOOL, F32, F32V, I32, Q8_0, STRING, TYPE_NAMES, U32, byte_symbols, gguf_kv,
+    write_gguf)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VOCAB = 320  # 256 bytes + 63 merges + <|endoftext|>
@@ -64,7 +66,7 @@ def gpt2_vocab():
     texts.json as GPT-2's pre-tokenizer splits them, then <|endoftext|>."""
     sym = byte_symbols()
     with open(os.path.join(HERE, "texts.json")) as f:
-        text = " ".join(json.load(f)) * 1
+        text = " ".join(json.load(f))
     words = re.findall(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+", text)
     seqs = [[sym[b] for b in w.encode("utf-8")] for w in words]
     tokens = [sym[b] for b in range(256)]
@@ -128,7 +130,8 @@ def mamba2_layer(w, b, d, ssm, kind):
     """One Mamba-2 mixer: in_proj -> z | xBC | dt, the conv over xBC, dt bias, A, D, the
     grouped norm, out_proj. Initialised as the reference implementation does: A_log
     uniform in [log 1, log 16], dt = softplus(dt_raw + dt_bias) around [1e-3, 1e-1]."""
-    inner, n, heads, groups, k = ssm["inner"], ssm["state"], ssm["heads"], ssm["groups"], ssm["conv"]
+    inner, n, heads = ssm["inner"], ssm["state"], ssm["heads"]
+    groups, k = ssm["groups"], ssm["conv"]
     conv_dim = inner + 2 * groups * n
     w.linear(b + "ssm_in.weight", 2 * inner + 2 * groups * n + heads, d, kind)
     w.add(b + "ssm_conv1d.weight", w.uniform((conv_dim, k), -1 / np.sqrt(k), 1 / np.sqrt(k)) * 1.5)
@@ -307,7 +310,9 @@ def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     vocab = gpt2_vocab()
-    for name, (arch, kind) in FILES.items():
+    names = sys.argv[2:] or list(FILES)
+    for name in names:
+        arch, kind = FILES[name]
         kvs, tensors = MAKERS[arch](name, kind)
         path = os.path.join(out, name + ".gguf")
         write_gguf(path, kvs + vocab, tensors)
