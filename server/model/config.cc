@@ -35,7 +35,8 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
   }
   if (c.dim < 1) return Invalid("dim", "must be >= 1", c.dim);
   if (c.num_layers < 1) return Invalid("num_layers", "must be >= 1", c.num_layers);
-  if (c.mlp_hidden < 1) return Invalid("mlp_hidden", "must be >= 1", c.mlp_hidden);
+  // A model without MLPs (pure Mamba-2) has no hidden width: GGUF's feed_forward_length 0.
+  if (c.mlp && c.mlp_hidden < 1) return Invalid("mlp_hidden", "must be >= 1", c.mlp_hidden);
   if (c.max_context < 1) return Invalid("max_context", "must be >= 1", c.max_context);
   if (!(c.rope_theta > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("rope_theta must be > 0, got ", c.rope_theta));

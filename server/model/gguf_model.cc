@@ -58,10 +58,11 @@ constexpr const char* kGgufArchitectures[] = {"llama", "qwen2", "qwen3", "mamba2
 bool GgufInterleavedRope(const GgufFile& file) {
   const json arch = file.metadata.value("general.architecture", json());
   // Granite's attention layers rotate adjacent pairs (llama.cpp's NORM RoPE) when they
-  // rotate at all.
+  // rotate at all: rope.scaling.finetuned is its switch, true when absent as llama.cpp
+  // reads it.
   return arch == "llama" ||
          (arch == "granitehybrid" &&
-          file.metadata.value("granitehybrid.rope.scaling.finetuned", json(false)) == true);
+          file.metadata.value("granitehybrid.rope.scaling.finetuned", json(true)) == true);
 }
 
 namespace {

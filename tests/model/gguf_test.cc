@@ -300,5 +300,67 @@ TEST(GgufModelTest, ParameterNamesAndShapeChecks) {
   EXPECT_THAT(*right, ElementsAre(1, 2, 3, 4, 5, 6));
 }
 
+// The recurrent and hybrid architectures' metadata (server/DESIGN.md §11), as llama.cpp
+// reads it: each layer's mixer from the per-layer head_count_kv (0: recurrent), the SSM
+// sizes, Granite's RoPE switch rope.scaling.finetuned (true when absent), and a pure
+// Mamba-2 file's feed_forward_length 0 (no MLP).
+TEST(GgufModelTest, HybridConfigsFromMetadata) {
+  auto i32s = [](const std::vector<int32_t>& v) {
+    std::string out;
+    Builder::Put<uint32_t>(&out, 5);  // GGUF's INT32
+    Builder::Put<uint64_t>(&out, v.size());
+    for (int32_t x : v) Builder::Put(&out, x);
+    return out;
+  };
+  auto config_of = [&](const std::string& arch, const std::function<void(Builder&)>& edit) {
+    Builder b;
+    const std::string p = arch + ".";
+    b.String("general.architecture", arch).U32(p + "embedding_length", 16)
+        .U32(p + "block_count", 2).U32(p + "ssm.conv_kernel", 4).U32(p + "ssm.inner_size", 32)
+        .U32(p + "ssm.state_size", 8).U32(p + "ssm.time_step_rank", 4)
+        .U32(p + "ssm.group_count", 2);
+    edit(b);
+    b.Tensor("token_embd.weight", {16, 300}, 0, std::string(16 * 300 * 4, '\0'))
+        .Tensor("blk.1.attn_q.weight", {16, 16}, 0, std::string(16 * 16 * 4, '\0'))
+        .Tensor("blk.1.attn_k.weight", {16, 8}, 0, std::string(16 * 8 * 4, '\0'))
+        .Tensor("blk.1.ffn_up.weight", {16, 32}, 0, std::string(16 * 32 * 4, '\0'));
+    auto f = ParseGguf(b.Bytes());
+    EXPECT_TRUE(f.ok()) << f.status();
+    return GgufModelConfig(*f, "m");
+  };
+  auto granite = [&](std::optional<bool> finetuned) {
+    return config_of("granitehybrid", [&](Builder& b) {
+      b.U32("granitehybrid.feed_forward_length", 32).U32("granitehybrid.attention.head_count", 4)
+          .Raw("granitehybrid.attention.head_count_kv", 9, i32s({0, 2}));
+      if (finetuned.has_value()) b.Bool("granitehybrid.rope.scaling.finetuned", *finetuned);
+    });
+  };
+  auto c = granite(std::nullopt);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->mixers, ElementsAre(kMamba2Mixer, kAttentionMixer));
+  EXPECT_EQ(c->attention.num_heads, 4);
+  EXPECT_EQ(c->attention.num_kv_heads, 2);
+  EXPECT_EQ(c->ssm_inner, 32);
+  EXPECT_EQ(c->ssm_state, 8);
+  EXPECT_EQ(c->ssm_heads, 4);
+  EXPECT_EQ(c->ssm_groups, 2);
+  EXPECT_EQ(c->conv_kernel, 4);
+  EXPECT_TRUE(c->mlp);
+  EXPECT_TRUE(c->rope);  // llama.cpp: no finetuned key, RoPE on
+  auto with = granite(true), without = granite(false);
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_TRUE(with->rope);
+  EXPECT_FALSE(without->rope);
+
+  auto mamba2 = config_of("mamba2", [](Builder& b) {
+    b.U32("mamba2.feed_forward_length", 0).U32("mamba2.attention.head_count", 0);
+  });
+  ASSERT_TRUE(mamba2.ok()) << mamba2.status();
+  EXPECT_THAT(mamba2->mixers, ElementsAre(kMamba2Mixer, kMamba2Mixer));
+  EXPECT_FALSE(mamba2->mlp);
+  EXPECT_EQ(mamba2->mlp_hidden, 0);
+  EXPECT_FALSE(mamba2->rope);
+}
+
 }  // namespace
 }  // namespace attnserve::model
