@@ -15,17 +15,22 @@ namespace attnserve::weights {
 //   q  (rows, in)        the int8 values
 //   dl (rows, in / 4)    d of the block, once per 4 values (the lanes of an int32 dot)
 //   ds (rows, in / 32)   d * (sum of the block's q): a K-quant's min term is -dmin*m*ds
+//   k4_order             q and dl are in QuantizeActivations' k4_order
 struct Activations {
   int64_t in = 0;
   const float* x = nullptr;
   const int8_t* q = nullptr;
   const float* dl = nullptr;
   const float* ds = nullptr;
+  bool k4_order = false;
 };
 
 // Quantizes x (rows, in) into scratch (grown as needed); `in` a multiple of 32.
+// k4_order (in a multiple of 256): within each 256 values, q and dl hold the blocks of 32
+// in the order 0, 2, 1, 3, 4, 6, 5, 7 (ds stays in order), which is how 64 bytes of Q4_K /
+// Q5_K nibbles unpack: low nibbles sub-blocks 4k and 4k + 2, high ones 4k + 1 and 4k + 3.
 Activations QuantizeActivations(const float* x, int64_t rows, int64_t in,
-                                LinearScratch& scratch);
+                                LinearScratch& scratch, bool k4_order = false);
 
 // sums[r] = dot(row w of the matrix, activation row r0 + r) for r < R: one kernel per
 // weight type and R = 1..kMaxTileRows.

@@ -158,7 +158,9 @@ void PackedLinear(const float* x, int64_t rows, const PackedMatrix& w, float* y,
     a.in = w.in();
     a.x = x;
   } else {
-    a = QuantizeActivations(x, rows, w.in(), scratch);
+    // The AVX-512 Q4_K / Q5_K kernels unpack 128 nibbles per load (their activation order).
+    const bool k4 = w.type() == WeightType::kQ4_K || w.type() == WeightType::kQ5_K;
+    a = QuantizeActivations(x, rows, w.in(), scratch, k4 && path == LinearPath::kAvx512);
   }
   // Outputs split in multiples of 16 (whole cache lines of y); small calls run alone.
   const int threads = Pool::Get().threads();

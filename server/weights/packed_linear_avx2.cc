@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <utility>
 
 #include "server/weights/blocks.h"
 #include "server/weights/half.h"
@@ -41,14 +42,27 @@ struct Rows {
   const int8_t* q[R];
   const float* dl[R];
   const float* ds[R];
-  __m256 acc[R];
+  // Independent accumulator chains per row, rotated after every step, so that few rows
+  // are not held to one FMA's latency per step.
+  static constexpr int kChains = R == 1 ? 4 : R == 2 ? 2 : 1;
+  __m256 acc[R][kChains];
   Rows(const Activations& a, int64_t r0) {
     for (int r = 0; r < R; ++r) {
       q[r] = a.q + (r0 + r) * a.in;
       dl[r] = a.dl + (r0 + r) * (a.in / 4);
       ds[r] = a.ds + (r0 + r) * (a.in / 32);
-      acc[r] = _mm256_setzero_ps();
+      for (auto& c : acc[r]) c = _mm256_setzero_ps();
     }
+  }
+  void Rotate() {
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c + 1 < kChains; ++c) std::swap(acc[r][c], acc[r][c + 1]);
+    }
+  }
+  __m256 Total(int r) const {
+    __m256 t = acc[r][0];
+    for (int c = 1; c < kChains; ++c) t = _mm256_add_ps(t, acc[r][c]);
+    return t;
   }
 };
 
@@ -62,13 +76,14 @@ inline void Step(Rows<R>& rows, int64_t i, __m256i wv, __m256 wsc) {
     if (kSigned) xq = _mm256_sign_epi8(xq, wv);
     const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xq), ones);
     const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_loadu_ps(rows.dl[r] + i / 4));
-    rows.acc[r] = _mm256_fmadd_ps(f, wsc, rows.acc[r]);
+    rows.acc[r][0] = _mm256_fmadd_ps(f, wsc, rows.acc[r][0]);
   }
+  rows.Rotate();
 }
 
 template <int R>
 inline void Finish(Rows<R>& rows, float* sums) {
-  for (int r = 0; r < R; ++r) sums[r] = Sum8(rows.acc[r]);
+  for (int r = 0; r < R; ++r) sums[r] = Sum8(rows.Total(r));
 }
 
 template <int R>
@@ -131,7 +146,7 @@ void DotK4(const uint8_t* w, const Activations& a, int64_t r0, float* sums) {
       min_acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows.ds[r] + 8 * b), mins, min_acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) rows.acc[r] = _mm256_sub_ps(rows.acc[r], min_acc[r]);
+  for (int r = 0; r < R; ++r) rows.acc[r][0] = _mm256_sub_ps(rows.acc[r][0], min_acc[r]);
   Finish(rows, sums);
 }
 

@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <utility>
 
 #include "server/weights/blocks.h"
 #include "server/weights/linear_internal.h"
@@ -42,20 +43,42 @@ inline __m512 Halves(float a, float b) {
   return _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b));
 }
 
+// The fp16 scales at byte 0 of two consecutive blocks of `block_bytes` (even) at w, as
+// lanes [0, 8) and [8, 16): one masked load, one word permute, one conversion.
+inline __m512 PairScales(const uint8_t* w, int block_bytes) {
+  const __m512i raw = _mm512_maskz_loadu_epi8(~0ull >> (64 - block_bytes - 2), w);
+  const __m256i idx = _mm256_set_m128i(_mm_set1_epi16(short(block_bytes / 2)), _mm_setzero_si128());
+  return _mm512_cvtph_ps(_mm512_castsi512_si256(
+      _mm512_permutexvar_epi16(_mm512_castsi256_si512(idx), raw)));
+}
+
 // The rows of one call: row r's int8 values, lane scales and K-quant min sums.
 template <int R>
 struct Rows {
   const int8_t* q[R];
   const float* dl[R];
   const float* ds[R];
-  __m512 acc[R];
+  // Independent accumulator chains per row, rotated after every step, so that few rows
+  // are not held to one FMA's latency per step.
+  static constexpr int kChains = R == 1 ? 4 : R == 2 ? 2 : 1;
+  __m512 acc[R][kChains];
   Rows(const Activations& a, int64_t r0) {
     for (int r = 0; r < R; ++r) {
       q[r] = a.q + (r0 + r) * a.in;
       dl[r] = a.dl + (r0 + r) * (a.in / 4);
       ds[r] = a.ds + (r0 + r) * (a.in / 32);
-      acc[r] = _mm512_setzero_ps();
+      for (auto& c : acc[r]) c = _mm512_setzero_ps();
     }
+  }
+  void Rotate() {
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c + 1 < kChains; ++c) std::swap(acc[r][c], acc[r][c + 1]);
+    }
+  }
+  __m512 Total(int r) const {
+    __m512 t = acc[r][0];
+    for (int c = 1; c < kChains; ++c) t = _mm512_add_ps(t, acc[r][c]);
+    return t;
   }
 };
 
@@ -76,13 +99,14 @@ inline void Step(Rows<R>& rows, int64_t i, __m512i wv, __m512 wsc) {
     const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wu, xq);
     const __m512 dl = kHalf ? _mm512_maskz_loadu_ps(0x00ff, rows.dl[r] + i / 4)
                             : _mm512_loadu_ps(rows.dl[r] + i / 4);
-    rows.acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), dl), wsc, rows.acc[r]);
+    rows.acc[r][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), dl), wsc, rows.acc[r][0]);
   }
+  rows.Rotate();
 }
 
 template <int R>
 inline void Finish(Rows<R>& rows, float* sums) {
-  for (int r = 0; r < R; ++r) sums[r] = _mm512_reduce_add_ps(rows.acc[r]);
+  for (int r = 0; r < R; ++r) sums[r] = _mm512_reduce_add_ps(rows.Total(r));
 }
 
 template <int R>
@@ -94,7 +118,7 @@ void DotQ8_0(const uint8_t* w, const Activations& a, int64_t r0, float* sums) {
     const __m512i wv = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2))),
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + kQ8_0Bytes + 2)), 1);
-    Step<R, true>(rows, 32 * b, wv, Halves(HalfAt(w), HalfAt(w + kQ8_0Bytes)));
+    Step<R, true>(rows, 32 * b, wv, PairScales(w, kQ8_0Bytes));
   }
   if (b < blocks) {
     const __m512i wv = _mm512_zextsi256_si512(
@@ -104,12 +128,14 @@ void DotQ8_0(const uint8_t* w, const Activations& a, int64_t r0, float* sums) {
   Finish(rows, sums);
 }
 
-// Two Q4_0 blocks' 16 bytes each as 64 levels q - 8: per block its low nibbles (values
-// 0..15) then its high nibbles (16..31).
-inline __m512i Q4_0Levels(__m128i qa, __m128i qb) {
-  const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(qa), qb, 1);
-  const __m512i t = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
-                                             _mm512_castsi256_si512(ab));
+// Two Q4_0 blocks (36 bytes at w) as 64 levels q - 8: per block its low nibbles (values
+// 0..15) then its high nibbles (16..31). One masked load; a word permute puts each
+// block's 16 quant bytes (bytes 2..17, 20..35: whole words) in two 128-bit lanes, the
+// second of which takes the high nibbles.
+inline __m512i Q4_0Levels(const __m512i raw) {
+  const __m512i idx = _mm512_set_epi16(17, 16, 15, 14, 13, 12, 11, 10, 17, 16, 15, 14, 13, 12, 11,
+                                       10, 8, 7, 6, 5, 4, 3, 2, 1, 8, 7, 6, 5, 4, 3, 2, 1);
+  const __m512i t = _mm512_permutexvar_epi16(idx, raw);
   const __m512i v = _mm512_mask_blend_epi64(0xcc, t, _mm512_srli_epi16(t, 4));
   return _mm512_sub_epi8(_mm512_and_si512(v, _mm512_set1_epi8(0x0f)), _mm512_set1_epi8(8));
 }
@@ -120,15 +146,12 @@ void DotQ4_0(const uint8_t* w, const Activations& a, int64_t r0, float* sums) {
   const int64_t blocks = a.in / 32;
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2, w += 2 * kQ4_0Bytes) {
-    const __m512i wv =
-        Q4_0Levels(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)),
-                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kQ4_0Bytes + 2)));
-    Step<R, true>(rows, 32 * b, wv, Halves(HalfAt(w), HalfAt(w + kQ4_0Bytes)));
+    const __m512i raw = _mm512_maskz_loadu_epi8(~0ull >> (64 - 2 * kQ4_0Bytes), w);
+    Step<R, true>(rows, 32 * b, Q4_0Levels(raw), PairScales(w, kQ4_0Bytes));
   }
-  if (b < blocks) {
-    const __m512i wv = _mm512_maskz_mov_epi64(
-        0x0f, Q4_0Levels(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)),
-                         _mm_setzero_si128()));
+  if (b < blocks) {  // the last block alone: the second block's words read as zero
+    const __m512i raw = _mm512_maskz_loadu_epi8(~0ull >> (64 - kQ4_0Bytes), w);
+    const __m512i wv = _mm512_maskz_mov_epi64(0x0f, Q4_0Levels(raw));
     Step<R, true, true>(rows, 32 * b, wv, Halves(HalfAt(w), 0.0f));
   }
   Finish(rows, sums);
@@ -150,6 +173,16 @@ inline __m256 BytesToFloats(uint64_t bytes) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(bytes))));
 }
 
+// Lanes [0, 8) index a, [8, 16) index b.
+inline __m512i PairIndex(int a, int b) {
+  return _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(a), _mm512_set1_epi32(b));
+}
+// Bytes [0, 32) test bit a, [32, 64) bit b.
+inline __m512i FifthBits(int a, int b) {
+  return _mm512_mask_blend_epi64(0xf0, _mm512_set1_epi8(char(1 << a)), _mm512_set1_epi8(char(1 << b)));
+}
+
+// Q4_K / Q5_K in a.k4_order.
 template <int R, bool kFive>
 void DotK4(const uint8_t* w, const Activations& a, int64_t r0, float* sums) {
   Rows<R> rows(a, r0);
@@ -168,26 +201,26 @@ void DotK4(const uint8_t* w, const Activations& a, int64_t r0, float* sums) {
     if (kFive) {
       qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + kQ5_KQh)));
     }
-    for (int j = 0; j < 4; ++j) {
-      // 32 bytes: low nibbles are sub-block 2j, high nibbles 2j + 1.
-      const __m512i t = _mm512_broadcast_i64x4(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j)));
-      __m512i wv = _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, t, _mm512_srli_epi16(t, 4)), low4);
-      if (kFive) {
-        const __m512i bits = _mm512_mask_blend_epi64(0xf0, _mm512_set1_epi8(char(1 << (2 * j))),
-                                                     _mm512_set1_epi8(char(2 << (2 * j))));
-        wv = _mm512_mask_add_epi8(wv, _mm512_test_epi8_mask(qh, bits), wv, _mm512_set1_epi8(16));
+    for (int k = 0; k < 2; ++k) {
+      // 64 bytes: low nibbles are sub-blocks 4k, 4k + 2; high nibbles 4k + 1, 4k + 3 (the
+      // activations are in this order: a.k4_order).
+      const __m512i raw = _mm512_loadu_si512(qs + 64 * k);
+      __m512i lo = _mm512_and_si512(raw, low4);
+      __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+      if (kFive) {  // bit s of qh[l]: the fifth bit of value l of sub-block s
+        const __m512i sixteen = _mm512_set1_epi8(16);
+        lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, FifthBits(4 * k, 4 * k + 2)), lo, sixteen);
+        hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, FifthBits(4 * k + 1, 4 * k + 3)), hi, sixteen);
       }
-      const __m512i idx = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(2 * j),
-                                                  _mm512_set1_epi32(2 * j + 1));
-      Step<R, false>(rows, kQK * b + 64 * j, wv, _mm512_permutexvar_ps(idx, scales));
+      Step<R, false>(rows, kQK * b + 128 * k, lo, _mm512_permutexvar_ps(PairIndex(4 * k, 4 * k + 2), scales));
+      Step<R, false>(rows, kQK * b + 128 * k + 64, hi, _mm512_permutexvar_ps(PairIndex(4 * k + 1, 4 * k + 3), scales));
     }
     for (int r = 0; r < R; ++r) {
       min_acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows.ds[r] + 8 * b), mins, min_acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) {
-    rows.acc[r] = _mm512_sub_ps(rows.acc[r], _mm512_zextps256_ps512(min_acc[r]));
+    rows.acc[r][0] = _mm512_sub_ps(rows.acc[r][0], _mm512_zextps256_ps512(min_acc[r]));
   }
   Finish(rows, sums);
 }

@@ -95,7 +95,7 @@ void StoreY(float* y, float sum, float beta) { *y = beta == 0.0f ? sum : beta * 
 }  // namespace
 
 Activations QuantizeActivations(const float* x, int64_t rows, int64_t in,
-                                LinearScratch& scratch) {
+                                LinearScratch& scratch, bool k4_order) {
   const int64_t q_size = rows * in, f_size = rows * (in / 4 + in / 32);
   if (scratch.q_size < q_size) {
     scratch.q.reset(new int8_t[size_t(q_size)]);
@@ -111,11 +111,15 @@ Activations QuantizeActivations(const float* x, int64_t rows, int64_t in,
   a.q = scratch.q.get();
   a.dl = scratch.f.get();
   a.ds = scratch.f.get() + rows * (in / 4);
+  a.k4_order = k4_order;
   int8_t* q = scratch.q.get();
   float* dl = scratch.f.get();
   float* ds = dl + rows * (in / 4);
   for (int64_t b = 0; b < rows * in / 32; ++b) {
     const float* xb = x + 32 * b;
+    // Where block b's q and dl go: 1 <-> 2 and 5 <-> 6 within each group of 8 in k4_order.
+    int64_t p = b;
+    if (k4_order && (b % 4 == 1 || b % 4 == 2)) p = b % 4 == 1 ? b + 1 : b - 1;
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
     const float d = amax / 127.0f;
@@ -123,10 +127,10 @@ Activations QuantizeActivations(const float* x, int64_t rows, int64_t in,
     int sum = 0;
     for (int j = 0; j < 32; ++j) {
       const int v = int(std::nearbyint(xb[j] * id));
-      q[32 * b + j] = int8_t(v);
+      q[32 * p + j] = int8_t(v);
       sum += v;
     }
-    for (int l = 0; l < 8; ++l) dl[8 * b + l] = d;
+    for (int l = 0; l < 8; ++l) dl[8 * p + l] = d;
     ds[b] = d * float(sum);
   }
   return a;
