@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Portable sessions end to end, for every attention module: a session exported from
-# server A and imported into server B (another process) continues byte-identically, greedy
-# and sampled; forks diverge and leave the original exactly as an uninterrupted reference;
-# damaged, foreign-model and future-version snapshots are refused with their status and
-# leave B's sessions as they were.
+# Portable sessions end to end, for every attention module and a hybrid model (Mamba-2
+# and attention layers, GGUF): a session exported from server A and imported into server
+# B (another process) continues byte-identically, greedy and sampled; forks diverge and
+# leave the original exactly as an uninterrupted reference; damaged, foreign-model and
+# future-version snapshots are refused with their status and leave B's sessions as they
+# were.
 # Usage: session_portability_test.sh SERVER_BINARY CLIENT_BINARY
 set -euo pipefail
 server_bin=$1 client_bin=$2
@@ -20,6 +21,13 @@ models_dir=$(cd "$(dirname "$0")/../../deploy/models" && pwd)
 pairs="softmax:kjv-softmax softmax_norm:kjv-softmax-norm taylor:kjv-taylor2 taylor_norm:kjv-taylor-norm4 linear:kjv-linear"
 served=""
 for p in $pairs; do served+="${served:+,}$models_dir/${p#*:}"; done
+# And a hybrid (make_hybrid_gguf.py's granitehybrid file: Mamba-2 layers beside
+# grouped-query attention layers, random weights): its sessions hold a conv and an SSM
+# state per Mamba-2 layer and a KV cache per attention layer.
+hybrid=granitehybrid-f32
+"$py" "$(dirname "$0")/../gguf/make_hybrid_gguf.py" "$work/gguf" "$hybrid" >/dev/null ||
+  fail "make_hybrid_gguf.py $hybrid"
+served+=",$work/gguf/$hybrid.gguf"
 # A also serves kjv-taylor4 (which B does not) and kjv-softmax-qknorm, served as taylor
 # order 2 through a variant (B serves it too).
 a_addr=127.0.0.1:$(free_port)
@@ -104,6 +112,7 @@ portable() {
 }
 
 for p in $pairs; do portable "${p%%:*}" "${p#*:}"; done
+portable hybrid "$hybrid"
 portable variant kjv-softmax-qknorm --attention=taylor --order=2
 
 step "bad snapshots on B: refused, nothing created"
