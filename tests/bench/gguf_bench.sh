@@ -44,7 +44,9 @@ a_pid=""
 trap 'stop "$a_pid"; rm -rf "$work"' EXIT
 
 echo "tests/bench/gguf_bench.sh $build --files=$files --runs=$runs --tokens=$tokens --sessions=$sessions;" \
-  "$(date -u +%FT%TZ); load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
+  "$(date -u +%FT%TZ); load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores;" \
+  "server built $(date -u -r "$server_bin" +%FT%TZ) at $(git -C "$repo" log -1 --format=%h)" \
+  "($(git -C "$repo" status --porcelain -- server | wc -l) files under server/ differ from it)"
 step "GGUF files in $models_dir (written once: minutes for the 1.17B ones)"
 "$py" "$repo/tests/gguf/make_quant_gguf.py" "$models_dir" $(echo "$files" | tr ',' ' ') >&2 ||
   fail "make_quant_gguf.py"
