@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Drain end to end, on a dir: store and on a real Redis: 16 sessions mid-conversation on a
-# server that gets SIGTERM; it exits 0 in time, saving them; a new server process on the
-# same store continues every one byte-identically to an uninterrupted reference (a
-# memory-only server running the same turns). A turn still running at SIGTERM (held open
+# Drain end to end, on a dir: store and on a real Redis: 16 sessions mid-conversation (on a
+# fixed-state model, a KV cache and a Mamba-2/attention hybrid) on a server that gets
+# SIGTERM; it exits 0 in time, saving them; a new server process on the same store
+# continues every one byte-identically to an uninterrupted reference (a memory-only
+# server running the same turns). A turn still running at SIGTERM (held open
 # by its reader, held_turn.py, until the server reports its drain) ends with
 # finish=shutdown at a position the session resumes from; while a turn runs out the grace,
 # health is NOT_SERVING and new sessions and turns are UNAVAILABLE.
@@ -17,9 +18,20 @@ ref_pid="" srv_pid="" redis_pid="" long_pid=""
 trap 'stop "$long_pid"; stop "$srv_pid"; stop "$ref_pid"; stop "$redis_pid"; rm -rf "$work"' EXIT
 
 models_dir=$(cd "$(dirname "$0")/../../deploy/models" && pwd)
-# A fixed-state module and a KV cache, alternating over the sessions.
-model_flags=(--model_dirs="$models_dir/kjv-taylor2,$models_dir/kjv-softmax" --max_generated_tokens=50000)
-model_of() { if (($1 % 2)); then echo kjv-softmax; else echo kjv-taylor2; fi; }
+# A fixed-state module, a KV cache and a hybrid (make_hybrid_gguf.py's granitehybrid file:
+# Mamba-2 conv and SSM states beside grouped-query KV caches), in turn over the sessions.
+hybrid=granitehybrid-f32
+"$py" "$(dirname "$0")/../gguf/make_hybrid_gguf.py" "$work/gguf" "$hybrid" >/dev/null ||
+  fail "make_hybrid_gguf.py $hybrid"
+model_flags=(--model_dirs="$models_dir/kjv-taylor2,$models_dir/kjv-softmax,$work/gguf/$hybrid.gguf"
+  --max_generated_tokens=50000)
+model_of() {
+  case $(($1 % 3)) in
+    0) echo kjv-taylor2 ;;
+    1) echo kjv-softmax ;;
+    2) echo "$hybrid" ;;
+  esac
+}
 n=16
 max_tokens=20
 verses=("In the beginning" "And God said" "The LORD is my shepherd" "Blessed are the meek"
