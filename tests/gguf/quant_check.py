@@ -8,14 +8,16 @@ Per file, after the prompt's ids:
   - free-running: attnserve's greedy ids (its most likely token at each step, end of
     sequence included) must equal llama.cpp's until the first step where they differ,
     and that step must be one where llama.cpp's top-1 margin (logit of its first minus
-    its second) is below --near_tie. llama.cpp rounds activations to 8 bits for quantized
+    its second) or the float64 reference's (below) is below --near_tie. llama.cpp rounds activations to 8 bits for quantized
     products and keeps an F16 KV cache (its logit gaps are 0.06-0.18 rms, up to 0.74,
     from the exact ones here), so where two tokens are that close either engine may pick
     the other; the contexts differ after that, so nothing later is compared.
   - teacher-forced: for every step i, attnserve continues the prompt plus llama.cpp's
-    first i greedy ids by one token (Generate with token ids); where llama.cpp's margin
-    is at least --near_tie its id must be llama.cpp's, and where the reference's margin
-    is, the reference's.
+    first i greedy ids by one token (Generate with token ids); where both llama.cpp's
+    margin and the reference's are at least --near_tie its id must be llama.cpp's, and
+    where the reference's is, the reference's. (llama.cpp's own error reaches 0.74 on
+    the K-quant files: one step here had llama.cpp at 0.31 where the exact margin is
+    0.06.)
   - accuracy: quant_reference.py's float64 forward on the file's exact weights gives the
     logits both engines approximate; each engine's logit-gap error (its top 5 against its
     top 1, minus the reference's gaps for the same ids) is measured over the
@@ -92,8 +94,8 @@ def teacher_forced(stub, model, their, near_tie, ref):
         if row[ref_order[0]] - row[ref_order[1]] >= near_tie and top1 != ref_order[0]:
             failures.append(f"teacher-forced step {i}: attnserve {top1}, the float64 reference {ref_order[0]} "
                             f"(margin {row[ref_order[0]] - row[ref_order[1]]:.4f})")
-        if their["margins"][i] < near_tie:
-            continue
+        if their["margins"][i] < near_tie or ref_margin(row) < near_tie:
+            continue  # a near-tie for llama.cpp or for the exact computation
         clear += 1
         if top1 == want:
             equal += 1
@@ -104,7 +106,12 @@ def teacher_forced(stub, model, their, near_tie, ref):
     return clear, equal, failures, worst, ours_err, theirs_err
 
 
-def compare(file, theirs, ours, our_tops, our_margins, near_tie):
+def ref_margin(row):
+    top = np.sort(row)[-2:]
+    return float(top[1] - top[0])
+
+
+def compare(file, theirs, ours, our_tops, our_margins, near_tie, ref):
     """-> (ok, agreeing prefix, line). Each step compares attnserve's most likely token
     (our_tops) with llama.cpp's greedy one; ignore_eos makes attnserve continue with another
     token where that is end-of-sequence, which llama.cpp does not, so the comparison ends
@@ -125,11 +132,12 @@ def compare(file, theirs, ours, our_tops, our_margins, near_tie):
     if k is None:
         return True, agree, line + (f"; step {eos} is end-of-sequence, compared no further"
                                     if eos is not None else "")
+    exact = ref_margin(ref[len(theirs["prompt"]) - 1 + k])
     line += (f"; step {k}: attnserve {our_tops[k]} (margin {our_margins[k]:.4f}), llama.cpp {their_ids[k]} "
-             f"(margin {their_margins[k]:.4f}, its top 5 {theirs['top'][k]})")
-    if their_margins[k] < near_tie:
+             f"(margin {their_margins[k]:.4f}, its top 5 {theirs['top'][k]}), the reference's margin {exact:.4f}")
+    if min(their_margins[k], exact) < near_tie:
         return True, agree, line + ": a near-tie, compared no further"
-    return False, agree, line + f": llama.cpp's margin is not below {near_tie}, so this is a real difference"
+    return False, agree, line + f": neither llama.cpp's nor the reference's margin is below {near_tie}"
 
 
 def main():
@@ -167,11 +175,11 @@ def main():
         if prompt_ids != their["prompt"]:
             failures.append(f"{file}: the prompt's ids differ: attnserve {prompt_ids} != llama.cpp {their['prompt']}")
             continue
-        ok, agree, line = compare(file, their, ids, tops, margins, args.near_tie)
+        ref = quant_reference.forward(os.path.join(args.gguf_dir, file), their["prompt"] + their["greedy"])
+        ok, agree, line = compare(file, their, ids, tops, margins, args.near_tie, ref)
         print("quant_check: " + line)
         if not ok:
             failures.append(line)
-        ref = quant_reference.forward(os.path.join(args.gguf_dir, file), their["prompt"] + their["greedy"])
         clear, equal, forced_failures, worst, ours_err, theirs_err = teacher_forced(
             stub, model, their, args.near_tie, ref)
         (ours_rms, ours_max), (theirs_rms, theirs_max) = rms_max(ours_err), rms_max(theirs_err)
