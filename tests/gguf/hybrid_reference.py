@@ -117,6 +117,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ggml_blocks  # noqa: E402
+
 # ---- reading GGUF -----------------------------------------------------------------------
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
@@ -126,7 +129,9 @@ GGML_F32, GGML_F16, GGML_Q8_0 = 0, 1, 8
 
 class Gguf:
     """The metadata (kv) and the tensors (dequantized, numpy shapes outermost first) of a
-    GGUF v3 file of F32, F16 and Q8_0 tensors; `quantized` names the Q8_0 ones."""
+    GGUF v3 file of F32, F16 and Q8_0 tensors (and the other types ggml_blocks.py reads);
+    `quantized` names the quantized ones. llama_rounding mimics llama.cpp's rounding of
+    activations for Q8_0 matrices only."""
 
     def __init__(self, path):
         with open(path, "rb") as f:
@@ -160,6 +165,12 @@ class Gguf:
                 d = blocks[:, :2].copy().view(np.float16).astype(np.float32)
                 q = blocks[:, 2:].copy().view(np.int8).astype(np.float32)
                 v = (q * d).reshape(-1)
+                self.quantized.add(name)
+            elif kind in ggml_blocks.SUPPORTED:  # K-quants (hybrid_serve_test's Q4_K files)
+                n = dims[0]
+                size = ggml_blocks.row_bytes(kind, n) * (count // n)
+                packed = np.frombuffer(data, np.uint8, size, start).reshape(count // n, -1)
+                v = ggml_blocks.dequantize(kind, packed, n).reshape(-1)
                 self.quantized.add(name)
             else:
                 raise ValueError(f"{path}: {name}: tensor type {kind}")

@@ -25,9 +25,11 @@ import sys
 import sentencepiece as spm
 import torch
 
+import ggml_blocks
+
 ALIGN = 32
-F32, F16, Q8_0, BF16 = 0, 1, 8, 30
-TYPE_NAMES = {F32: "F32", F16: "F16", Q8_0: "Q8_0", BF16: "BF16"}
+F32, F16, Q8_0, Q4_K, BF16 = 0, 1, 8, 12, 30
+TYPE_NAMES = {F32: "F32", F16: "F16", Q8_0: "Q8_0", Q4_K: "Q4_K", BF16: "BF16"}
 
 # name: (source model, tensor type, vocabulary)
 FILES = {
@@ -112,6 +114,8 @@ def encode_tensor(t, kind):
         for i in range(rows.shape[0]):
             out += d16[i:i + 1].numpy().tobytes() + q[i].numpy().tobytes()
         return bytes(out)
+    if kind == Q4_K:  # ggml_blocks' quantize_row_q4_K_ref, rows of whole 256-value blocks
+        return ggml_blocks.quantize(Q4_K, t.reshape(-1, t.shape[-1]).numpy()).tobytes()
     raise ValueError(kind)
 
 

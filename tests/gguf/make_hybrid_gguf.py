@@ -25,8 +25,8 @@ generator, scaled so that the final logits spread over several units and greedy 
 has clear top-1 margins.
 
 Usage: /usr/bin/python3 make_hybrid_gguf.py OUT_DIR [NAME...]
-Writes OUT_DIR/NAME.gguf for each of FILES (or each NAME given) and prints one line per
-file.
+Writes OUT_DIR/NAME.gguf for each of FILES (or each NAME given, of FILES or NAMED_ONLY)
+and prints one line per file.
 """
 import json
 import os
@@ -38,8 +38,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_gguf import (  # noqa: E402
-    ALIGN, ARRAY, BOOL, F32, F32V, I32, Q8_0, STRING, TYPE_NAMES, U32, byte_symbols, gguf_kv,
-    write_gguf)
+    ALIGN, ARRAY, BOOL, F32, F32V, I32, Q4_K, Q8_0, STRING, TYPE_NAMES, U32, byte_symbols,
+    gguf_kv, write_gguf)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VOCAB = 320  # 256 bytes + 63 merges + <|endoftext|>
@@ -56,6 +56,13 @@ FILES = {
     "nemotron_h-f32": ("nemotron_h", F32),
     "nemotron_h-q8_0": ("nemotron_h", Q8_0),
     "lfm2-q8_0": ("lfm2", Q8_0),
+}
+# Written only when named (hybrid_serve_test.sh): the big matrices in Q4_K (ggml_blocks'
+# quantizer; every row here is whole 256-value blocks), which hybrid_reference.py reads
+# dequantized but does not round as llama.cpp does (Q8_K activations).
+NAMED_ONLY = {
+    "granitehybrid-q4_k": ("granitehybrid", Q4_K),
+    "lfm2-q4_k": ("lfm2", Q4_K),
 }
 
 # ---- the vocabulary ---------------------------------------------------------------------
@@ -166,7 +173,7 @@ def common_kvs(arch, name, kind, layers):
         gguf_kv("general.architecture", STRING, arch),
         gguf_kv("general.name", STRING, name),
         gguf_kv("general.alignment", U32, ALIGN),
-        gguf_kv("general.file_type", U32, {F32: 0, Q8_0: 7}[kind]),
+        gguf_kv("general.file_type", U32, {F32: 0, Q8_0: 7, Q4_K: 14}[kind]),
         gguf_kv(f"{arch}.context_length", U32, 4096),
         gguf_kv(f"{arch}.embedding_length", U32, EMBD),
         gguf_kv(f"{arch}.block_count", U32, layers),
@@ -312,7 +319,7 @@ def main():
     vocab = gpt2_vocab()
     names = sys.argv[2:] or list(FILES)
     for name in names:
-        arch, kind = FILES[name]
+        arch, kind = {**FILES, **NAMED_ONLY}[name]
         kvs, tensors = MAKERS[arch](name, kind)
         path = os.path.join(out, name + ".gguf")
         write_gguf(path, kvs + vocab, tensors)
