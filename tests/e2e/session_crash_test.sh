@@ -4,7 +4,7 @@
 # fast the engine is). A new server process on the same store has
 # the session at its position after turn 2 (the turn in flight is lost, nothing else), and
 # a greedy continuation equals the uninterrupted reference's turn 3. For a fixed-state
-# module and a KV cache.
+# module, a KV cache and a Mamba-2/attention hybrid.
 # Usage: session_crash_test.sh SERVER_BINARY CLIENT_BINARY
 set -euo pipefail
 server_bin=$1 client_bin=$2
@@ -25,8 +25,14 @@ trap cleanup EXIT
 logs="crash.1 crash.2"
 
 models_dir=$(cd "$(dirname "$0")/../../deploy/models" && pwd)
-model_flags=(--model_dirs="$models_dir/kjv-taylor2,$models_dir/kjv-softmax" --max_generated_tokens=50000)
-models="kjv-taylor2 kjv-softmax"
+# And a hybrid (make_hybrid_gguf.py's granitehybrid file: Mamba-2 conv and SSM states
+# beside grouped-query KV caches).
+hybrid=granitehybrid-f32
+"$py" "$(dirname "$0")/../gguf/make_hybrid_gguf.py" "$work/gguf" "$hybrid" >/dev/null ||
+  fail "make_hybrid_gguf.py $hybrid"
+model_flags=(--model_dirs="$models_dir/kjv-taylor2,$models_dir/kjv-softmax,$work/gguf/$hybrid.gguf"
+  --max_generated_tokens=50000)
+models="kjv-taylor2 kjv-softmax $hybrid"
 max_tokens=24
 p1="In the beginning God created the heaven"
 p2=" And the earth was without form"
@@ -65,7 +71,7 @@ for m in $models; do
   max_tokens=50000 held_turn "$addr" "$m.long" " And it was so" --session="${sid[$m]}" --ignore_eos
   long_pid[$m]=$held_pid
 done
-wait_paused "$metrics_addr" 2
+wait_paused "$metrics_addr" "$(wc -w <<<"$models")"
 kill -KILL "$srv_pid"
 wait_exit "$srv_pid" 10
 srv_pid=""
