@@ -3,8 +3,11 @@
 // under each decode row, the same step through Model::Step's LibTorch path
 // (ATTNSERVE_REFERENCE_STEP=1), measured right after it; --weights_bf16 adds, under each
 // decode row of at most 8 sessions, the same step reading bf16 copies of the weights
-// (Model::UseBf16Weights; 2 bytes a weight in its limit). Prints a markdown
-// table; writes the rows as JSON with --json=FILE (tests/bench/roofline_e2e.sh reads it).
+// (Model::UseBf16Weights; 2 bytes a weight in its limit); --state_bf16 adds, under each
+// decode row of a fixed-state module, the same weights with their recurrent states kept
+// in bf16 (AttentionOptions::state_bf16; 2 bytes a state element in its limit), followed
+// by a line that sets the two steps' state traffic (bytes read and written per second)
+// against the DRAM bandwidth. Prints a markdown table; writes the rows as JSON with --json=FILE (tests/bench/roofline_e2e.sh reads it).
 // Asserts nothing. Run through `tests/bench/run.sh roofline` (see tests/bench/README.md).
 //
 // Machine, measured first:
@@ -29,17 +32,18 @@
 // Per step, with L layers, H query heads and Hkv KV heads of D (= Dv),
 // W = L (2 dim H D + 2 dim Hkv D + 3 dim hidden) + V dim matrix weights (wq, wo; wk, wv;
 // MLP; head: 4 dim^2 per layer for multi-head with dim = H D), m features per head
-// (taylor C(D+2, 2), linear D), 4-byte floats; the state is per KV head:
+// (taylor C(D+2, 2), linear D), 4-byte floats (e = 4 bytes a state element; 2 under
+// --state_bf16); the state is per KV head:
 //   decode (B sessions, context c):
 //     bytes = 4 W                                 weights, read once per step
-//           + B L Hkv * 2 * 4 m (Dv + 1)          fixed state S and z, read and written
+//           + B L Hkv * 2 * e m (Dv + 1)          fixed state S and z, read and written
 //             or B L Hkv * 4 (c + 1) (D + Dv)     KV cache, read (and one row written)
 //     FLOPs = 2 B W                               projections, MLP, head
 //           + B L (Hkv + H) * 2 m (Dv + 1)        fixed: S += phi_k v^T per KV head,
 //                                                 phi_q^T S (+z) per query head
 //             or B L H * 2 (c + 1) (D + Dv)       softmax: q k^T and p v per query head
 //   prefill (T tokens, chunks of C, onto a session at context c):
-//     bytes = 4 W + L Hkv * 4 m (Dv + 1)          weights once, state once
+//     bytes = 4 W + L Hkv * e m (Dv + 1)          weights once, state once
 //           + 4 T (2 V + L (12 dim + 4 hidden))   activations written and read once
 //     FLOPs = 2 T W
 //           + T L (H 2 C (D + Dv) + (H + Hkv) 2 m (Dv + 1))  fixed: masked C x C block
@@ -171,8 +175,10 @@ constexpr Module kModules[] = {{"taylor2", "taylor", 2}, {"softmax", "softmax", 
 
 int g_chunk_size = 64;  // --chunk_size
 
-// kv_heads: the model's num_kv_heads; 0: the shape's heads (multi-head).
-std::unique_ptr<Model> MakeModel(const Shape& s, const Module& mod, int kv_heads = 0) {
+// kv_heads: the model's num_kv_heads; 0: the shape's heads (multi-head). state_bf16: the
+// fixed states in bf16.
+std::unique_ptr<Model> MakeModel(const Shape& s, const Module& mod, int kv_heads = 0,
+                                 bool state_bf16 = false) {
   ModelConfig c;
   c.dim = s.dim;
   c.num_layers = s.layers;
@@ -185,6 +191,7 @@ std::unique_ptr<Model> MakeModel(const Shape& s, const Module& mod, int kv_heads
   c.attention.value_dim = s.head_dim;
   c.attention.chunk_size = g_chunk_size;
   c.attention.max_state_bytes_per_layer = int64_t{1} << 30;
+  c.attention.state_bf16 = state_bf16;
   return std::move(Model::Create(c, 1)).value();
 }
 
@@ -224,6 +231,7 @@ struct Row {
   int64_t batch = 1, tokens = 1;  // sessions; tokens per step
   double seconds = 0, bytes = 0, flops = 0;
   double footprint = 0;  // distinct bytes a step touches (weights, states once)
+  double state_bytes_moved = 0;  // of `bytes`: the fixed states read and written
   int64_t state_bytes = 0;  // one session's state at the row's context (Model::StateBytes)
 };
 
@@ -246,12 +254,14 @@ void DecodeCost(const ModelConfig& c, int64_t batch, int64_t context, Row& r,
   const double lh = double(batch) * c.num_layers * a.num_heads;      // query heads
   const double lkv = double(batch) * c.num_layers * a.num_kv_heads;  // KV heads: the state
   const double m = double(attention::FeatureCount(a));
+  const double e = double(attention::StateElementBytes(a));  // 4, or 2 under state_bf16
   r.bytes = weight_bytes * w;
   r.flops = 2 * batch * w;
   if (HasFixedState(a)) {
-    r.bytes += lkv * 2 * 4 * m * (a.value_dim + 1);
+    r.state_bytes_moved = lkv * 2 * e * m * (a.value_dim + 1);
+    r.bytes += r.state_bytes_moved;
     r.flops += (lkv + lh) * 2 * m * (a.value_dim + 1);
-    r.footprint = weight_bytes * w + lkv * 4 * m * (a.value_dim + 1);
+    r.footprint = weight_bytes * w + lkv * e * m * (a.value_dim + 1);
   } else {
     r.bytes += lkv * 4 * double(context + 1) * (a.head_dim + a.value_dim);
     r.flops += lh * 2 * double(context + 1) * (a.head_dim + a.value_dim);
@@ -268,7 +278,7 @@ void PrefillCost(const ModelConfig& c, int64_t t, int64_t context, Row& r) {
   r.bytes = 4 * w + 4.0 * t * (2.0 * c.vocab_size + c.num_layers * (12.0 * c.dim + 4.0 * c.mlp_hidden));
   r.flops = 2.0 * t * w;
   if (HasFixedState(a)) {
-    r.bytes += lkv * 4 * m * (a.value_dim + 1);
+    r.bytes += lkv * double(attention::StateElementBytes(a)) * m * (a.value_dim + 1);
     r.flops += t * (lh * 2.0 * a.chunk_size * (a.head_dim + a.value_dim) +
                     (lh + lkv) * 2 * m * (a.value_dim + 1));
   } else {
@@ -344,7 +354,7 @@ int main(int argc, char** argv) {
   std::string json_path, shapes, modules, workloads, label = "engine", kv_list, batch_list;
   int64_t decode_context = 128;
   int reps_override = 0;
-  bool with_reference = false, weights_bf16 = false;
+  bool with_reference = false, weights_bf16 = false, state_bf16 = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -358,6 +368,7 @@ int main(int argc, char** argv) {
     else if (const char* v = value("--workloads=")) workloads = v;
     else if (a == "--with_reference") with_reference = true;
     else if (a == "--weights_bf16") weights_bf16 = true;
+    else if (a == "--state_bf16") state_bf16 = true;
     else if (const char* v = value("--chunk_size=")) g_chunk_size = std::atoi(v);
     else if (const char* v = value("--kv_heads=")) kv_list = v;
     else if (const char* v = value("--batches=")) batch_list = v;
@@ -367,7 +378,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: roofline_bench [--json=FILE] [--shapes=tiny,mid,large] "
                    "[--modules=taylor2,softmax,linear] [--workloads=decode,prefill,context] "
-                   "[--label=TEXT] [--with_reference] [--weights_bf16] [--chunk_size=64]\n"
+                   "[--label=TEXT] [--with_reference] [--weights_bf16] [--state_bf16]\n"
+                   "  [--chunk_size=64]\n"
                    "  [--kv_heads=8,4,2 (KV heads per model; default: the shape's heads)]\n"
                    "  [--batches=1,8,32 (decode sessions)] [--context=128 (decode context)]\n"
                    "  [--reps=N (timed decode steps; default per shape)]\n");
@@ -436,6 +448,12 @@ int main(int argc, char** argv) {
           bf16 = MakeModel(s, mod, int(kv));
           bf16->UseBf16Weights();
         }
+        // --state_bf16: the same weights with bf16 states, measured right after each
+        // decode row.
+        std::unique_ptr<Model> bf16_states;
+        if (state_bf16 && HasFixedState(c.attention)) {
+          bf16_states = MakeModel(s, mod, int(kv), /*state_bf16=*/true);
+        }
         const std::string ref_label = std::string(mod.label) + " (LibTorch step)";
         const std::string bf16_label = std::string(mod.label) + " (bf16 weights)";
         for (int64_t batch : batches) {
@@ -449,6 +467,7 @@ int main(int argc, char** argv) {
           DecodeCost(c, batch, ctx, r);
           r.seconds = TimeDecode(*model, batch, ctx, s.reps);
           print(r);
+          const double fp32_seconds = r.seconds;
           if (reference) {
             r.module = ref_label;
             r.seconds = TimeDecode(*reference, batch, ctx, s.reps);
@@ -460,6 +479,23 @@ int main(int argc, char** argv) {
             DecodeCost(c, batch, ctx, rb, /*weight_bytes=*/2);
             rb.seconds = TimeDecode(*bf16, batch, ctx, s.reps);
             print(rb);
+          }
+          if (bf16_states) {
+            Row rs{s.name, std::string(mod.label) + " (bf16 states)", r.workload, batch, batch};
+            rs.state_bytes = bf16_states->StateBytes(ctx);
+            DecodeCost(bf16_states->config(), batch, ctx, rs);
+            rs.seconds = TimeDecode(*bf16_states, batch, ctx, s.reps);
+            print(rs);
+            std::printf("|  |  | state traffic: fp32 %.2f GB/s, bf16 %.2f GB/s against DRAM "
+                        "%.2f GB/s (%.0f%% / %.0f%%); tokens/s fp32 %.0f, bf16 %.0f (%.2fx) "
+                        "|  |  |  |  |  |  |  |  |  |  |\n",
+                        r.state_bytes_moved / fp32_seconds / 1e9,
+                        rs.state_bytes_moved / rs.seconds / 1e9, bandwidth / 1e9,
+                        100 * r.state_bytes_moved / fp32_seconds / bandwidth,
+                        100 * rs.state_bytes_moved / rs.seconds / bandwidth,
+                        double(batch) / fp32_seconds, double(batch) / rs.seconds,
+                        fp32_seconds / rs.seconds);
+            std::fflush(stdout);
           }
         }
         for (int64_t context : {0, 4096}) {
