@@ -27,6 +27,14 @@ has clear top-1 margins.
 Usage: /usr/bin/python3 make_hybrid_gguf.py OUT_DIR [NAME...]
 Writes OUT_DIR/NAME.gguf for each of FILES (or each NAME given, of FILES or NAMED_ONLY)
 and prints one line per file.
+
+       /usr/bin/python3 make_hybrid_gguf.py --bench OUT_DIR [NAME...]
+Writes the benchmark's files (BENCH; tests/bench/hybrid_bench.sh) at a realistic shape:
+granitehybrid, d 768, 12 layers of which every 4th (3, 7, 11) is grouped-query attention
+(12 heads, 4 KV heads of 64) and the rest Mamba-2 (inner 1536, state 128, 24 heads, 1
+group, conv 4), SwiGLU 1536 on every layer, 158M parameters; GPT-2's whole 50,257-token
+vocabulary (make_quant_gguf.py's), a ChatML tokenizer.chat_template so the chat routes
+serve it, the big matrices in Q8_0 (ggml_blocks' quantizer). A file that exists is kept.
 """
 import json
 import os
@@ -37,6 +45,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_gguf  # noqa: E402
 from make_gguf import (  # noqa: E402
     ALIGN, ARRAY, BOOL, F32, F32V, I32, Q4_K, Q8_0, STRING, TYPE_NAMES, U32, byte_symbols,
     gguf_kv, write_gguf)
@@ -168,16 +177,16 @@ def mlp(w, b, d, ff, kind):
     w.linear(b + "ffn_down.weight", d, ff, kind)
 
 
-def common_kvs(arch, name, kind, layers):
+def common_kvs(arch, name, kind, layers, embd=EMBD, vocab=VOCAB, context=4096):
     return [
         gguf_kv("general.architecture", STRING, arch),
         gguf_kv("general.name", STRING, name),
         gguf_kv("general.alignment", U32, ALIGN),
         gguf_kv("general.file_type", U32, {F32: 0, Q8_0: 7, Q4_K: 14}[kind]),
-        gguf_kv(f"{arch}.context_length", U32, 4096),
-        gguf_kv(f"{arch}.embedding_length", U32, EMBD),
+        gguf_kv(f"{arch}.context_length", U32, context),
+        gguf_kv(f"{arch}.embedding_length", U32, embd),
         gguf_kv(f"{arch}.block_count", U32, layers),
-        gguf_kv(f"{arch}.vocab_size", U32, VOCAB),
+        gguf_kv(f"{arch}.vocab_size", U32, vocab),
         gguf_kv(f"{arch}.attention.layer_norm_rms_epsilon", F32V, 1e-5),
     ]
 
@@ -209,17 +218,25 @@ def make_mamba2(name, kind, seed=31):
 
 
 GRANITE_ATTN = (1, 4)
+# The test files' shape (d EMBD, 6 layers, attention at GRANITE_ATTN), and the benchmark's.
+GRANITE_TEST = dict(embd=EMBD, vocab=VOCAB, context=4096, layers=6, attn=GRANITE_ATTN, heads=8,
+                    kv_heads=2, head_dim=32, ff=512,
+                    ssm=dict(inner=2 * EMBD, state=32, heads=16, groups=1, conv=4))
+GRANITE_BENCH = dict(embd=768, vocab=50257, context=8192, layers=12, attn=(3, 7, 11), heads=12,
+                     kv_heads=4, head_dim=64, ff=1536,
+                     ssm=dict(inner=1536, state=128, heads=24, groups=1, conv=4))
 
 
-def make_granitehybrid(name, kind, seed=32, rope=False):
-    layers, heads, kv_heads, head_dim, ff = 6, 8, 2, 32, 512
-    ssm = dict(inner=2 * EMBD, state=32, heads=16, groups=1, conv=4)
+def make_granitehybrid(name, kind, seed=32, rope=False, shape=GRANITE_TEST):
+    layers, heads, kv_heads, head_dim, ff = (shape[k] for k in ("layers", "heads", "kv_heads",
+                                                                 "head_dim", "ff"))
+    embd, vocab, attn, ssm = shape["embd"], shape["vocab"], shape["attn"], shape["ssm"]
     arch = "granitehybrid"
-    kvs = common_kvs(arch, name, kind, layers) + ssm_kvs(arch, ssm) + [
+    kvs = common_kvs(arch, name, kind, layers, embd, vocab, shape["context"]) + ssm_kvs(arch, ssm) + [
         gguf_kv(f"{arch}.feed_forward_length", U32, ff),
         gguf_kv(f"{arch}.attention.head_count", U32, heads),
         gguf_kv(f"{arch}.attention.head_count_kv", ARRAY,
-                [kv_heads if i in GRANITE_ATTN else 0 for i in range(layers)], I32),
+                [kv_heads if i in attn else 0 for i in range(layers)], I32),
         gguf_kv(f"{arch}.rope.scaling.finetuned", BOOL, rope),
         gguf_kv(f"{arch}.rope.freq_base", F32V, 10000.0),
         gguf_kv(f"{arch}.embedding_scale", F32V, 8.0),
@@ -228,17 +245,17 @@ def make_granitehybrid(name, kind, seed=32, rope=False):
         gguf_kv(f"{arch}.attention.scale", F32V, 0.125),
     ]
     w = Weights(seed)
-    w.add("token_embd.weight", w.normal((VOCAB, EMBD), 1.0 / 8.0), kind)
+    w.add("token_embd.weight", w.normal((vocab, embd), 1.0 / 8.0), kind)
     for i in range(layers):
         b = f"blk.{i}."
-        w.norm(b + "attn_norm.weight", (EMBD,))
-        if i in GRANITE_ATTN:
-            attention_layer(w, b, EMBD, heads, kv_heads, head_dim, kind, qk_norm=False)
+        w.norm(b + "attn_norm.weight", (embd,))
+        if i in attn:
+            attention_layer(w, b, embd, heads, kv_heads, head_dim, kind, qk_norm=False)
         else:
-            mamba2_layer(w, b, EMBD, ssm, kind)
-        mlp(w, b, EMBD, ff, kind)
-    w.norm("output_norm.weight", (EMBD,))
-    w.linear("output.weight", VOCAB, EMBD, kind, gain=10.0)
+            mamba2_layer(w, b, embd, ssm, kind)
+        mlp(w, b, embd, ff, kind)
+    w.norm("output_norm.weight", (embd,))
+    w.linear("output.weight", vocab, embd, kind, gain=10.0)
     return kvs, w.tensors
 
 
@@ -313,7 +330,48 @@ MAKERS = {"nemotron_h": make_nemotron_h, "mamba2": make_mamba2, "granitehybrid":
           "lfm2": make_lfm2}
 
 
+# The benchmark's files (--bench): name -> (architecture, type, shape).
+BENCH = {"granitehybrid-bench-q8_0": ("granitehybrid", Q8_0, GRANITE_BENCH)}
+BENCH_CHAT_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+                       "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+                       "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def encode_q8_0_fast(encode):
+    """make_gguf's tensor encoder with Q8_0 through ggml_blocks' vectorised quantizer (the
+    same blocks; make_gguf's loops over them in Python, minutes at 158M parameters)."""
+    import ggml_blocks
+
+    def encoded(t, kind):
+        if kind == Q8_0:
+            x = t.contiguous().to(torch.float32).numpy()
+            return ggml_blocks.quantize(ggml_blocks.Q8_0, x.reshape(-1, x.shape[-1])).tobytes()
+        return encode(t, kind)
+    return encoded
+
+
+def main_bench(out, names):
+    import make_quant_gguf
+    os.makedirs(out, exist_ok=True)
+    make_gguf.encode_tensor = encode_q8_0_fast(make_gguf.encode_tensor)
+    for name in names or list(BENCH):
+        arch, kind, shape = BENCH[name]
+        path = os.path.join(out, name + ".gguf")
+        if os.path.exists(path):
+            print(f"make_hybrid_gguf: {name}.gguf: kept ({os.path.getsize(path)} bytes)")
+            continue
+        kvs, tensors = make_granitehybrid(name, kind, shape=shape)
+        vocab = make_quant_gguf.gpt2_vocab(shape["vocab"])
+        kvs += [gguf_kv("tokenizer.chat_template", STRING, BENCH_CHAT_TEMPLATE)]
+        write_gguf(path, kvs + vocab, tensors)
+        params = sum(t.numel() for _, t, _ in tensors)
+        print(f"make_hybrid_gguf: {name}.gguf: {arch}, {TYPE_NAMES[kind]}, {len(tensors)} tensors, "
+              f"{params / 1e6:.1f}M parameters, {os.path.getsize(path)} bytes", flush=True)
+
+
 def main():
+    if sys.argv[1] == "--bench":
+        return main_bench(sys.argv[2], sys.argv[3:])
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     vocab = gpt2_vocab()
