@@ -53,6 +53,21 @@ if [[ ${1:-} == gguf ]]; then
   flock /tmp/build.lock cmake --build "$build" --target attnserve_server attnserve_client
   exec tests/bench/gguf_bench.sh "$build" "$@"
 fi
+# Hybrid models (a 20-turn chat on a 158M granitehybrid file, Mamba-2 and grouped-query
+# attention layers, random weights, Q8_0: time to first token of each turn, the whole
+# history resent through chat completions and as a conversation, beside llama.cpp
+# re-prefilling the history and keeping its own sequence; state bytes per session at 1k,
+# 8k and 32k against every layer full attention; the file written once into
+# BUILD/hybrid_bench; ~10 min): tests/bench/run.sh hybrid [build-dir] [--turns=20
+# --rounds=3 ...] (flags: tests/bench/hybrid_bench.sh).
+if [[ ${1:-} == hybrid ]]; then
+  shift
+  build=build
+  if [[ $# -gt 0 && ${1} != -* ]]; then build=$1; shift; fi
+  [ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  flock /tmp/build.lock cmake --build "$build" --target attnserve_server attnserve_client
+  exec tests/bench/hybrid_bench.sh "$build" "$@"
+fi
 # Engine fairness (ITL of a decoding session while 100 long prompts arrive, prefill
 # budget off vs on; real server and client on loopback; ~1 min): tests/bench/run.sh
 # fairness [build-dir] [--rounds=3 --prompts=100 ...] (flags: tests/bench/fairness_bench.sh).

@@ -34,7 +34,8 @@ granitehybrid, d 768, 12 layers of which every 4th (3, 7, 11) is grouped-query a
 (12 heads, 4 KV heads of 64) and the rest Mamba-2 (inner 1536, state 128, 24 heads, 1
 group, conv 4), SwiGLU 1536 on every layer, 158M parameters; GPT-2's whole 50,257-token
 vocabulary (make_quant_gguf.py's), a ChatML tokenizer.chat_template so the chat routes
-serve it, the big matrices in Q8_0 (ggml_blocks' quantizer). A file that exists is kept.
+serve it, the big matrices in Q8_0 (ggml_blocks' quantizer), and an output head that
+favours whole-word tokens (favour_whole_words). A file that exists is kept.
 """
 import json
 import os
@@ -350,6 +351,25 @@ def encode_q8_0_fast(encode):
     return encoded
 
 
+def favour_whole_words(tensors, gpt2_dir):
+    """Scales output.weight's rows of every token that is not a whole word (a space, then
+    ASCII letters: GPT-2's "Ġword") by 0.25, so that greedy answers are mostly runs of
+    whole words. A random head picks random tokens, and a random token sequence rarely
+    encodes back to itself (" wor" then "ding" reads back as " wording"), so a chat
+    client resending the answer as text would never match the ids the model generated (a
+    trained model's answers mostly do); whole words after whole words always do."""
+    with open(os.path.join(gpt2_dir, "encoder.json"), encoding="utf-8") as f:
+        encoder = json.load(f)
+    word = re.compile(r"^\u0120[A-Za-z]+$")
+    scale = torch.full((len(encoder),), 0.25)
+    for token, i in encoder.items():
+        if word.match(token):
+            scale[i] = 1.0
+    for name, t, _ in tensors:
+        if name == "output.weight":
+            t.mul_(scale[:, None])
+
+
 def main_bench(out, names):
     import make_quant_gguf
     os.makedirs(out, exist_ok=True)
@@ -361,6 +381,7 @@ def main_bench(out, names):
             print(f"make_hybrid_gguf: {name}.gguf: kept ({os.path.getsize(path)} bytes)")
             continue
         kvs, tensors = make_granitehybrid(name, kind, shape=shape)
+        favour_whole_words(tensors, make_quant_gguf.GPT2_DIR)
         vocab = make_quant_gguf.gpt2_vocab(shape["vocab"])
         kvs += [gguf_kv("tokenizer.chat_template", STRING, BENCH_CHAT_TEMPLATE)]
         write_gguf(path, kvs + vocab, tensors)
