@@ -157,6 +157,16 @@ function memoryBars(s, model) {
         ? `The KV cache would be ${ratio.toFixed(1)}× the state, and keeps growing; the state does not.`
         : `The KV cache would pass the state's fixed size at ${even} tokens.`));
   }
+  // A hybrid: which layers hold what (its attention layers grow, its recurrent ones don't).
+  const kinds = model?.state_bytes_by_mixer;
+  if (Array.isArray(kinds) && kinds.length > 1) {
+    const parts = kinds.map((k) => k.mixer === "attention"
+      ? `${k.layers} attention layers ${formatBytes(k.bytes_at_1k)} at 1k tokens, ${formatBytes(k.bytes_at_32k)} at 32k`
+      : `${k.layers} ${k.mixer} layers ${formatBytes(k.bytes_at_1k)} at any length`);
+    const note = el("p", "memory-note small muted", `State by layer kind: ${parts.join("; ")}.`);
+    note.dataset.testid = "state-by-mixer";
+    wrap.append(note);
+  }
   return wrap;
 }
 

@@ -34,6 +34,16 @@ constexpr int kSendBufferBytes = 64 << 10;  // per HTTP connection; see Start
 // The OpenAI model object of `m`, with attnserve's fields beside OpenAI's.
 json ModelObject(const catalogue::ServedModel& m, int64_t created) {
   const model::ModelConfig& c = m.model->config();
+  // A hybrid's state by layer kind: its attention layers grow, its recurrent ones do not.
+  json by_mixer = json::array();
+  const auto at_32k = m.model->StateBytesByMixer(32768);
+  for (const model::Model::MixerBytes& k : m.model->StateBytesByMixer(1024)) {
+    json entry = {{"mixer", k.mixer}, {"layers", k.layers}, {"bytes_at_1k", k.bytes}};
+    for (const auto& big : at_32k) {
+      if (big.mixer == k.mixer) entry["bytes_at_32k"] = big.bytes;
+    }
+    by_mixer.push_back(std::move(entry));
+  }
   return {{"id", m.name},
           {"object", "model"},
           {"created", created},
@@ -49,7 +59,12 @@ json ModelObject(const catalogue::ServedModel& m, int64_t created) {
           // What a softmax KV cache of the same shape (layers, KV heads, head sizes; fp32)
           // holds per token: the growth a fixed-size state does not have.
           {"kv_cache_bytes_per_token",
-           c.num_layers * attention::KvBytesPerToken(c.attention)}};
+           c.num_layers * attention::KvBytesPerToken(c.attention)},
+          {"state_bytes_by_mixer", std::move(by_mixer)},
+          // From this context on a session holds less than a KV cache of every layer would.
+          {"break_even_context", m.model->BreakEvenContext()},
+          {"weight_bytes", m.model->WeightBytes()},
+          {"weight_types", m.model->WeightTypes()}};
 }
 
 }  // namespace

@@ -275,6 +275,20 @@ int64_t Model::StateBytes(int64_t context) const {
   return total;
 }
 
+std::vector<Model::MixerBytes> Model::StateBytesByMixer(int64_t context) const {
+  std::vector<MixerBytes> out;
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const std::string& mixer = config_.Mixer(l);
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const MixerBytes& m) { return m.mixer == mixer; });
+    if (it == out.end()) it = out.insert(out.end(), MixerBytes{mixer, 0, 0});
+    it->layers += 1;
+    it->bytes += config_.IsAttention(l) ? attention::StateBytesPerLayer(config_.attention, context)
+                                        : RecurrentState::BytesOf(config_, mixer);
+  }
+  return out;
+}
+
 int64_t Model::BreakEvenContext() const {
   if (!config_.HasRecurrent()) return attention::BreakEvenContext(config_.attention);
   // Against the same model with every layer softmax attention (a KV cache of Hkv heads

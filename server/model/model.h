@@ -182,8 +182,17 @@ class Model {
   // Bytes of recurrent state one session holds after `context` tokens, all layers.
   int64_t StateBytes(int64_t context) const;
   // Context length from which this model's fixed state is smaller than a KV cache of
-  // the same shape; 0 for KV-cache modules.
+  // the same shape; 0 for KV-cache modules. For a model with recurrent layers: smaller
+  // than the same model with every layer softmax attention.
   int64_t BreakEvenContext() const;
+  // StateBytes(context) by layer kind ("attention", "mamba2", "shortconv"), in the order
+  // the kinds first appear: a hybrid's state grows only in its attention layers.
+  struct MixerBytes {
+    std::string mixer;
+    int layers = 0;
+    int64_t bytes = 0;  // all layers of the kind, one session
+  };
+  std::vector<MixerBytes> StateBytesByMixer(int64_t context) const;
   int64_t ParameterCount() const;
   // Bytes the weights hold in memory: fp32 tensors, packed matrices (their file's bytes)
   // and bf16 copies (UseBf16Weights).
@@ -294,9 +303,12 @@ class Model {
   // The layers on raw buffers for the rows of `groups` (token tokens[i] at positions[i]);
   // attention layers by the modules' StepRaw over the decode rows and PrefillRaw over each
   // prefill segment, recurrent ones by server/mixer's step and chunked prefill likewise:
-  // (rows, V) logits. The caller holds workspace_.mu and has moved the positions.
+  // (rows, V) logits, or (R, V) for just the rows `logit_rows` lists (ascending; the
+  // head is most of a prompt's work at a large vocabulary). The caller holds
+  // workspace_.mu and has moved the positions.
   at::Tensor RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* positions,
-                          const RowGroups& groups) const;
+                          const RowGroups& groups,
+                          absl::Span<const int64_t> logit_rows = {}) const;
 
   // UseBf16Weights' copies: per layer wq, wk, wv, wo, w_gate, w_up, w_down; the head.
   struct Bf16Weights {

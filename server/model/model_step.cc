@@ -48,7 +48,8 @@ void Model::ChooseStepPath() {
 }
 
 at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* positions,
-                               const RowGroups& groups) const {
+                               const RowGroups& groups,
+                               absl::Span<const int64_t> logit_rows) const {
   const int64_t b = int64_t(tokens.size()), dim = config_.dim, hidden = config_.mlp_hidden;
   const int64_t vocab = config_.vocab_size, heads = config_.attention.num_heads;
   const int64_t kv_heads = config_.attention.num_kv_heads;
@@ -259,10 +260,24 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
     SiluMul(gate, up, b * hidden);
     residual(gate, hidden, kWDown);  // x += rs * . W_down^T
   }
-  RmsNormRows(x, b, dim, Data(norm_), eps, hn);
-  at::Tensor logits = at::empty({b, vocab}, at::kFloat);  // (B, V)
-  linear(hn, dim, head_, head_packed_, bf16 ? &bf16_->head : nullptr, vocab,
-         logits.data_ptr<float>(), 0.0f);
+  // The head over the rows whose logits are wanted only (a prompt's last token, not each
+  // of its 512): (R, V).
+  const int64_t r = logit_rows.empty() ? b : int64_t(logit_rows.size());
+  if (!logit_rows.empty()) {
+    for (int64_t i = 0; i < r; ++i) {
+      std::memmove(x + i * dim, x + logit_rows[i] * dim, dim * sizeof(float));  // rows ascend
+    }
+  }
+  RmsNormRows(x, r, dim, Data(norm_), eps, hn);
+  at::Tensor logits = at::empty({r, vocab}, at::kFloat);
+  const bool head_bf16 = bf16_ != nullptr && r <= kBf16MaxRows;
+  if (head_packed_ != nullptr) {
+    weights::PackedLinear(hn, r, *head_packed_, logits.data_ptr<float>(), 0.0f, w.packed);
+  } else if (head_bf16 && !bf16_->head.packed.empty()) {
+    LinearBf16(hn, r, bf16_->head, logits.data_ptr<float>(), 0.0f);
+  } else {
+    Linear(hn, r, dim, Data(head_), vocab, logits.data_ptr<float>(), 0.0f, lin);
+  }
   if (config_.logit_scale != 1.0f) logits.div_(config_.logit_scale);
   return logits;
 }
@@ -335,9 +350,15 @@ at::Tensor Model::BatchFused(absl::Span<const Segment> segments) const {
   std::lock_guard<std::mutex> lock(workspace_.mu);
   // Before any layer changes (Model::Batch, on failure).
   for (const Segment& seg : segments) seg.state->position_ += int64_t(seg.tokens.size());
-  at::Tensor rows = RunRowsFused(tokens, positions.data(), groups);
+  // Logits of each segment's last row only, in row order (ascending), then by segment.
+  std::vector<int64_t> wanted(last_row.begin(), last_row.end());
+  std::sort(wanted.begin(), wanted.end());
+  at::Tensor rows = RunRowsFused(tokens, positions.data(), groups, wanted);  // (S, V)
   at::Tensor out = at::empty({int64_t(segments.size()), config_.vocab_size}, at::kFloat);
-  for (size_t i = 0; i < segments.size(); ++i) out[int64_t(i)].copy_(rows[last_row[i]]);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const int64_t at = std::lower_bound(wanted.begin(), wanted.end(), last_row[i]) - wanted.begin();
+    out[int64_t(i)].copy_(rows[at]);
+  }
   return out;  // (S, V)
 }
 

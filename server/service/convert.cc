@@ -35,6 +35,16 @@ v1::ModelInfo ToProto(const catalogue::ServedModel& m) {
   info.set_num_kv_heads(m.model->config().attention.num_kv_heads);
   info.set_weight_bytes(m.model->WeightBytes());
   info.set_weight_types(m.model->WeightTypes());
+  const auto at_32k = m.model->StateBytesByMixer(32768);
+  for (const model::Model::MixerBytes& k : m.model->StateBytesByMixer(1024)) {
+    v1::MixerStateBytes* out = info.add_state_bytes_by_mixer();
+    out->set_mixer(k.mixer);
+    out->set_layers(k.layers);
+    out->set_bytes_at_1k(k.bytes);
+    for (const auto& big : at_32k) {
+      if (big.mixer == k.mixer) out->set_bytes_at_32k(big.bytes);
+    }
+  }
   const tokenizer::Tokenizer& t = *m.tokenizer;
   v1::TokenizerInfo* ti = info.mutable_tokenizer();
   ti->set_kind(t.kind());
