@@ -58,7 +58,7 @@ file=$build/hybrid_bench/$name.gguf
 addr=127.0.0.1:$(free_port) http=127.0.0.1:$(free_port)
 start_server "$addr" "127.0.0.1:$(free_port)" --http_listen="$http" --model_dirs="$file" \
   --threads=1 --checkpoint_memory_bytes=2GiB --prefix_cache_bytes=2GiB \
-  --tenant_prefix_bytes=2GiB --memory_budget=4GiB >&2
+  --tenant_prefix_bytes=2GiB --tenant_response_bytes=2GiB --memory_budget=4GiB >&2
 
 started="$(date -u +%FT%TZ); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "hybrid_bench: $turns turns x $rounds rounds, $answer-token answers ($engines)" >&2
