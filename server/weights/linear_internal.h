@@ -32,6 +32,10 @@ struct Activations {
 Activations QuantizeActivations(const float* x, int64_t rows, int64_t in,
                                 LinearScratch& scratch, bool k4_order = false);
 
+// PackedMatrix allocates this many bytes past its data (zeroed), so kernels may load whole
+// 64-byte vectors that run past the last block.
+constexpr int64_t kTailPad = 64;
+
 // sums[r] = dot(row w of the matrix, activation row r0 + r) for r < R: one kernel per
 // weight type and R = 1..kMaxTileRows.
 constexpr int kMaxTileRows = 4;

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/weights/linear_internal.h"
 
 namespace attnserve::weights {
 namespace {
@@ -29,9 +30,9 @@ TypeInfo Info(WeightType type) {
   return {"?", 1, 1};
 }
 
-// 64-byte aligned bytes, shared.
+// 64-byte aligned bytes, shared, with kTailPad readable bytes past the end (linear_internal.h).
 std::shared_ptr<uint8_t[]> AllocateAligned(int64_t bytes) {
-  const size_t size = size_t(bytes + 63) / 64 * 64;
+  const size_t size = size_t(bytes + kTailPad + 63) / 64 * 64;
   auto* p = static_cast<uint8_t*>(::operator new[](size == 0 ? 64 : size, std::align_val_t(64)));
   return std::shared_ptr<uint8_t[]>(
       p, [](uint8_t* q) { ::operator delete[](q, std::align_val_t(64)); });
@@ -78,6 +79,7 @@ absl::StatusOr<PackedMatrix> PackedMatrix::Copy(WeightType type, int64_t out, in
   m.in_ = in;
   m.row_bytes_ = RowBytes(type, in);
   m.data_ = AllocateAligned(m.bytes());
+  std::memset(m.data_.get() + m.bytes(), 0, kTailPad);
   if (m.bytes() > 0) std::memcpy(m.data_.get(), bytes, size_t(m.bytes()));
   return m;
 }
@@ -91,6 +93,7 @@ absl::StatusOr<PackedMatrix> PackedMatrix::Quantize(WeightType type, int64_t out
   m.in_ = in;
   m.row_bytes_ = RowBytes(type, in);
   m.data_ = AllocateAligned(m.bytes());
+  std::memset(m.data_.get() + m.bytes(), 0, kTailPad);
   for (int64_t r = 0; r < out; ++r) {
     QuantizeRow(type, w + r * in, m.data_.get() + r * m.row_bytes_, in);
   }
@@ -104,6 +107,7 @@ void PackedMatrix::DequantizeRowTo(int64_t r, float* dst) const {
 PackedMatrix PackedMatrix::PermuteRows(const int64_t* perm) const {
   PackedMatrix m = *this;
   m.data_ = AllocateAligned(bytes());
+  std::memset(m.data_.get() + bytes(), 0, kTailPad);
   for (int64_t i = 0; i < out_; ++i) {
     std::memcpy(m.data_.get() + i * row_bytes_, row(perm[i]), size_t(row_bytes_));
   }

@@ -90,11 +90,6 @@ struct LinearScratch {
 };
 void PackedLinear(const float* x, int64_t rows, const PackedMatrix& w, float* y, float beta,
                   LinearScratch& scratch);
-// How many threads PackedLinear splits W's outputs over: the calling thread and
-// threads - 1 pool threads (started on first use, kept for the process). Default 1. Any
-// thread may call it; calls that find the pool busy (two PackedLinear at once) run on
-// their own thread alone.
-void SetPackedLinearThreads(int threads);
 // The plain reference PackedLinear is tested against: each row of W dequantized
 // (DequantizeRow) and dotted with x in fp32 (double accumulation).
 void PackedLinearReference(const float* x, int64_t rows, const PackedMatrix& w, float* y,

@@ -124,20 +124,6 @@ TEST(PackedLinearPaths, OddShapesAndLargeRowCounts) {
   }
 }
 
-TEST(PackedLinearPaths, TwoThreadsEqualOne) {
-  LinearScratch scratch;
-  const int64_t rows = 5, out = 333, in = 512;
-  for (WeightType type : {WeightType::kQ4_K, WeightType::kF16}) {
-    const Problem p = Make(type, rows, out, in, 3);
-    std::vector<float> one = p.y0, two = p.y0;
-    PackedLinear(p.x.data(), rows, p.w, one.data(), 1.0f, scratch);
-    SetPackedLinearThreads(2);
-    PackedLinear(p.x.data(), rows, p.w, two.data(), 1.0f, scratch);
-    SetPackedLinearThreads(1);
-    EXPECT_EQ(one, two) << WeightTypeName(type);  // the same kernel per output: bit for bit
-  }
-}
-
 TEST(PackedLinearPaths, SimdKernelsExistForEveryType) {
   for (WeightType type : kTypes) {
     if (BestLinearPath() == LinearPath::kAvx512) {
