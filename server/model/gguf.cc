@@ -299,6 +299,16 @@ absl::StatusOr<std::vector<float>> GgufToFloat32(const GgufTensor& t) {
   return out;
 }
 
+void GgufReader::Release(std::string_view bytes) const {
+  const uintptr_t base = reinterpret_cast<uintptr_t>(data_);
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(bytes.data());
+  if (data_ == nullptr || begin < base || begin + bytes.size() > base + size_) return;
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = (begin + bytes.size()) / page * page;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 GgufReader::~GgufReader() {
   if (data_ != nullptr) munmap(data_, size_);
 }

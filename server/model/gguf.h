@@ -86,6 +86,12 @@ class GgufReader {
   const GgufFile& file() const { return file_; }
   const std::string& path() const { return path_; }
 
+  // Drops the file's pages that lie wholly inside `bytes` (a view into this file, e.g. a
+  // tensor's) from memory: a loader that has copied a tensor releases it, so a model's
+  // peak memory is its copies, not its copies and the file. Later reads fault the pages
+  // back in from the file.
+  void Release(std::string_view bytes) const;
+
  private:
   GgufReader() = default;
   std::string path_;

@@ -249,9 +249,18 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view text, const std::stri
     return Bad("model_type", absl::StrCat("'", model_type, "' is not served: attnserve reads "
                                           "llama, mistral, qwen2 and qwen3"));
   }
+  // Qwen2's biases are on q, k and v only (its modelling file, whatever the config says);
+  // elsewhere attention_bias puts one on o_proj too, which attnserve's layer has not.
   c.attention_bias = model_type == "qwen2";
   c.qk_head_norm = model_type == "qwen3";
-  if (model_type != "qwen2") RETURN_IF_ERROR(f.Bool("attention_bias", &c.attention_bias));
+  if (model_type != "qwen2") {
+    bool bias = false;
+    RETURN_IF_ERROR(f.Bool("attention_bias", &bias));
+    if (bias) {
+      return Bad("attention_bias", "is true: biases are not supported (attnserve's projections "
+                                   "have none, except Qwen2's on q, k and v)");
+    }
+  }
   bool mlp_bias = false;
   RETURN_IF_ERROR(f.Bool("mlp_bias", &mlp_bias));
   if (mlp_bias) return Bad("mlp_bias", "is true: attnserve's MLP projections have no biases");

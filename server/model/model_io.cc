@@ -165,6 +165,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path,
         *slot.dense = at::from_blob(values->data(), slot.shape, at::kFloat).clone();
       }
       used.insert(gguf);
+      (*reader)->Release(file.Find(gguf)->bytes);  // copied: the file's pages may go
     }
     if (config->tie_embeddings) {  // the head is the embedding (Slots has no "head")
       (*model)->head_ = (*model)->embed_;

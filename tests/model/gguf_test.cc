@@ -171,12 +171,20 @@ TEST(GgufTest, RefusesEachMalformedPartNamingIt) {
 }
 
 TEST(GgufTest, TypesNotReadAreRefusedByName) {
-  const std::string bytes = Builder().Tensor("w", {32}, 2, std::string(18, '\0')).Bytes();
+  // Q5_0 (type 6, 22 bytes per 32) is laid out and checked, but not read.
+  const std::string bytes = Builder().Tensor("w", {32}, 6, std::string(22, '\0')).Bytes();
   auto f = ParseGguf(bytes);
   ASSERT_TRUE(f.ok()) << f.status();
   auto v = GgufToFloat32(f->tensors[0]);
   EXPECT_TRUE(absl::IsInvalidArgument(v.status()));
-  EXPECT_THAT(v.status().message(), HasSubstr("tensor 'w' is Q4_0"));
+  EXPECT_THAT(v.status().message(), HasSubstr("tensor 'w' is Q5_0"));
+  // Q4_0 is read now: a zero scale gives zeros.
+  const std::string q4 = Builder().Tensor("w", {32}, 2, std::string(18, '\0')).Bytes();
+  auto g = ParseGguf(q4);
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto zeros = GgufToFloat32(g->tensors[0]);
+  ASSERT_TRUE(zeros.ok()) << zeros.status();
+  EXPECT_EQ(*zeros, std::vector<float>(32, 0.0f));
 }
 
 TEST(GgufModelTest, UninterleavesRopeRowsPerHead) {

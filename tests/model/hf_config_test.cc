@@ -130,7 +130,8 @@ TEST(HfConfig, RefusesWhatItDoesNotImplementNamingTheField) {
   Json j = Llama();
   j["attention_bias"] = true;
   EXPECT_EQ(Refusal(j),
-            "attention_bias is true: biases are not supported (attnserve's projections have none)");
+            "attention_bias is true: biases are not supported (attnserve's projections have none, "
+            "except Qwen2's on q, k and v)");
   j = Llama();
   j["mlp_bias"] = true;
   EXPECT_NE(Refusal(j).find("mlp_bias is true"), std::string::npos);
