@@ -15,7 +15,7 @@
 # session_test and scheduler_test under TSan; service_test runs under ASan + UBSan.
 #
 # Environment (local runs): ATTNSERVE_SKIP_ASAN=1, ATTNSERVE_SKIP_FUZZ=1,
-# ATTNSERVE_SKIP_TSAN=1 skip a stage; ATTNSERVE_FUZZ_SECONDS (default 60) is each fuzz
+# ATTNSERVE_SKIP_TSAN=1 skip a stage; ATTNSERVE_FUZZ_SECONDS (default 20: CI time; run longer locally) is each fuzz
 # target's run time; ATTNSERVE_BUILD_JOBS (default 2) as deploy/build.sh.
 #
 # LibTorch, gRPC, protobuf and the rest of the system libraries are not instrumented. The
@@ -86,7 +86,7 @@ fuzz_one() {  # fuzz_one TARGET: bounded run over the committed and regenerated 
   rm -rf "$art"
   # fuzz_seeds writes seeds for some targets only; libFuzzer stops at a missing directory.
   mkdir -p "$work" "$art" "build-fuzz/seeds/$target"
-  build-fuzz/tests/fuzz/"$target" -max_total_time="${ATTNSERVE_FUZZ_SECONDS:-60}" \
+  build-fuzz/tests/fuzz/"$target" -max_total_time="${ATTNSERVE_FUZZ_SECONDS:-20}" \
     -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$art/" \
     "$work" "tests/fuzz/corpus/$target" "build-fuzz/seeds/$target" ||
     { echo "sanitizers: $target found a failing input; it is in $art/" >&2; return 1; }
