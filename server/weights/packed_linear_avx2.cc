@@ -22,6 +22,9 @@ namespace attnserve::weights {
 #if defined(ATTNSERVE_AVX2_KERNELS)
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#if defined(__clang__)  // clang ignores GCC's target pragma (the fuzz build)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#endif
 namespace {
 
 inline float HalfAt(const uint8_t* p) {
@@ -234,6 +237,9 @@ template <int R> struct F16K { static void Run(const uint8_t* w, const Activatio
 template <int R> struct BF16K { static void Run(const uint8_t* w, const Activations& a, int64_t r0, float* s) { DotFloat<R, FloatKind::kBF16>(w, a, r0, s); } };
 
 }  // namespace
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options
 
 namespace {

@@ -26,10 +26,15 @@ namespace attnserve::weights {
 #if defined(ATTNSERVE_AVX512_KERNELS)
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
+#if defined(__clang__)  // clang ignores GCC's target pragma (the fuzz build)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c"))), apply_to = function)
+#endif
 // GCC 12's AVX-512 intrinsics trip its own -Wmaybe-uninitialized (GCC bug 105593).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 namespace {
 
 inline float HalfAt(const uint8_t* p) {
@@ -312,6 +317,9 @@ template <int R> struct BF16K { static void Run(const uint8_t* w, const Activati
 
 }  // namespace
 #pragma GCC diagnostic pop
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options
 
 namespace {
