@@ -129,8 +129,20 @@ class ListSessionsResponse(_message.Message):
     sessions: _containers.RepeatedCompositeFieldContainer[Session]
     def __init__(self, sessions: _Optional[_Iterable[_Union[Session, _Mapping]]] = ...) -> None: ...
 
+class MixerStateBytes(_message.Message):
+    __slots__ = ["bytes_at_1k", "bytes_at_32k", "layers", "mixer"]
+    BYTES_AT_1K_FIELD_NUMBER: _ClassVar[int]
+    BYTES_AT_32K_FIELD_NUMBER: _ClassVar[int]
+    LAYERS_FIELD_NUMBER: _ClassVar[int]
+    MIXER_FIELD_NUMBER: _ClassVar[int]
+    bytes_at_1k: int
+    bytes_at_32k: int
+    layers: int
+    mixer: str
+    def __init__(self, mixer: _Optional[str] = ..., layers: _Optional[int] = ..., bytes_at_1k: _Optional[int] = ..., bytes_at_32k: _Optional[int] = ...) -> None: ...
+
 class ModelInfo(_message.Message):
-    __slots__ = ["attention_module", "break_even_context", "config", "directory", "name", "num_kv_heads", "parameter_count", "state_bytes_per_session_at_16k", "state_bytes_per_session_at_1k", "tokenizer"]
+    __slots__ = ["attention_module", "break_even_context", "config", "directory", "name", "num_kv_heads", "parameter_count", "state_bytes_by_mixer", "state_bytes_per_session_at_16k", "state_bytes_per_session_at_1k", "tokenizer", "weight_bytes", "weight_types"]
     ATTENTION_MODULE_FIELD_NUMBER: _ClassVar[int]
     BREAK_EVEN_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
@@ -138,9 +150,12 @@ class ModelInfo(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     NUM_KV_HEADS_FIELD_NUMBER: _ClassVar[int]
     PARAMETER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    STATE_BYTES_BY_MIXER_FIELD_NUMBER: _ClassVar[int]
     STATE_BYTES_PER_SESSION_AT_16K_FIELD_NUMBER: _ClassVar[int]
     STATE_BYTES_PER_SESSION_AT_1K_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_TYPES_FIELD_NUMBER: _ClassVar[int]
     attention_module: str
     break_even_context: int
     config: _model_config_pb2.ModelConfig
@@ -148,10 +163,13 @@ class ModelInfo(_message.Message):
     name: str
     num_kv_heads: int
     parameter_count: int
+    state_bytes_by_mixer: _containers.RepeatedCompositeFieldContainer[MixerStateBytes]
     state_bytes_per_session_at_16k: int
     state_bytes_per_session_at_1k: int
     tokenizer: TokenizerInfo
-    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[_model_config_pb2.ModelConfig, _Mapping]] = ..., attention_module: _Optional[str] = ..., parameter_count: _Optional[int] = ..., state_bytes_per_session_at_1k: _Optional[int] = ..., state_bytes_per_session_at_16k: _Optional[int] = ..., break_even_context: _Optional[int] = ..., directory: _Optional[str] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., num_kv_heads: _Optional[int] = ...) -> None: ...
+    weight_bytes: int
+    weight_types: str
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[_model_config_pb2.ModelConfig, _Mapping]] = ..., attention_module: _Optional[str] = ..., parameter_count: _Optional[int] = ..., state_bytes_per_session_at_1k: _Optional[int] = ..., state_bytes_per_session_at_16k: _Optional[int] = ..., break_even_context: _Optional[int] = ..., directory: _Optional[str] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., num_kv_heads: _Optional[int] = ..., weight_bytes: _Optional[int] = ..., weight_types: _Optional[str] = ..., state_bytes_by_mixer: _Optional[_Iterable[_Union[MixerStateBytes, _Mapping]]] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
     __slots__ = ["ignore_eos", "max_tokens", "seed", "stop", "stop_encoding", "temperature", "top_k", "top_p"]
