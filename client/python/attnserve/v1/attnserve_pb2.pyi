@@ -25,6 +25,16 @@ class CloseSessionResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
+class Constraint(_message.Message):
+    __slots__ = ["json_object", "json_schema", "tool_calls"]
+    JSON_OBJECT_FIELD_NUMBER: _ClassVar[int]
+    JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    json_object: bool
+    json_schema: str
+    tool_calls: ToolCallConstraint
+    def __init__(self, json_schema: _Optional[str] = ..., json_object: bool = ..., tool_calls: _Optional[_Union[ToolCallConstraint, _Mapping]] = ...) -> None: ...
+
 class CreateSessionRequest(_message.Message):
     __slots__ = ["attention_module", "attention_order", "model", "ttl_seconds"]
     ATTENTION_MODULE_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +78,14 @@ class ForkSessionRequest(_message.Message):
     session_id: str
     ttl_seconds: int
     def __init__(self, session_id: _Optional[str] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class FunctionTool(_message.Message):
+    __slots__ = ["name", "parameters_schema"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    parameters_schema: str
+    def __init__(self, name: _Optional[str] = ..., parameters_schema: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ["logprobs", "model", "sampling", "session_id", "text", "tokens", "top_logprobs"]
@@ -172,7 +190,8 @@ class ModelInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[_model_config_pb2.ModelConfig, _Mapping]] = ..., attention_module: _Optional[str] = ..., parameter_count: _Optional[int] = ..., state_bytes_per_session_at_1k: _Optional[int] = ..., state_bytes_per_session_at_16k: _Optional[int] = ..., break_even_context: _Optional[int] = ..., directory: _Optional[str] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., num_kv_heads: _Optional[int] = ..., weight_bytes: _Optional[int] = ..., weight_types: _Optional[str] = ..., state_bytes_by_mixer: _Optional[_Iterable[_Union[MixerStateBytes, _Mapping]]] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
-    __slots__ = ["ignore_eos", "max_tokens", "seed", "stop", "stop_encoding", "temperature", "top_k", "top_p"]
+    __slots__ = ["constraint", "ignore_eos", "max_tokens", "seed", "stop", "stop_encoding", "temperature", "top_k", "top_p"]
+    CONSTRAINT_FIELD_NUMBER: _ClassVar[int]
     IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +200,7 @@ class SamplingParams(_message.Message):
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
+    constraint: Constraint
     ignore_eos: bool
     max_tokens: int
     seed: int
@@ -189,7 +209,7 @@ class SamplingParams(_message.Message):
     temperature: float
     top_k: int
     top_p: float
-    def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_encoding: _Optional[_Union[StopEncoding, str]] = ..., ignore_eos: bool = ...) -> None: ...
+    def __init__(self, temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_encoding: _Optional[_Union[StopEncoding, str]] = ..., ignore_eos: bool = ..., constraint: _Optional[_Union[Constraint, _Mapping]] = ...) -> None: ...
 
 class Session(_message.Message):
     __slots__ = ["attention_module", "attention_order", "busy", "created_unix_ms", "id", "last_used_unix_ms", "model", "position", "state_bytes", "ttl_seconds"]
@@ -279,6 +299,25 @@ class TokenizerInfo(_message.Message):
     kind: str
     vocab_size: int
     def __init__(self, kind: _Optional[str] = ..., vocab_size: _Optional[int] = ..., bos_id: _Optional[int] = ..., add_bos: bool = ..., eos_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ToolCallConstraint(_message.Message):
+    __slots__ = ["choice", "format", "function_name", "functions", "parallel"]
+    class Choice(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = []
+    CHOICE_AUTO: ToolCallConstraint.Choice
+    CHOICE_FIELD_NUMBER: _ClassVar[int]
+    CHOICE_NAMED: ToolCallConstraint.Choice
+    CHOICE_REQUIRED: ToolCallConstraint.Choice
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_NAME_FIELD_NUMBER: _ClassVar[int]
+    PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    choice: ToolCallConstraint.Choice
+    format: str
+    function_name: str
+    functions: _containers.RepeatedCompositeFieldContainer[FunctionTool]
+    parallel: bool
+    def __init__(self, functions: _Optional[_Iterable[_Union[FunctionTool, _Mapping]]] = ..., choice: _Optional[_Union[ToolCallConstraint.Choice, str]] = ..., function_name: _Optional[str] = ..., parallel: bool = ..., format: _Optional[str] = ...) -> None: ...
 
 class TopLogprob(_message.Message):
     __slots__ = ["id", "logprob", "text"]

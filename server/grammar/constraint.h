@@ -1,0 +1,55 @@
+// A turn's constraint: the grammar its answer must match, applied before each sampling
+// step (server/DESIGN.md §12). Owned by the scheduler's turn; the service and the HTTP
+// front build the Constraint from a request (a JSON Schema, a tool-call envelope).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "server/grammar/matcher.h"
+#include "server/grammar/vocabulary.h"
+
+namespace attnserve::grammar {
+
+struct Constraint {
+  std::shared_ptr<const Grammar> grammar;
+  // Empty: the whole answer matches `grammar` from its first byte. Else the answer is free
+  // text until it holds `trigger` (a tool call's opening tag, for tool_choice "auto");
+  // from there the grammar applies to the trigger and what follows it.
+  std::string trigger;
+};
+
+// One turn's progress through its constraint. Not thread-safe: the engine thread's.
+class ConstraintState {
+ public:
+  explicit ConstraintState(Constraint constraint);
+
+  // Sets the logits of every id the grammar refuses next to -inf (`logits` has
+  // vocabulary.size() entries at least; ids past it are refused too). `at_start_bytes`,
+  // when set, gives an id's bytes where they differ from the vocabulary's mid-text bytes
+  // (a SentencePiece text's first piece loses its leading space): those steps are
+  // checked id by id. No-op while a lazy constraint waits for its trigger.
+  void ApplyMask(float* logits, int64_t vocab, const Vocabulary& vocabulary,
+                 const std::function<std::string(int32_t)>* at_start_bytes = nullptr);
+  // The token chosen added `bytes` to the answer. INTERNAL if the grammar refuses them
+  // (a masked step never does).
+  absl::Status Advance(std::string_view bytes);
+  // The grammar is active and its sentence complete with nothing allowed after it: the
+  // turn ends here (finish_reason "stop").
+  bool MustEnd() const;
+  // End-of-sequence is allowed now (the grammar is inactive, or may end).
+  bool CanEnd() const;
+  // Whether the grammar applies yet (false while a lazy constraint waits for its trigger).
+  bool active() const { return matcher_.has_value(); }
+
+ private:
+  Constraint constraint_;
+  std::optional<Matcher> matcher_;
+  std::string tail_;  // lazy: the last trigger.size()-1 bytes of free text, to find it
+};
+
+}  // namespace attnserve::grammar
