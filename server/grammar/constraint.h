@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,10 +34,13 @@ class ConstraintState {
   // when set, gives an id's bytes where they differ from the vocabulary's mid-text bytes
   // (a SentencePiece text's first piece loses its leading space): those steps are
   // checked id by id. No-op while a lazy constraint waits for its trigger.
-  void ApplyMask(float* logits, int64_t vocab, const Vocabulary& vocabulary,
-                 const std::function<std::string(int32_t)>* at_start_bytes = nullptr);
-  // The token chosen added `bytes` to the answer. INTERNAL if the grammar refuses them
-  // (a masked step never does).
+  // FAILED_PRECONDITION when no id of the vocabulary continues the grammar (a vocabulary
+  // that cannot spell a byte the grammar needs).
+  absl::Status ApplyMask(float* logits, int64_t vocab, const Vocabulary& vocabulary,
+                         const std::function<std::string(int32_t)>* at_start_bytes = nullptr);
+  // The token chosen added `bytes` to the answer. INTERNAL if the grammar refuses them:
+  // a masked step never does, but a lazy constraint's trigger may arrive inside a token
+  // whose bytes after it the grammar refuses (the mask does not look inside free text).
   absl::Status Advance(std::string_view bytes);
   // The grammar is active and its sentence complete with nothing allowed after it: the
   // turn ends here (finish_reason "stop").

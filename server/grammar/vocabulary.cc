@@ -1,0 +1,129 @@
+#include "server/grammar/vocabulary.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "server/grammar/mask_cache.h"
+
+namespace attnserve::grammar {
+
+Vocabulary::Vocabulary(const std::vector<std::string>& token_bytes,
+                       std::vector<int32_t> eos_ids)
+    : size_(int(token_bytes.size())), eos_ids_(std::move(eos_ids)) {
+  struct BuildNode {
+    std::vector<std::pair<uint8_t, int32_t>> kids;
+    std::vector<int32_t> tokens;
+  };
+  std::vector<BuildNode> build(1);
+  for (int32_t id = 0; id < int32_t(token_bytes.size()); ++id) {
+    const std::string& bytes = token_bytes[size_t(id)];
+    if (bytes.empty()) continue;  // special: never allowed by a grammar
+    if (std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end()) continue;
+    int32_t node = 0;
+    for (char c : bytes) {
+      const uint8_t b = uint8_t(c);
+      int32_t next = -1;
+      for (const auto& [kb, kn] : build[size_t(node)].kids) {
+        if (kb == b) {
+          next = kn;
+          break;
+        }
+      }
+      if (next < 0) {
+        next = int32_t(build.size());
+        build[size_t(node)].kids.emplace_back(b, next);
+        build.emplace_back();
+      }
+      node = next;
+    }
+    build[size_t(node)].tokens.push_back(id);
+  }
+  nodes_.resize(build.size());
+  for (size_t n = 0; n < build.size(); ++n) {
+    auto& kids = build[n].kids;
+    std::sort(kids.begin(), kids.end());
+    nodes_[n].first_child = int32_t(children_.size());
+    nodes_[n].child_count = int32_t(kids.size());
+    children_.insert(children_.end(), kids.begin(), kids.end());
+    nodes_[n].first_token = int32_t(node_tokens_.size());
+    nodes_[n].token_count = int32_t(build[n].tokens.size());
+    node_tokens_.insert(node_tokens_.end(), build[n].tokens.begin(), build[n].tokens.end());
+  }
+}
+
+void Vocabulary::Walk(const Grammar& grammar, int32_t node, int depth, TokenMask& mask,
+                      std::vector<StackSet>& levels) const {
+  if (levels.size() <= size_t(depth) + 1) levels.resize(size_t(depth) + 2);
+  const Node& n = nodes_[size_t(node)];
+  for (int32_t k = 0; k < n.child_count; ++k) {
+    const auto& [b, child] = children_[size_t(n.first_child + k)];
+    // A refused byte prunes the child's whole subtree: no token under it is allowed.
+    if (!Matcher::Advance(grammar, levels[size_t(depth)], b, levels[size_t(depth) + 1])) {
+      continue;
+    }
+    const Node& c = nodes_[size_t(child)];
+    for (int32_t t = 0; t < c.token_count; ++t) {
+      const int32_t id = node_tokens_[size_t(c.first_token + t)];
+      mask[size_t(id) >> 6] |= uint64_t(1) << (id & 63);
+    }
+    if (c.child_count > 0) Walk(grammar, child, depth + 1, mask, levels);
+  }
+}
+
+TokenMask Vocabulary::ComputeMask(const Matcher& matcher) const {
+  TokenMask mask((size_t(size_) + 63) / 64, 0);
+  std::vector<StackSet> levels(1);
+  levels[0] = matcher.state();
+  Walk(matcher.grammar(), 0, 0, mask, levels);
+  if (matcher.CanEnd()) {
+    for (int32_t eos : eos_ids_) {
+      if (eos >= 0 && eos < size_) mask[size_t(eos) >> 6] |= uint64_t(1) << (eos & 63);
+    }
+  }
+  return mask;
+}
+
+std::shared_ptr<const TokenMask> Vocabulary::Mask(const Matcher& matcher) const {
+  Grammar::MaskCache& cache = matcher.grammar().mask_cache();
+  if (auto hit = cache.Find(this, matcher.state())) return hit;
+  auto mask = std::make_shared<const TokenMask>(ComputeMask(matcher));
+  cache.Put(this, matcher.state(), mask);
+  return mask;
+}
+
+std::string Grammar::MaskCache::Key(const Vocabulary* vocabulary, const StackSet& state) {
+  std::string key(sizeof(vocabulary) + state.data.size() * sizeof(int32_t), '\0');
+  std::memcpy(key.data(), &vocabulary, sizeof(vocabulary));
+  if (!state.data.empty()) {
+    std::memcpy(key.data() + sizeof(vocabulary), state.data.data(),
+                state.data.size() * sizeof(int32_t));
+  }
+  return key;
+}
+
+std::shared_ptr<const TokenMask> Grammar::MaskCache::Find(const Vocabulary* vocabulary,
+                                                          const StackSet& state) {
+  const std::string key = Key(vocabulary, state);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = masks_.find(key);
+  if (it == masks_.end()) {
+    ++misses_;
+    return nullptr;
+  }
+  ++hits_;
+  return it->second;
+}
+
+void Grammar::MaskCache::Put(const Vocabulary* vocabulary, const StackSet& state,
+                             std::shared_ptr<const TokenMask> mask) {
+  std::string key = Key(vocabulary, state);
+  const size_t bytes = key.size() + mask->size() * sizeof(uint64_t) + 64;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (bytes_ + bytes > kMaxBytes) {
+    masks_.clear();
+    bytes_ = 0;
+  }
+  if (masks_.emplace(std::move(key), std::move(mask)).second) bytes_ += bytes;
+}
+
+}  // namespace attnserve::grammar
