@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -44,6 +45,7 @@ struct Scheduler::Turn {
   // started unless it is at position 0 with nothing but special tokens in the prompt).
   std::optional<tokenizer::StreamDecoder> decoder;
   std::optional<StopMatcher> stops;
+  std::optional<grammar::ConstraintState> constraint;  // request.constraint's progress
   absl::Time first_token = absl::InfinitePast();
   absl::Time last_token = absl::InfinitePast();
   absl::Time full_since = absl::InfiniteFuture();  // when the sink was first seen full
@@ -224,6 +226,7 @@ bool Scheduler::Step(std::vector<std::unique_ptr<Turn>>& turns) {
         t.decoder->Next(t.request.prompt[i]);
       }
       t.stops.emplace(t.request.stop);
+      if (t.request.constraint) t.constraint.emplace(*t.request.constraint);
       if (options_.metrics != nullptr) {
         t.metrics = &options_.metrics->ForModel(t.session->served().name,
                                                 t.session->served().attention());
@@ -378,12 +381,42 @@ void Scheduler::RunBatch(const model::Model& m, StepWork& work) {
   }
 }
 
+const grammar::Vocabulary& Scheduler::VocabularyOf(
+    const std::shared_ptr<const tokenizer::Tokenizer>& tokenizer) {
+  auto& [owner, vocabulary] = vocabularies_[tokenizer.get()];
+  if (vocabulary == nullptr || owner.lock() != tokenizer) {
+    std::vector<std::string> bytes(size_t(tokenizer->vocab_size()));
+    for (int32_t id = 0; id < tokenizer->vocab_size(); ++id) {
+      bytes[size_t(id)] = tokenizer->TokenBytes(id);
+    }
+    vocabulary = std::make_unique<grammar::Vocabulary>(bytes, tokenizer->eos_ids());
+    owner = tokenizer;
+  }
+  return *vocabulary;
+}
+
 void Scheduler::Emit(Turn& t, float* logits, int64_t vocab) {
   const auto row = absl::MakeConstSpan(logits, size_t(vocab));
   const tokenizer::Tokenizer& tok = *t.session->served().tokenizer;
-  // ignore_eos keeps the sampler off every end-of-sequence id; their logits are put back
-  // after, since logprobs are the model's own.
+  // ignore_eos keeps the sampler off every end-of-sequence id, and a constraint off every
+  // id its grammar refuses; the logits are put back after, since logprobs are the
+  // model's own.
   std::vector<std::pair<int32_t, float>> masked;
+  std::vector<float> unmasked;
+  if (t.constraint) {
+    if (t.request.logprobs) unmasked.assign(logits, logits + vocab);
+    const auto& tokenizer = t.session->served().tokenizer;
+    const grammar::Vocabulary& vocabulary = VocabularyOf(tokenizer);
+    // The text's first bytes may differ from a token's mid-text bytes (SentencePiece
+    // drops the first piece's leading space): that step checks id by id.
+    std::function<std::string(int32_t)> peek = [&](int32_t id) { return t.decoder->Peek(id); };
+    absl::Status masked_ok = t.constraint->ApplyMask(logits, vocab, vocabulary,
+                                                     t.decoder->at_start() ? &peek : nullptr);
+    if (!masked_ok.ok()) {
+      Finish(t, FinishReason::kError, masked_ok);
+      return;
+    }
+  }
   if (t.request.ignore_eos) {
     for (int32_t eos : tok.eos_ids()) {
       if (eos < 0 || eos >= vocab) continue;
@@ -393,6 +426,7 @@ void Scheduler::Emit(Turn& t, float* logits, int64_t vocab) {
   }
   const int32_t id = t.sampler->Sample(row);
   for (const auto& [eos, logit] : masked) logits[eos] = logit;
+  if (!unmasked.empty()) std::copy(unmasked.begin(), unmasked.end(), logits);
   const absl::Time now = absl::Now();
   if (t.generated == 0) {
     t.first_token = now;
@@ -405,7 +439,6 @@ void Scheduler::Emit(Turn& t, float* logits, int64_t vocab) {
     Finish(t, FinishReason::kStop);
     return;
   }
-  ++t.generated;
   TokenEvent event{id, {}, std::nullopt, {}, {}};
   if (t.request.logprobs) {  // one pass over the vocabulary, only when asked
     const model::LogSoftmax log_softmax(row);
@@ -416,12 +449,20 @@ void Scheduler::Emit(Turn& t, float* logits, int64_t vocab) {
     }
   }
   event.bytes = t.decoder->Next(id);
+  if (t.constraint) {
+    if (absl::Status s = t.constraint->Advance(event.bytes); !s.ok()) {
+      Finish(t, FinishReason::kError, s);
+      return;
+    }
+  }
+  ++t.generated;
   const bool stopped = t.stops->Add(event.bytes);
   t.sink->OnToken(std::move(event));
   if (t.metrics) t.metrics->AddGeneratedTokens(1);
   t.next_input = id;
   t.session->PublishProgress();
-  if (stopped) {
+  // The grammar is complete and nothing may follow: the answer is over.
+  if (stopped || (t.constraint && t.constraint->MustEnd())) {
     Finish(t, FinishReason::kStop);
     return;
   }

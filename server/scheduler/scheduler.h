@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -17,9 +18,11 @@
 
 #include "server/config/defaults.h"
 #include "absl/types/span.h"
+#include "server/grammar/vocabulary.h"
 #include "server/metrics/metrics.h"
 #include "server/scheduler/turn.h"
 #include "server/session/session_store.h"
+#include "server/tokenizer/tokenizer.h"
 
 namespace attnserve::scheduler {
 
@@ -121,6 +124,15 @@ class Scheduler {
   bool stop_turns_ = false;                  // guarded by mu_
   // Engine thread only: models whose turn gauges were set, so they drop back to 0.
   std::set<metrics::ModelMetrics*> gauge_models_;
+  // Engine thread only: each tokenizer's vocabulary as constrained decoding sees it
+  // (built at the first constrained turn on it; the weak pointer tells a tokenizer that
+  // was freed from a new one at the same address).
+  const grammar::Vocabulary& VocabularyOf(
+      const std::shared_ptr<const tokenizer::Tokenizer>& tokenizer);
+  std::map<const tokenizer::Tokenizer*,
+           std::pair<std::weak_ptr<const tokenizer::Tokenizer>,
+                     std::unique_ptr<grammar::Vocabulary>>>
+      vocabularies_;
   std::thread engine_;
 };
 

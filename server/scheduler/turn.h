@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "server/grammar/constraint.h"
 #include "server/model/logprobs.h"
 #include "server/model/sampler.h"
 #include "server/session/session_store.h"
@@ -34,6 +35,11 @@ struct TurnRequest {
   int top_logprobs = 0;
   // Never sample an end-of-sequence id (benchmarks: every turn runs to max_tokens).
   bool ignore_eos = false;
+  // What the answer must match (server/DESIGN.md §12): each step's logits are masked to
+  // the ids the grammar allows before sampling; the turn stops (kStop) once the grammar
+  // is complete with nothing allowed after it, and end-of-sequence is allowed only where
+  // it may end. logprobs stay the model's own (before the mask).
+  std::optional<grammar::Constraint> constraint;
   // When the request arrived (for time to first token) and when it must be over.
   absl::Time arrival = absl::InfinitePast();
   absl::Time deadline = absl::InfiniteFuture();

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "server/grammar/matcher.h"
 #include "server/tokenizer/byte_tokenizer.h"
 #include "server/tokenizer/sentencepiece_tokenizer.h"
 #include "tests/testing/spm_model.h"
@@ -816,6 +817,117 @@ TEST_F(SentencePieceSchedulerTest, ALaterTurnContinuesTheSessionsText) {
   for (int32_t id : second->ids()) all.push_back(id);
   EXPECT_EQ(tokenizer::Decode(**tokenizer_, all).value(),
             "In" + first->text() + " the" + second->text());
+}
+
+// The grammar of constrained turns below: "[" digits ("," digits)* "]" with up to three
+// digits a number, or the word "none".
+std::shared_ptr<const grammar::Grammar> ListGrammar() {
+  using grammar::Concat;
+  using grammar::Literal;
+  using grammar::Symbol;
+  grammar::GrammarBuilder b;
+  const int digits = b.Repeat("digits", {Symbol::Range('0', '9')}, 1, 3);
+  const int items = b.Repeat("items", {Symbol::Ref(digits)}, 1, -1, Literal(","));
+  const int root = b.NewRule("root");
+  b.AddAlternative(root, Concat(Concat(Literal("["), {Symbol::Ref(items)}), Literal("]")));
+  b.AddAlternative(root, Literal("none"));
+  return b.Build(root).value();
+}
+
+// Whether `text` is a whole sentence of `g`.
+bool Whole(const std::shared_ptr<const grammar::Grammar>& g, const std::string& text) {
+  grammar::Matcher m(g);
+  return m.Accept(text).ok() && m.CanEnd();
+}
+
+TEST_F(SchedulerTest, AConstrainedTurnStopsWhereItsGrammarEnds) {
+  const auto g = ListGrammar();
+  int stopped = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    TurnRequest r = Greedy("Numbers: ", 64);
+    r.sampling.temperature = 1.5f;
+    r.sampling.seed = seed;
+    r.constraint = grammar::Constraint{g, ""};
+    auto sink = Run(taylor_, r).second;
+    const TurnResult result = sink->WaitFinish();
+    const std::string text = sink->text();
+    if (result.reason == FinishReason::kStop) {
+      ++stopped;
+      EXPECT_TRUE(Whole(g, text)) << text;
+    } else {
+      EXPECT_EQ(result.reason, FinishReason::kLength) << result.error;
+      EXPECT_EQ(result.generated_tokens, 64);
+      grammar::Matcher m(g);
+      EXPECT_TRUE(m.Accept(text).ok()) << text;  // a prefix of a sentence
+    }
+  }
+  EXPECT_GT(stopped, 0);
+  // max_tokens first: "length", the text a prefix.
+  TurnRequest r = Greedy("Numbers: ", 2);
+  r.constraint = grammar::Constraint{g, ""};
+  auto sink = Run(taylor_, r).second;
+  EXPECT_EQ(sink->WaitFinish().reason, FinishReason::kLength);
+  grammar::Matcher m(g);
+  EXPECT_TRUE(m.Accept(sink->text()).ok()) << sink->text();
+  EXPECT_FALSE(m.MustEnd());
+}
+
+TEST_F(SchedulerTest, AConstraintLeavesLogprobsTheModelsOwn) {
+  TurnRequest free = Greedy("In the beginning", 1);
+  free.logprobs = true;
+  free.top_logprobs = 3;
+  auto unconstrained = Run(taylor_, free).second->tokens();
+  TurnRequest r = free;
+  r.constraint = grammar::Constraint{ListGrammar(), ""};
+  auto constrained = Run(taylor_, r).second->tokens();
+  ASSERT_EQ(constrained.size(), 1u);
+  ASSERT_EQ(unconstrained.size(), 1u);
+  EXPECT_TRUE(constrained[0].bytes == "[" || constrained[0].bytes == "n") << constrained[0].bytes;
+  // The alternatives are the model's top three whatever the grammar allows.
+  ASSERT_EQ(constrained[0].top_logprobs.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(constrained[0].top_logprobs[i].id, unconstrained[0].top_logprobs[i].id);
+  }
+}
+
+TEST_F(SchedulerTest, ALazyConstraintWaitsForItsTrigger) {
+  // Free text until the model writes the trigger; the probe shows where it does.
+  auto probe = Run(taylor_, Greedy("In the beginning", 24)).second->text();
+  ASSERT_GE(probe.size(), 8u);
+  const std::string trigger = probe.substr(3, 2);
+  grammar::GrammarBuilder b;
+  const int root = b.RuleOf("root", grammar::Concat(grammar::Literal(trigger),
+                                                     grammar::Literal("!")));
+  TurnRequest r = Greedy("In the beginning", 24);
+  r.constraint = grammar::Constraint{b.Build(root).value(), trigger};
+  auto sink = Run(taylor_, r).second;
+  EXPECT_EQ(sink->WaitFinish().reason, FinishReason::kStop);
+  const size_t at = probe.find(trigger);
+  EXPECT_EQ(sink->text(), probe.substr(0, at + trigger.size()) + "!");
+}
+
+TEST_F(SentencePieceSchedulerTest, AConstrainedTurnSpellsItsGrammarWithPieces) {
+  const auto g = ListGrammar();
+  // At the session's start (only BOS before: the first piece loses its "▁"), and later.
+  for (const std::string& prompt : {std::string(), std::string("In the beginning")}) {
+    int stopped = 0;
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      TurnRequest r = Prompt(prompt, 48);
+      r.sampling.temperature = 1.5f;
+      r.sampling.seed = seed;
+      r.constraint = grammar::Constraint{g, ""};
+      auto sink = Run(model_, r).second;
+      const TurnResult result = sink->WaitFinish();
+      ASSERT_NE(result.reason, FinishReason::kError) << result.error;
+      grammar::Matcher m(g);
+      EXPECT_TRUE(m.Accept(sink->text()).ok()) << sink->text();
+      if (result.reason == FinishReason::kStop) {
+        ++stopped;
+        EXPECT_TRUE(m.CanEnd()) << sink->text();
+      }
+    }
+    EXPECT_GT(stopped, 0) << prompt;
+  }
 }
 
 }  // namespace
