@@ -8,41 +8,67 @@ namespace attnserve::grammar {
 namespace {
 
 using Kind = Grammar::Element::Kind;
-using Stack = std::vector<int32_t>;
 
-// Pushes onto `out` every stack `stack` becomes once its top is a byte set (or it is
-// empty): rule references are entered (each alternative a stack of its own), ends of
-// alternatives popped. Left recursion is refused at Build, so this ends.
-void Expand(const Grammar& g, Stack stack, std::vector<Stack>& out) {
-  const auto& el = g.elements();
-  while (!stack.empty()) {
-    const int32_t p = stack.back();
-    const Grammar::Element& e = el[size_t(p)];
-    if (e.kind == Kind::kBytes) break;
-    stack.pop_back();
-    if (e.kind == Kind::kEnd) continue;
-    // A reference: come back after it, unless the alternative ends there (a tail call).
-    if (el[size_t(p) + 1].kind != Kind::kEnd) stack.push_back(p + 1);
-    const std::vector<int32_t>& alts = g.alternatives(e.index);
-    for (size_t i = 0; i + 1 < alts.size(); ++i) {
-      Stack copy = stack;
-      copy.push_back(alts[i]);
-      Expand(g, std::move(copy), out);
+// Appends to `out` (as length, positions) every stack `cur` becomes once its top is a
+// byte set (or it is empty): rule references are entered (each alternative a stack of
+// its own), ends of alternatives popped. `cur` is restored before returning, so one
+// buffer serves the whole walk without allocating. Left recursion is refused at Build,
+// so this ends.
+void Expand(const Grammar& g, std::vector<int32_t>& cur, std::vector<int32_t>& out) {
+  if (!cur.empty()) {
+    const int32_t p = cur.back();
+    const Grammar::Element& e = g.elements()[size_t(p)];
+    if (e.kind != Kind::kBytes) {
+      cur.pop_back();
+      if (e.kind == Kind::kEnd) {
+        Expand(g, cur, out);
+      } else {
+        // A reference: come back after it, unless the alternative ends there (a tail
+        // call: right recursion costs no depth).
+        const bool returns = g.elements()[size_t(p) + 1].kind != Kind::kEnd;
+        if (returns) cur.push_back(p + 1);
+        for (int32_t alt : g.alternatives(e.index)) {
+          cur.push_back(alt);
+          Expand(g, cur, out);
+          cur.pop_back();
+        }
+        if (returns) cur.pop_back();
+      }
+      cur.push_back(p);
+      return;
     }
-    stack.push_back(alts.back());
   }
-  out.push_back(std::move(stack));
+  out.push_back(int32_t(cur.size()));
+  out.insert(out.end(), cur.begin(), cur.end());
 }
 
-// `stacks` as a StackSet: sorted, distinct. False past kMaxStacks.
-bool Canonical(std::vector<Stack>& stacks, StackSet& to) {
+// The stacks in `flat` (as Expand writes them) as a StackSet: sorted, distinct. False
+// past kMaxStacks.
+bool Canonical(const std::vector<int32_t>& flat, StackSet& to) {
+  thread_local std::vector<std::pair<uint32_t, uint32_t>> spans;  // (offset, length)
+  spans.clear();
+  for (size_t i = 0; i < flat.size(); i += 1 + size_t(flat[i])) {
+    spans.emplace_back(uint32_t(i + 1), uint32_t(flat[i]));
+  }
   to.data.clear();
-  std::sort(stacks.begin(), stacks.end());
-  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
-  if (stacks.size() > size_t(kMaxStacks)) return false;
-  for (const Stack& s : stacks) {
-    to.data.push_back(int32_t(s.size()));
-    to.data.insert(to.data.end(), s.begin(), s.end());
+  if (spans.size() == 1) {
+    to.data.assign(flat.begin(), flat.end());
+    return true;
+  }
+  const int32_t* base = flat.data();
+  auto less = [base](const auto& a, const auto& b) {
+    return std::lexicographical_compare(base + a.first, base + a.first + a.second,
+                                        base + b.first, base + b.first + b.second);
+  };
+  auto same = [base](const auto& a, const auto& b) {
+    return a.second == b.second && std::equal(base + a.first, base + a.first + a.second, base + b.first);
+  };
+  std::sort(spans.begin(), spans.end(), less);
+  spans.erase(std::unique(spans.begin(), spans.end(), same), spans.end());
+  if (spans.size() > size_t(kMaxStacks)) return false;
+  for (const auto& [offset, length] : spans) {
+    to.data.push_back(int32_t(length));
+    to.data.insert(to.data.end(), base + offset, base + offset + length);
   }
   return true;
 }
@@ -50,16 +76,17 @@ bool Canonical(std::vector<Stack>& stacks, StackSet& to) {
 }  // namespace
 
 Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
-  std::vector<Stack> stacks;
+  std::vector<int32_t> cur, flat;
   for (int32_t alt : grammar_->alternatives(grammar_->root())) {
-    Expand(*grammar_, Stack{alt}, stacks);
+    cur.assign(1, alt);
+    Expand(*grammar_, cur, flat);
   }
-  Canonical(stacks, state_);
+  Canonical(flat, state_);
 }
 
 bool Matcher::Advance(const Grammar& g, const StackSet& from, uint8_t b, StackSet& to) {
-  thread_local std::vector<Stack> stacks;
-  stacks.clear();
+  thread_local std::vector<int32_t> cur, flat;
+  flat.clear();
   const auto& el = g.elements();
   const auto& sets = g.byte_sets();
   for (size_t i = 0; i < from.data.size();) {
@@ -69,11 +96,11 @@ bool Matcher::Advance(const Grammar& g, const StackSet& from, uint8_t b, StackSe
     if (len == 0) continue;  // complete: nothing may follow
     const int32_t top = s[len - 1];
     if (!sets[size_t(el[size_t(top)].index)].test(b)) continue;
-    Stack next(s, s + len);
-    next.back() = top + 1;
-    Expand(g, std::move(next), stacks);
+    cur.assign(s, s + len);
+    cur.back() = top + 1;
+    Expand(g, cur, flat);
   }
-  if (stacks.empty() || !Canonical(stacks, to)) {
+  if (flat.empty() || !Canonical(flat, to)) {
     to.data.clear();
     return false;
   }
