@@ -1,4 +1,4 @@
-// Linear weights kept in the bytes their file holds (../../shared/DESIGN.md §10): a matrix
+// Linear weights kept in the bytes their file holds (server/DESIGN.md §3): a matrix
 // W (out, in) whose rows are whole blocks of one type, and the kernels that compute
 // y = x W^T from those bytes. Torch-free leaves: nothing here knows of models or sessions.
 //
