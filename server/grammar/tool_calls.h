@@ -35,7 +35,9 @@ namespace attnserve::grammar {
 
 struct FunctionSpec {
   std::string name;
-  nlohmann::json parameters;  // a JSON Schema; null: any object
+  // A JSON Schema (ordered: properties are written in their declared order); null: any
+  // object.
+  nlohmann::ordered_json parameters;
 };
 
 enum class ToolChoice { kAuto, kRequired, kNamed };
