@@ -20,11 +20,11 @@ inline absl::Status Draining() {
       "the server is shutting down; sessions are being saved, retry on another server");
 }
 
-// Bytes a session of `model` at `position` is charged: fixed states at once, KV caches
-// as they grow.
+// Bytes a session of `model` at `position` is charged: what its state holds there (a
+// fixed state the same at any position; a KV cache, a hybrid's attention layers among
+// them, as it has grown).
 inline int64_t ChargeFor(const catalogue::ServedModel& model, int64_t position) {
-  const model::Model& m = *model.model;
-  return m.BreakEvenContext() > 0 ? m.StateBytes(0) : m.StateBytes(position);
+  return model.model->StateBytes(position);
 }
 
 }  // namespace attnserve::session::internal

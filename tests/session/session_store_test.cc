@@ -195,6 +195,51 @@ TEST_F(SessionStoreTest, ForksAndImportsBelongToTheCaller) {
   EXPECT_EQ(SnapshotOwner(*store.Export("bob", imported->id()).value()).value(), "bob");
 }
 
+// A hybrid (server/DESIGN.md §11): a Mamba-2 layer's fixed state beside an attention
+// layer's KV cache. An imported session is charged what its position holds, as a grown
+// one is: the KV cache too, not only the fixed part.
+TEST_F(SessionStoreTest, ImportedHybridSessionsAreChargedTheirKvCaches) {
+  model::ModelConfig c;
+  c.name = "tiny-hybrid";
+  c.dim = 32;
+  c.num_layers = 2;
+  c.mixers = {model::kMamba2Mixer, model::kAttentionMixer};
+  c.mlp_hidden = 64;
+  c.max_context = 4096;
+  c.attention.module = "softmax";
+  c.attention.num_heads = 2;
+  c.attention.num_kv_heads = 2;
+  c.attention.head_dim = 16;
+  c.attention.value_dim = 16;
+  c.ssm_inner = 64;
+  c.ssm_state = 16;
+  c.ssm_heads = 4;
+  c.ssm_groups = 1;
+  c.conv_kernel = 4;
+  auto m = model::Model::Create(c, 3);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto hybrid = std::make_shared<ServedModel>(ServedModel{
+      c.name, "", std::move(m).value(), {}, std::make_shared<tokenizer::ByteTokenizer>()});
+  ASSERT_GT(hybrid->model->BreakEvenContext(), 0);
+  ASSERT_GT(hybrid->model->StateBytes(300), hybrid->model->StateBytes(0));
+
+  SessionStore::Options o = Opts();
+  std::vector<std::shared_ptr<const ServedModel>> models = {hybrid};
+  ModelCatalogue catalogue(models);
+  o.catalogue = &catalogue;
+  SessionStore store(std::move(o));
+  auto a = store.Create(kDefaultTenant, hybrid, absl::ZeroDuration()).value();
+  const std::vector<int32_t> ids(300, 65);
+  ASSERT_TRUE(hybrid->model->Prefill(a->state(), ids).ok());
+  auto bytes = store.Export(kDefaultTenant, a->id()).value();
+  ASSERT_TRUE(store.Close(kDefaultTenant, a->id()).ok());
+  EXPECT_EQ(store.charged_bytes(), 0);
+  auto imported = store.Import(kDefaultTenant, bytes, absl::ZeroDuration()).value();
+  EXPECT_EQ(store.Get(kDefaultTenant, imported->id())->position, 300);
+  EXPECT_EQ(store.Get(kDefaultTenant, imported->id())->state_bytes, hybrid->model->StateBytes(300));
+  EXPECT_EQ(store.charged_bytes(), hybrid->model->StateBytes(300));
+}
+
 TEST_F(SessionStoreTest, TenantLimitsNameTheLimitAndLeaveOtherTenantsAlone) {
   const int64_t bytes = taylor_->model->StateBytes(0);
   SessionStore::Options o = Opts();
