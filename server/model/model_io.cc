@@ -2,6 +2,7 @@
 // Face's tensor names.
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -69,6 +70,95 @@ std::string DirName(const std::string& dir) {
   std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
   return p.filename().string();
+}
+
+// Where a parameter of a recurrent family's directory (hf_config.h: mamba2,
+// granitemoehybrid, lfm2) is, and how its values become the parameter's.
+struct HfSource {
+  std::string name;            // the tensor in the directory; empty: not read
+  std::vector<int64_t> shape;  // its shape there
+  std::string alias;           // another name the tensor may have
+  // The parameter is rows [row_begin, row_begin + its rows) of the tensor (Granite's
+  // shared_mlp.input_linear holds the gate's rows, then the up projection's).
+  int64_t row_begin = 0;
+  bool neg_exp = false;  // the parameter is -exp(tensor): A from A_log
+  bool absent = false;   // not in the directory (a conv bias the config says is none): zeros
+};
+
+// The parameter `name` (internal, Model::Slots) of shape `shape` in a recurrent family's
+// directory: Hugging Face's modelling files' names (modeling_mamba2.py: backbone.embeddings,
+// backbone.layers.N.norm / .mixer.*, backbone.norm_f; modeling_granitemoehybrid.py:
+// model.layers.N.input_layernorm, .self_attn.*, .mamba.*, .post_attention_layernorm,
+// .shared_mlp.*; modeling_lfm2.py: model.layers.N.operator_norm, .self_attn.{q,k,v,out}_proj,
+// .self_attn.{q,k}_layernorm, .conv.*, .ffn_norm, .feed_forward.w1/w3/w2,
+// model.embedding_norm). Layouts that differ from ours: conv1d / conv weights (C, 1, K),
+// A_log (H) where we hold A = -exp(A_log) as (H, 1), D (H) as (H, 1), the gated norm's
+// weight (I) as (1, I) (one group).
+HfSource RecurrentHfSource(const HfLayout& layout, const std::string& name,
+                           const std::vector<int64_t>& shape) {
+  const bool mamba2 = layout.model_type == "mamba2", lfm2 = layout.model_type == "lfm2";
+  const std::string root = mamba2 ? "backbone." : "model.";
+  if (name == "embed") {
+    // Mamba2Model's load hook renames an "embedding." checkpoint's tensor.
+    return {root + (mamba2 ? "embeddings.weight" : "embed_tokens.weight"), shape,
+            mamba2 ? "backbone.embedding.weight" : ""};
+  }
+  if (name == "norm") {
+    return {mamba2 ? "backbone.norm_f.weight"
+                   : lfm2 ? "model.embedding_norm.weight" : "model.norm.weight",
+            shape};
+  }
+  if (name == "head") return {kHeadName, shape};
+  const size_t dot = name.find('.', 7);  // "layers.N.rest"
+  if (!absl::StartsWith(name, "layers.") || dot == std::string::npos) return {"", shape};
+  const std::string layer = root + name.substr(0, dot) + ".";
+  const std::string rest = name.substr(dot + 1);
+  const std::string mamba = layer + (mamba2 ? "mixer." : "mamba.");
+  const int64_t rows = shape.empty() ? 0 : shape[0];
+  auto at = [&](const std::string& n) { return HfSource{n, shape}; };
+  if (rest == "attn_norm") {
+    return at(layer + (mamba2 ? "norm.weight" : lfm2 ? "operator_norm.weight"
+                                                      : "input_layernorm.weight"));
+  }
+  if (rest == "mlp_norm") {
+    return at(layer + (lfm2 ? "ffn_norm.weight" : "post_attention_layernorm.weight"));
+  }
+  if (rest == "wq") return at(layer + "self_attn.q_proj.weight");
+  if (rest == "wk") return at(layer + "self_attn.k_proj.weight");
+  if (rest == "wv") return at(layer + "self_attn.v_proj.weight");
+  if (rest == "wo") return at(layer + (lfm2 ? "self_attn.out_proj.weight" : "self_attn.o_proj.weight"));
+  if (rest == "q_norm") return at(layer + "self_attn.q_layernorm.weight");
+  if (rest == "k_norm") return at(layer + "self_attn.k_layernorm.weight");
+  if (rest == "w_gate" || rest == "w_up") {
+    if (lfm2) return at(layer + (rest == "w_gate" ? "feed_forward.w1.weight" : "feed_forward.w3.weight"));
+    HfSource s{layer + "shared_mlp.input_linear.weight", {2 * rows, shape[1]}};
+    s.row_begin = rest == "w_gate" ? 0 : rows;  // chunk(2): silu(first half) * second
+    return s;
+  }
+  if (rest == "w_down") {
+    return at(layer + (lfm2 ? "feed_forward.w2.weight" : "shared_mlp.output_linear.weight"));
+  }
+  if (rest == "ssm_in") return at(mamba + "in_proj.weight");
+  if (rest == "ssm_conv_w") return {mamba + "conv1d.weight", {rows, 1, shape[1]}};
+  if (rest == "ssm_conv_b") {
+    HfSource s = at(mamba + "conv1d.bias");
+    s.absent = !layout.conv_bias;
+    return s;
+  }
+  if (rest == "ssm_dt_bias") return at(mamba + "dt_bias");
+  if (rest == "ssm_a") {
+    HfSource s{mamba + "A_log", {rows}};
+    s.neg_exp = true;
+    return s;
+  }
+  if (rest == "ssm_d") return {mamba + "D", {rows}};
+  if (rest == "ssm_norm") return {mamba + "norm.weight", {rows * shape[1]}};  // one group
+  if (rest == "ssm_out") return at(mamba + "out_proj.weight");
+  if (rest == "conv_in") return at(layer + "conv.in_proj.weight");
+  if (rest == "conv_w") return {layer + "conv.conv.weight", {rows, 1, shape[1]}};
+  if (rest == "conv_out") return at(layer + "conv.out_proj.weight");
+  if (absl::StartsWith(rest, "attn.")) return at(layer + "self_attn." + rest.substr(5));
+  return {"", shape};
 }
 
 }  // namespace
@@ -190,12 +280,24 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path,
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                                                    const LoadOptions& options) {
   if (IsGgufPath(dir)) return LoadGguf(dir, options);
-  auto config = ReadHfConfigFile(dir + "/" + kHfConfigFile, DirName(dir));
+  HfLayout layout;
+  auto config = ReadHfConfigFile(dir + "/" + kHfConfigFile, DirName(dir), &layout);
   if (!config.ok()) return config.status();
   auto weights = SafetensorsReader::OpenDir(dir);
   if (!weights.ok()) return weights.status();
+  const bool recurrent_layout = IsHfRecurrentModelType(layout.model_type);
+  // Where each parameter is in the directory.
+  auto source = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    return recurrent_layout ? RecurrentHfSource(layout, name, shape)
+                            : HfSource{HfTensorName(name), shape};
+  };
+  auto find = [&](const HfSource& s) -> const SafetensorsEntry* {
+    const SafetensorsEntry* e = s.name.empty() ? nullptr : (*weights)->Find(s.name);
+    if (e == nullptr && !s.alias.empty()) e = (*weights)->Find(s.alias);
+    return e;
+  };
   // The vocabulary is the embedding's rows: configs pad it or add tokens.
-  const SafetensorsEntry* embed = (*weights)->Find(HfTensorName("embed"));
+  const SafetensorsEntry* embed = find(source("embed", {}));
   if (embed != nullptr && embed->shape.size() == 2 && embed->shape[0] != config->vocab_size) {
     std::fprintf(stderr, "attnserve: %s: config.json says vocab_size %d, the embedding has %lld "
                  "rows: serving %lld\n", dir.c_str(), config->vocab_size,
@@ -251,25 +353,32 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
       wanted.push_back({name, param.sizes().vec(), nullptr, nullptr, param});
     }
     for (Wanted& w : wanted) {
-      const std::string hf = HfTensorName(w.name);
-      const SafetensorsEntry* e = (*weights)->Find(hf);
+      const HfSource src = source(w.name, w.shape);
+      const std::string& hf = src.name;
+      if (src.absent && w.dense != nullptr) {
+        *w.dense = at::zeros(w.shape);
+        continue;
+      }
+      const SafetensorsEntry* e = find(src);
       if (e == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(dir, ": tensor '", hf,
-                                                       "' is missing (the config needs shape ",
-                                                       ShapeText(w.shape), ")"));
-      }
-      if (absl::Span<const int64_t>(e->shape) != absl::Span<const int64_t>(w.shape)) {
         return absl::InvalidArgumentError(absl::StrCat(
-            dir, ": tensor '", hf, "' has shape ", ShapeText(e->shape), ", the config needs ",
-            ShapeText(w.shape)));
+            dir, ": tensor '", hf.empty() ? w.name : hf, "' is missing (the config needs shape ",
+            ShapeText(src.shape), ")"));
       }
-      used.insert(hf);
+      if (absl::Span<const int64_t>(e->shape) != absl::Span<const int64_t>(src.shape)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            dir, ": tensor '", e->name, "' has shape ", ShapeText(e->shape), ", the config needs ",
+            ShapeText(src.shape)));
+      }
+      used.insert(e->name);
+      const int64_t row_width =
+          w.shape.size() == 2 ? w.shape[1] : 1;  // values per row of a matrix
       const bool sixteen = e->dtype == "F16" || e->dtype == "BF16";
       if (w.packed != nullptr && !options.dequantize && !quantize.has_value() && sixteen) {
-        // 16-bit matrices stay 16-bit (the file's bytes).
+        // 16-bit matrices stay 16-bit (the file's bytes; rows are contiguous).
         auto packed = weights::PackedMatrix::Copy(
             e->dtype == "F16" ? weights::WeightType::kF16 : weights::WeightType::kBF16,
-            w.shape[0], w.shape[1], e->bytes.data());
+            w.shape[0], w.shape[1], e->bytes.data() + src.row_begin * row_width * 2);
         if (!packed.ok()) return packed.status();
         *w.packed = std::make_shared<const weights::PackedMatrix>(std::move(packed).value());
         continue;
@@ -277,6 +386,15 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
       auto values = ToFloat32(*e);
       if (!values.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(dir, ": ", values.status().message()));
+      }
+      if (src.row_begin > 0 || src.shape != w.shape) {  // a block of rows, or reshaped
+        int64_t count = 1;
+        for (int64_t d : w.shape) count *= d;
+        values->erase(values->begin(), values->begin() + src.row_begin * row_width);
+        values->resize(size_t(count));
+      }
+      if (src.neg_exp) {
+        for (float& v : *values) v = -std::exp(v);
       }
       if (w.packed != nullptr && !options.dequantize && quantize.has_value()) {
         auto packed =
@@ -308,6 +426,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
       ignored.push_back(e.name);
       continue;
     }
+    if (recurrent_layout) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir, ": tensor '", e.name, "' is not a parameter of this ", layout.model_type,
+          " model (", config->tie_embeddings ? "tied" : "untied", "; layers ",
+          absl::StrJoin(config->mixers.empty() ? std::vector<std::string>{kAttentionMixer}
+                                               : config->mixers, ", "),
+          "): attnserve reads the names of Hugging Face's modeling_", layout.model_type, ".py"));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         dir, ": tensor '", e.name, "' is not a parameter of this model (",
         config->tie_embeddings ? "tied" : "untied", " Llama with attention module ",
@@ -325,6 +451,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
 }
 
 absl::Status Model::Save(const std::string& dir) const {
+  const ModelConfig& c = config_;
+  if (c.HasRecurrent() || !c.mlp || !c.rope || c.embedding_scale != 1.0f ||
+      c.residual_scale != 1.0f || c.logit_scale != 1.0f || c.attention_scale != 0.0f) {
+    return absl::UnimplementedError(
+        "a model with recurrent layers, without MLPs or RoPE, or with Granite's multipliers "
+        "is not saved as a directory: Save writes Llama / Qwen directories only");
+  }
   if (HasPackedWeights()) {
     return absl::FailedPreconditionError(
         "a model with packed weights is not saved as fp32 safetensors: load it with every "

@@ -20,8 +20,10 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 #include "server/model/model.h"
@@ -80,6 +82,47 @@ const Dir kDirs[] = {
     {"qwen3", "model_type qwen3: per-head q/k RMSNorm, head_dim 32 with hidden 64, 4 on 2 KV "
      "heads, tied", 2, 32, true, "softmax", 1e-6f, 1e6f, false, true, nullptr, "F32"},
 };
+
+// The recurrent and hybrid layouts: tests/hf/hybrid_reference.py's random-weight
+// directories (ATTNSERVE_HF_HYBRID_REFERENCE), what each one's config.json must give.
+struct HybridDir {
+  const char* name;
+  const char* what;
+  std::vector<std::string> mixers;  // empty: every layer attention
+  bool mlp, rope, tied, qk_head_norm;
+  int kv_heads, mlp_hidden, conv_kernel;
+  float embedding_scale, residual_scale, logit_scale, attention_scale;
+  const char* weight_type;  // WeightTypes()
+};
+const HybridDir kHybridDirs[] = {
+    {"mamba2", "Mamba2ForCausalLM: 2 Mamba-2 layers (8 heads of 16, state 16, conv 4 with "
+     "bias), no MLP, untied, time_step_limit [0.0, Infinity]",
+     {"mamba2", "mamba2"}, false, false, false, false, 1, 0, 4, 1, 1, 1, 0, "F32"},
+    {"granitehybrid", "GraniteMoeHybridForCausalLM, dense: mamba / GQA attention (4 on 2) "
+     "without RoPE, Granite's multipliers, conv bias, untied",
+     {"mamba2", "attention", "mamba2", "attention"}, true, false, false, false, 2, 96, 4, 12.0f,
+     0.22f, 4.0f, 0.0078125f, "F32"},
+    {"granitehybrid_rope", "the same kinds with RoPE, no conv1d.bias (mamba_conv_bias false), "
+     "tied, shared_mlp.input_linear stored as BF16 (split into gate and up in 16 bits)",
+     {"mamba2", "attention", "mamba2", "attention"}, true, true, true, false, 2, 96, 4, 0.5f,
+     1.5f, 0.5f, 0.25f, "BF16 100%"},
+    {"lfm2", "Lfm2ForCausalLM: short conv / GQA attention (4 on 2) with q/k layernorms, "
+     "conv_L_cache 3, tied by default, MLP width 128 from intermediate_size 192",
+     {"shortconv", "attention", "shortconv", "attention"}, true, true, true, true, 2, 128, 3, 1,
+     1, 1, 0, "F32"},
+};
+
+const HybridDir* HybridNamed(const std::string& name) {
+  for (const HybridDir& d : kHybridDirs) {
+    if (name == d.name) return &d;
+  }
+  return nullptr;
+}
+
+std::string HybridOutDir() {
+  const char* dir = std::getenv("ATTNSERVE_HF_HYBRID_REFERENCE");
+  return dir ? dir : "";
+}
 
 const Dir& DirNamed(const std::string& name) {
   for (const Dir& d : kDirs) {
@@ -144,8 +187,8 @@ struct Reference {
   }
 };
 
-Reference LoadReference(const std::string& dir_name) {
-  const std::filesystem::path dir = std::filesystem::path(OutDir()) / "reference" / dir_name;
+Reference LoadReference(const std::string& root, const std::string& dir_name) {
+  const std::filesystem::path dir = std::filesystem::path(root) / "reference" / dir_name;
   const nlohmann::json j = nlohmann::json::parse(ReadFile(dir / "reference.json"));
   Reference r;
   r.name = j["model"];
@@ -199,17 +242,22 @@ class Report : public testing::Environment {
 class HfReference : public testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    ASSERT_FALSE(OutDir().empty())
-        << "ATTNSERVE_HF_REFERENCE is not set (make_reference.py's output directory)";
+    ASSERT_FALSE(Root().empty())
+        << (hybrid_ != nullptr ? "ATTNSERVE_HF_HYBRID_REFERENCE is not set (hybrid_reference.py's"
+                               : "ATTNSERVE_HF_REFERENCE is not set (make_reference.py's")
+        << " output directory)";
     at::set_num_threads(1);
-    ref_ = LoadReference(GetParam());
+    ref_ = LoadReference(Root(), GetParam());
     ASSERT_TRUE(ref_.logits.defined() && ref_.logits_full.defined()) << GetParam();
     model_ = LoadModel();
     ASSERT_NE(model_, nullptr);
   }
 
+  // make_reference.py's output, or hybrid_reference.py's for its directories.
+  std::string Root() const { return hybrid_ != nullptr ? HybridOutDir() : OutDir(); }
+
   std::string ModelDir() const {
-    return (std::filesystem::path(OutDir()) / "models" / GetParam()).string();
+    return (std::filesystem::path(Root()) / "models" / GetParam()).string();
   }
 
   std::unique_ptr<Model> LoadModel() const {
@@ -253,11 +301,50 @@ class HfReference : public testing::TestWithParam<std::string> {
     return at::cat(rows, 0);
   }
 
+  const HybridDir* const hybrid_ = HybridNamed(GetParam());  // null: make_reference.py's
   Reference ref_;
   std::unique_ptr<Model> model_;
 };
 
+// A recurrent or hybrid directory's config: its layers' mixers and the family's sizes.
+void ExpectHybridConfig(const HybridDir& d, const Reference& ref, const ModelConfig& c) {
+  EXPECT_EQ(c.name, ref.name);
+  EXPECT_EQ(c.vocab_size, 320);
+  EXPECT_EQ(c.dim, 64);
+  EXPECT_EQ(c.mixers, d.mixers) << d.what;
+  EXPECT_EQ(c.num_layers, int(d.mixers.size()));
+  EXPECT_EQ(c.mlp, d.mlp);
+  EXPECT_EQ(c.rope, d.rope);
+  EXPECT_EQ(c.tie_embeddings, d.tied);
+  EXPECT_EQ(c.qk_head_norm, d.qk_head_norm);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.attention.module, "softmax");
+  EXPECT_EQ(c.attention.num_kv_heads, d.kv_heads);
+  if (d.mlp) {
+    EXPECT_EQ(c.mlp_hidden, d.mlp_hidden);
+  }
+  EXPECT_EQ(c.conv_kernel, d.conv_kernel);
+  if (c.HasAttention()) {
+    EXPECT_EQ(c.attention.num_heads, 4);
+    EXPECT_EQ(c.attention.head_dim, 16);
+  }
+  if (d.mixers[0] == kMamba2Mixer) {
+    EXPECT_EQ(c.ssm_inner, 128);
+    EXPECT_EQ(c.ssm_heads, 8);
+    EXPECT_EQ(c.ssm_state, 16);
+    EXPECT_EQ(c.ssm_groups, 1);
+  }
+  EXPECT_FLOAT_EQ(c.embedding_scale, d.embedding_scale);
+  EXPECT_FLOAT_EQ(c.residual_scale, d.residual_scale);
+  EXPECT_FLOAT_EQ(c.logit_scale, d.logit_scale);
+  EXPECT_FLOAT_EQ(c.attention_scale, d.attention_scale);
+  EXPECT_EQ(c.bos_token_id, 256);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int>{257});
+  EXPECT_EQ(c.tokenizer_class, kByteTokenizerClass);
+}
+
 TEST_P(HfReference, ConfigIsTheDirectorysOwn) {
+  if (hybrid_ != nullptr) return ExpectHybridConfig(*hybrid_, ref_, model_->config());
   const Dir& d = DirNamed(GetParam());
   const ModelConfig& c = model_->config();
   EXPECT_EQ(c.name, ref_.name);
@@ -290,6 +377,18 @@ TEST_P(HfReference, ConfigIsTheDirectorysOwn) {
 TEST_P(HfReference, WeightsStayAsTheFileHoldsThem) {
   // F32 files load as fp32 tensors; F16 / BF16 ones keep every matrix (7 per layer, the
   // embedding, an untied head) in 16 bits: about half the bytes of the fp32 twin.
+  if (hybrid_ != nullptr) {
+    // A hybrid's F32 directory loads as fp32 tensors; granitehybrid_rope's BF16 shared MLP
+    // stays 16-bit: its gate and up projections (rows of input_linear) and output_linear.
+    EXPECT_EQ(model_->WeightTypes(), hybrid_->weight_type);
+    if (std::string(hybrid_->weight_type) == "F32") {
+      EXPECT_FALSE(model_->HasPackedWeights());
+      EXPECT_EQ(model_->WeightBytes(), 4 * model_->ParameterCount());
+    } else {
+      EXPECT_EQ(model_->PackedParameters().size(), 3u * model_->config().num_layers);
+    }
+    return;
+  }
   const Dir& d = DirNamed(GetParam());
   EXPECT_EQ(model_->WeightTypes(), d.weight_type);
   if (d.sixteen_bit_of == nullptr) {
@@ -502,6 +601,79 @@ INSTANTIATE_TEST_SUITE_P(Dirs, HfReference, testing::ValuesIn(DirNames()),
                          [](const testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
+
+std::vector<std::string> HybridDirNames() {
+  std::vector<std::string> out;
+  for (const HybridDir& d : kHybridDirs) out.push_back(d.name);
+  return out;
+}
+
+// The same checks on the recurrent and hybrid layouts against hybrid_reference.py's
+// PyTorch forward: every path within kTolerance, greedy ids equal.
+INSTANTIATE_TEST_SUITE_P(Hybrid, HfReference, testing::ValuesIn(HybridDirNames()),
+                         [](const testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+// Refusals a recurrent family's directory gets, each naming its field.
+TEST(HfHybridLayouts, RefusesWhatIsNotServed) {
+  const std::string root = HybridOutDir();
+  ASSERT_FALSE(root.empty()) << "ATTNSERVE_HF_HYBRID_REFERENCE is not set";
+  const std::filesystem::path work = std::filesystem::temp_directory_path() /
+                                     ("hf_hybrid_refusals_" + std::to_string(getpid()));
+  struct Case {
+    const char* dir;
+    const char* key;
+    nlohmann::json value;
+    const char* message;  // a part of the refusal
+  };
+  const Case cases[] = {
+      {"granitehybrid", "num_local_experts", 4, "num_local_experts 4: mixtures of experts"},
+      {"granitehybrid", "mamba_n_groups", 2, "mamba_n_groups 2 is not supported"},
+      {"mamba2", "n_groups", 2, "n_groups 2 is not supported"},
+      {"mamba2", "use_bias", true, "use_bias is true"},
+      {"mamba2", "time_step_limit", nlohmann::json::array({0.001, 0.1}), "time_step_limit"},
+      {"lfm2", "conv_bias", true, "conv_bias is true"},
+      {"lfm2", "layer_types", nlohmann::json::array({"conv", "sliding_attention", "conv",
+                                                     "full_attention"}),
+       "layer_types \"sliding_attention\" is not a layer type"},
+      // The conv biases the directory holds are then not parameters: refused by name.
+      {"granitehybrid", "mamba_conv_bias", false,
+       "tensor 'model.layers.0.mamba.conv1d.bias' is not a parameter of this granitemoehybrid"},
+  };
+  for (const Case& c : cases) {
+    const std::filesystem::path dir = work / c.dir;
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::filesystem::path from = std::filesystem::path(root) / "models" / c.dir;
+    std::filesystem::copy_file(from / "model.safetensors", dir / "model.safetensors");
+    nlohmann::json config = nlohmann::json::parse(
+        // Python's Infinity (time_step_limit) is not JSON: as the loader reads it.
+        std::regex_replace(ReadFile(from / "config.json"), std::regex("Infinity"), "1e308"));
+    config[c.key] = c.value;
+    std::ofstream(dir / "config.json") << config.dump(2);
+    auto model = Model::Load(dir.string());
+    ASSERT_FALSE(model.ok()) << c.dir << " with " << c.key << " = " << c.value.dump();
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(model.status().message().find(c.message), std::string::npos)
+        << model.status().message();
+  }
+  std::filesystem::remove_all(work);
+}
+
+// A hybrid model is not written back as a Llama directory.
+TEST(HfHybridLayouts, SaveRefusesARecurrentModel) {
+  const std::string root = HybridOutDir();
+  ASSERT_FALSE(root.empty());
+  LoadOptions options;
+  options.dequantize = true;
+  auto model = Model::Load((std::filesystem::path(root) / "models" / "lfm2").string(), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("hf_hybrid_save_" + std::to_string(getpid()));
+  EXPECT_EQ((*model)->Save(dir.string()).code(), absl::StatusCode::kUnimplemented);
+  std::filesystem::remove_all(dir);
+}
 
 const testing::Environment* const kReport = testing::AddGlobalTestEnvironment(new Report);
 
