@@ -121,15 +121,22 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
   // packed (weights::PackedLinear), from W's bf16 copy where UseBf16Weights made one and
   // the step is small enough, else fp32.
   const bool bf16 = bf16_ != nullptr && b <= kBf16MaxRows;
+  // `rows` rows: B for the layers, R for the head.
+  auto linear_rows = [&](int64_t rows, const float* in, int64_t n, const at::Tensor& dense,
+                         const Packed& packed, const Bf16Matrix* w16, int64_t out, float* y,
+                         float beta) {
+    if (packed != nullptr) {
+      weights::PackedLinear(in, rows, *packed, y, beta, w.packed);
+    } else if (bf16_ != nullptr && rows <= kBf16MaxRows && w16 != nullptr &&
+               !w16->packed.empty()) {
+      LinearBf16(in, rows, *w16, y, beta);
+    } else {
+      Linear(in, rows, n, Data(dense), out, y, beta, lin);
+    }
+  };
   auto linear = [&](const float* in, int64_t n, const at::Tensor& dense, const Packed& packed,
                     const Bf16Matrix* w16, int64_t out, float* y, float beta) {
-    if (packed != nullptr) {
-      weights::PackedLinear(in, b, *packed, y, beta, w.packed);
-    } else if (bf16 && w16 != nullptr && !w16->packed.empty()) {
-      LinearBf16(in, b, *w16, y, beta);
-    } else {
-      Linear(in, b, n, Data(dense), out, y, beta, lin);
-    }
+    linear_rows(b, in, n, dense, packed, w16, out, y, beta);
   };
   // rows (B, width) += bias (width), row by row.
   auto add_bias = [&](float* rows, const at::Tensor& bias, int64_t width) {
@@ -270,14 +277,8 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
   }
   RmsNormRows(x, r, dim, Data(norm_), eps, hn);
   at::Tensor logits = at::empty({r, vocab}, at::kFloat);
-  const bool head_bf16 = bf16_ != nullptr && r <= kBf16MaxRows;
-  if (head_packed_ != nullptr) {
-    weights::PackedLinear(hn, r, *head_packed_, logits.data_ptr<float>(), 0.0f, w.packed);
-  } else if (head_bf16 && !bf16_->head.packed.empty()) {
-    LinearBf16(hn, r, bf16_->head, logits.data_ptr<float>(), 0.0f);
-  } else {
-    Linear(hn, r, dim, Data(head_), vocab, logits.data_ptr<float>(), 0.0f, lin);
-  }
+  linear_rows(r, hn, dim, head_, head_packed_, bf16_ == nullptr ? nullptr : &bf16_->head, vocab,
+              logits.data_ptr<float>(), 0.0f);
   if (config_.logit_scale != 1.0f) logits.div_(config_.logit_scale);
   return logits;
 }
