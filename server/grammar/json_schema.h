@@ -1,9 +1,52 @@
 // JSON Schema to grammar (server/DESIGN.md §12): the text of a JSON value valid under a
-// schema, as rules of a GrammarBuilder. The subset: OpenAI's strict structured outputs
-// and what llama.cpp's json-schema-to-grammar does exactly. Whitespace: see
-// JsonSchemaOptions. Anything outside the subset is refused with INVALID_ARGUMENT naming
-// the keyword and its JSON Pointer path in the schema ("unsupported keyword
-// 'patternProperties' at /properties/a"), never ignored.
+// schema, as rules of a GrammarBuilder. Every text the grammar matches is valid under the
+// schema (Ajv's verdict, 2020-12 with ajv-formats: tests/grammar/schema_oracle_test.mjs
+// holds us to it); where the schema allows more than we write, the grammar matches the
+// part described below, never text the schema refuses. Anything outside the subset is
+// refused with INVALID_ARGUMENT naming the keyword and the JSON Pointer of its schema
+// ("unsupported keyword 'patternProperties' at /properties/a"), never ignored.
+//
+// The subset. `type` (object, array, string, number, integer, boolean, null, or a list);
+// `properties`, `required`, `additionalProperties` (true or false); `items` (a schema),
+// `prefixItems`, `minItems`, `maxItems`; `minLength`, `maxLength`, `pattern` and
+// `format` (date, time, date-time, uuid) on strings (schema_pattern.h says which
+// patterns); `enum` and `const` (any JSON values; beside them only `type`); `anyOf`;
+// `oneOf` where its branches cannot overlap (their types are disjoint, or they are
+// objects that require one property with disjoint const/enum values), so that it equals
+// anyOf; `allOf` of one schema; `$ref` to "#", "#/$defs/...", "#/definitions/..." or any
+// local JSON Pointer (recursion included: each referenced schema is one rule); `$defs`,
+// `definitions`. `{}` and `true` are any JSON value, `false` none. Annotations are
+// accepted and ignored: title, description, default, examples, deprecated, readOnly,
+// writeOnly, $comment, $schema, strict, name, and $id at the root (a nested $id, which
+// would change what $ref resolves against, is refused). Beside $ref, anyOf, oneOf and
+// allOf only annotations and $defs may stand. A schema that no JSON value satisfies is
+// refused ("... matches no JSON value").
+//
+// What the grammar writes, where the schema allows more (the text is otherwise any JSON
+// the schema allows):
+// - Whitespace. Between two tokens (after { [ , : and before } ] , :): nothing, one
+//   space, or one newline followed by up to 20 spaces or tabs. Nothing before the value
+//   or after it. (JSON allows any amount; small models given that often never stop.)
+// - Objects: the declared properties (`properties`, then names only in `required`), each
+//   at most once, in declared order (the order of the ordered_json the schema is given
+//   as: parse schemas as nlohmann::ordered_json to keep it), required ones always,
+//   optional ones or not. No others, even where additionalProperties is absent or true
+//   (what is left out is still valid). Without `properties` and `required`: any object,
+//   unless additionalProperties is false (then {}).
+// - Without `type`, the types the keywords name: object for properties, required or
+//   additionalProperties; array for items, prefixItems, minItems or maxItems; string for
+//   minLength, maxLength, pattern or format; any value if none of them is there.
+// - Numbers: -?(0|[1-9][0-9]{0,15}), then for `number` an optional .[0-9]{1,16} and
+//   [eE][+-]?[0-9]{1,2} (every one finite in a double). `integer`: no fraction or
+//   exponent.
+// - Strings: any code point raw in UTF-8 except " \ and U+0000..U+001F, or escaped:
+//   \" \\ \/ \b \f \n \r \t \uXXXX (surrogates only as a high-low pair). minLength and
+//   maxLength count code points, as Ajv does. Under `pattern` or `format`, and for enum
+//   and const values, keys and strings are written as JSON.stringify writes them (only
+//   " \ and controls escaped, as \" \\ \b \f \n \r \t or \u00xx).
+// - enum and const values: their canonical tokens (strings as above, numbers as
+//   JavaScript prints them: 1.0 as 1), object members in the value's order, whitespace
+//   between tokens as everywhere.
 #pragma once
 
 #include <memory>
@@ -16,24 +59,26 @@
 namespace attnserve::grammar {
 
 struct JsonSchemaOptions {
-  // Limits that refuse a schema before compiling it (each named in the refusal).
-  int max_schema_bytes = 64 * 1024;
-  int max_depth = 32;         // nesting of the schema document
-  int max_rules = 4000;       // rules the compiled grammar may have
-  int max_enum_values = 512;  // enum / const values, over the schema
+  // Limits that refuse a schema before or while compiling it (each named in the refusal).
+  int max_schema_bytes = 64 * 1024;  // the schema as compact JSON text
+  int max_depth = 32;                // nesting of the schema document; of a pattern's groups
+  int max_rules = 4000;              // rules the compiled grammar may have
+  int max_enum_values = 512;         // enum / const values, over the schema
 };
 
-// A rule matching exactly the JSON texts valid under `schema`, added to `builder` (the
-// tool-call grammars embed argument schemas this way). `path` prefixes the JSON Pointer in
-// errors (e.g. "/tools/0/function/parameters").
-absl::StatusOr<int> AddJsonSchema(GrammarBuilder& builder, const nlohmann::json& schema,
+// A rule matching the JSON texts valid under `schema` described above, added to `builder`
+// (the tool-call grammars embed argument schemas this way). `path` prefixes the JSON
+// Pointer in errors and rule names (e.g. "/tools/0/function/parameters"); "#" in a $ref is
+// `schema` itself. A nlohmann::json converts, but its objects are sorted by key: pass an
+// ordered_json to keep the declared order of properties.
+absl::StatusOr<int> AddJsonSchema(GrammarBuilder& builder, const nlohmann::ordered_json& schema,
                                   const std::string& path = "",
                                   const JsonSchemaOptions& options = {});
-// A rule matching any JSON value (response_format json_object: any object).
+// A rule matching any JSON object, any values in it (response_format json_object).
 int AddAnyJsonObject(GrammarBuilder& builder);
 
-// The grammar of `schema` alone.
+// The grammar of `schema` alone (Build with options.max_rules).
 absl::StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(
-    const nlohmann::json& schema, const JsonSchemaOptions& options = {});
+    const nlohmann::ordered_json& schema, const JsonSchemaOptions& options = {});
 
 }  // namespace attnserve::grammar

@@ -1,0 +1,364 @@
+// The typed schemas of SchemaCompiler (schema_compiler.h): enum and const, and the
+// grammar of each type with its keywords.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "server/grammar/schema_compiler.h"
+#include "server/grammar/schema_pattern.h"
+
+namespace attnserve::grammar::schema {
+
+absl::StatusOr<unsigned> SchemaCompiler::Types(const json& s, const std::string& ptr) const {
+  if (!Has(s, "type")) return kAllTypes;
+  const json& t = s["type"];
+  std::vector<json> names =
+      t.is_array() ? std::vector<json>(t.begin(), t.end()) : std::vector<json>{t};
+  unsigned mask = 0;
+  std::set<std::string> seen;
+  for (const json& n : names) {
+    const unsigned bit = n.is_string() ? TypeNamed(n.get<std::string>()) : 0;
+    if (bit == 0 || !seen.insert(n.get<std::string>()).second) {
+      return Invalid("type", ptr,
+                     "must be one of object, array, string, number, integer, boolean, null, "
+                     "or a list of them without repeats");
+    }
+    mask |= bit;
+  }
+  if (mask == 0) return Invalid("type", ptr, "must not be an empty list");
+  return mask;
+}
+
+absl::StatusOr<int64_t> SchemaCompiler::Count(const json& s, const char* key,
+                                              const std::string& ptr, int64_t absent) const {
+  if (!Has(s, key)) return absent;
+  const json& v = s[key];
+  if (v.is_number_unsigned()) return int64_t(std::min<uint64_t>(v.get<uint64_t>(), INT_MAX));
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) {
+    return std::min<int64_t>(v.get<int64_t>(), INT_MAX);
+  }
+  if (v.is_number_float() && v.get<double>() >= 0 && std::floor(v.get<double>()) == v.get<double>()) {
+    return int64_t(std::min<double>(v.get<double>(), INT_MAX));
+  }
+  return Invalid(key, ptr, "must be a non-negative integer");
+}
+
+absl::StatusOr<int> SchemaCompiler::Trie(const std::vector<std::string>& texts,
+                                         const std::string& ptr) {
+  struct Node {
+    std::map<uint8_t, int> next;
+    bool end = false;
+  };
+  std::vector<Node> nodes(1);
+  for (const std::string& t : texts) {
+    int n = 0;
+    for (char c : t) {
+      auto it = nodes[size_t(n)].next.find(uint8_t(c));
+      if (it == nodes[size_t(n)].next.end()) {
+        nodes.emplace_back();
+        it = nodes[size_t(n)].next.emplace(uint8_t(c), int(nodes.size()) - 1).first;
+      }
+      n = it->second;
+    }
+    nodes[size_t(n)].end = true;
+  }
+  int64_t branching = 1;
+  for (const Node& n : nodes) branching += (n.end || n.next.size() != 1) ? 1 : 0;
+  if (absl::Status st = lex_.Reserve(branching, "enum at " + Where(ptr)); !st.ok()) return st;
+  // A node's text from there: its single-child chain as bytes, then a rule where it
+  // branches or may end.
+  std::function<Sequence(int)> emit = [&](int n) {
+    Sequence out;
+    while (!nodes[size_t(n)].end && nodes[size_t(n)].next.size() == 1) {
+      out.push_back(Symbol::Byte(nodes[size_t(n)].next.begin()->first));
+      n = nodes[size_t(n)].next.begin()->second;
+    }
+    if (nodes[size_t(n)].next.empty()) return out;
+    std::vector<Sequence> alts;
+    if (nodes[size_t(n)].end) alts.emplace_back();
+    for (const auto& [byte, child] : nodes[size_t(n)].next) {
+      alts.push_back(Concat({Symbol::Byte(byte)}, emit(child)));
+    }
+    out.push_back(Symbol::Ref(Rule(ptr, "enum-branch", std::move(alts))));
+    return out;
+  };
+  return Rule(ptr, "enum", {emit(0)});
+}
+
+absl::StatusOr<int> SchemaCompiler::CompileEnum(const json& s, const std::string& ptr) {
+  if (absl::Status st = OnlyBeside(s, ptr, Has(s, "enum") ? "enum" : "const", {"const", "type"});
+      !st.ok()) {
+    return st;
+  }
+  std::vector<json> values;
+  if (Has(s, "enum")) {
+    if (!s["enum"].is_array()) return Invalid("enum", ptr, "must be an array");
+    values.assign(s["enum"].begin(), s["enum"].end());
+  }
+  enum_values_ += int(values.size()) + (Has(s, "const") ? 1 : 0);
+  if (enum_values_ > opt_.max_enum_values) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("schema has more than max_enum_values (", opt_.max_enum_values,
+                     ") enum and const values (at ", Where(ptr), ")"));
+  }
+  if (Has(s, "const")) {
+    const std::string c = JsonLexicon::CanonicalText(s["const"]);
+    if (!Has(s, "enum")) {
+      values = {s["const"]};
+    } else {
+      // Both: the enum values equal to const (compared as canonical texts; an object
+      // const whose members come in another order is dropped: fewer, all valid).
+      std::vector<json> kept;
+      for (const json& v : values) {
+        if (JsonLexicon::CanonicalText(v) == c) kept.push_back(v);
+      }
+      values = std::move(kept);
+    }
+  }
+  absl::StatusOr<unsigned> types = Types(s, ptr);
+  if (!types.ok()) return types.status();
+  std::vector<std::string> scalars;
+  std::vector<Sequence> alts;
+  std::set<std::string> seen;
+  for (const json& v : values) {
+    if ((TypeOfValue(v) & *types) == 0) continue;
+    if (!seen.insert(JsonLexicon::CanonicalText(v)).second) continue;
+    if (v.is_object() || v.is_array()) {
+      alts.push_back(lex_.Value(v));
+    } else {
+      scalars.push_back(JsonLexicon::CanonicalText(v));
+    }
+  }
+  if (!scalars.empty()) {
+    absl::StatusOr<int> trie = Trie(scalars, ptr);
+    if (!trie.ok()) return trie.status();
+    alts.push_back({Symbol::Ref(*trie)});
+  }
+  if (alts.empty()) return kNever;
+  if (alts.size() == 1 && alts[0].size() == 1 && alts[0][0].kind == Symbol::Kind::kRule) {
+    return alts[0][0].rule;
+  }
+  return Rule(ptr, "values", std::move(alts));
+}
+
+absl::StatusOr<int> SchemaCompiler::CompileTyped(const json& s, const std::string& ptr) {
+  absl::StatusOr<unsigned> declared = Types(s, ptr);
+  if (!declared.ok()) return declared.status();
+  unsigned types = *declared;
+  auto any_of = [&](const std::set<std::string>& keys) {
+    for (const std::string& k : keys) {
+      if (s.contains(k)) return true;
+    }
+    return false;
+  };
+  const bool object_kw = any_of(ObjectKeywords()), array_kw = any_of(ArrayKeywords()),
+             string_kw = any_of(StringKeywords());
+  if (!Has(s, "type")) {
+    // No type: the types the keywords are about (json_schema.h), else any value.
+    const unsigned named = (object_kw ? kObject : 0) | (array_kw ? kArray : 0) |
+                           (string_kw ? kString : 0);
+    if (named != 0) types = named;
+  }
+  if (types == kAllTypes && !object_kw && !array_kw && !string_kw) return lex_.AnyValue().rule;
+  std::vector<Sequence> alts;
+  if (types & kNull) alts.push_back(Literal("null"));
+  if (types & kBool) {
+    alts.push_back(Literal("true"));
+    alts.push_back(Literal("false"));
+  }
+  if (types & kFrac) {
+    alts.push_back({lex_.Number()});
+  } else if (types & kInt) {
+    alts.push_back({lex_.Integer()});
+  }
+  using Part = absl::StatusOr<int> (SchemaCompiler::*)(const json&, const std::string&);
+  for (auto [bit, part] : {std::pair<unsigned, Part>{kString, &SchemaCompiler::CompileString},
+                           {kArray, &SchemaCompiler::CompileArray},
+                           {kObject, &SchemaCompiler::CompileObject}}) {
+    if (!(types & bit)) continue;
+    absl::StatusOr<int> r = (this->*part)(s, ptr);
+    if (!r.ok()) return r.status();
+    if (*r != kNever) alts.push_back({Symbol::Ref(*r)});
+  }
+  if (alts.empty()) return kNever;
+  if (alts.size() == 1 && alts[0].size() == 1 && alts[0][0].kind == Symbol::Kind::kRule) {
+    return alts[0][0].rule;
+  }
+  return Rule(ptr, "", std::move(alts));
+}
+
+absl::StatusOr<int> SchemaCompiler::CompileString(const json& s, const std::string& ptr) {
+  absl::StatusOr<int64_t> min = Count(s, "minLength", ptr, 0);
+  if (!min.ok()) return min.status();
+  absl::StatusOr<int64_t> max = Count(s, "maxLength", ptr, -1);
+  if (!max.ok()) return max.status();
+  if (*max >= 0 && *min > *max) return kNever;
+  const Symbol quote = Symbol::Byte('"');
+  if (!Has(s, "pattern") && !Has(s, "format")) {
+    if (*min == 0 && *max < 0) return lex_.String().rule;
+    absl::StatusOr<Sequence> chars =
+        lex_.Repeat(lex_.StringChar(), *min, *max, Where(ptr) + " chars");
+    if (!chars.ok()) return chars.status();
+    return Rule(ptr, "string", {Concat(Concat({quote}, *chars), {quote})});
+  }
+  if (Has(s, "pattern") && Has(s, "format")) return Unsupported("pattern", ptr, "beside format");
+  const char* key = Has(s, "pattern") ? "pattern" : "format";
+  if (!s[key].is_string()) return Invalid(key, ptr, "must be a string");
+  const std::string& text = s[key].get_ref<const std::string&>();
+  std::optional<StringBodyRule> body;
+  if (Has(s, "pattern")) {
+    absl::StatusOr<std::optional<StringBodyRule>> r = AddPattern(lex_, text, Where(ptr), opt_.max_depth);
+    if (!r.ok()) return r.status();
+    body = *r;
+  } else {
+    absl::StatusOr<StringBodyRule> r = AddFormat(lex_, text, Where(ptr));
+    if (!r.ok()) return r.status();
+    body = *r;
+  }
+  if (!body) return kNever;
+  // Lengths beside a pattern or format: only where its own strings already keep them.
+  if (*min > body->min_length) {
+    return Unsupported("minLength", ptr, absl::StrCat("beside ", key, ", which allows shorter strings"));
+  }
+  if (*max >= 0 && (body->max_length < 0 || body->max_length > *max)) {
+    return Unsupported("maxLength", ptr, absl::StrCat("beside ", key, ", which allows longer strings"));
+  }
+  return Rule(ptr, key, {{quote, Symbol::Ref(body->rule), quote}});
+}
+
+absl::StatusOr<int> SchemaCompiler::CompileArray(const json& s, const std::string& ptr) {
+  std::vector<int> prefix;
+  if (Has(s, "prefixItems")) {
+    if (!s["prefixItems"].is_array()) return Invalid("prefixItems", ptr, "must be an array");
+    for (size_t i = 0; i < s["prefixItems"].size(); ++i) {
+      absl::StatusOr<int> r = CompileInside(s["prefixItems"][i], absl::StrCat(ptr, "/prefixItems/", i));
+      if (!r.ok()) return r.status();
+      prefix.push_back(*r);
+    }
+  }
+  int items = lex_.AnyValue().rule;
+  if (Has(s, "items")) {
+    if (s["items"].is_array()) {
+      return Unsupported("items", ptr, "an array (draft 7's tuples): write prefixItems");
+    }
+    absl::StatusOr<int> r = CompileInside(s["items"], ptr + "/items");
+    if (!r.ok()) return r.status();
+    items = *r;
+  }
+  absl::StatusOr<int64_t> min = Count(s, "minItems", ptr, 0);
+  if (!min.ok()) return min.status();
+  absl::StatusOr<int64_t> max = Count(s, "maxItems", ptr, -1);
+  if (!max.ok()) return max.status();
+  const int64_t n_prefix = int64_t(prefix.size());
+  auto item = [&](int64_t j) { return j < n_prefix ? prefix[size_t(j)] : items; };
+  for (int64_t j = 0; j <= n_prefix; ++j) {  // no item j: at most j items
+    if (item(j) == kNever && (*max < 0 || *max > j)) *max = j;
+  }
+  if (*max >= 0 && *min > *max) return kNever;
+  const Symbol open = Symbol::Byte('['), close = Symbol::Byte(']'), ws = lex_.Ws();
+  if (*max == 0) return Rule(ptr, "array", {{open, ws, close}});
+  // tail(j), j items written: ε once j >= min, or "," and item j, up to max.
+  const bool unbounded = *max < 0;
+  const int64_t last = unbounded ? std::max<int64_t>({*min, n_prefix, 1}) : *max;
+  if (absl::Status st = lex_.Reserve(last + 2, "array at " + Where(ptr)); !st.ok()) return st;
+  int tail = -1;
+  if (unbounded) {
+    tail = b_.NewRule(Where(ptr) + " items-more");
+    b_.AddAlternative(tail, {});
+    b_.AddAlternative(tail, {Symbol::Byte(','), ws, Symbol::Ref(items), ws, Symbol::Ref(tail)});
+  } else {
+    tail = Rule(ptr, absl::StrCat("items-", last), {{}});
+  }
+  for (int64_t j = last - 1; j >= 1; --j) {
+    std::vector<Sequence> alts;
+    if (j >= *min) alts.emplace_back();
+    alts.push_back({Symbol::Byte(','), ws, Symbol::Ref(item(j)), ws, Symbol::Ref(tail)});
+    tail = Rule(ptr, absl::StrCat("items-", j), std::move(alts));
+  }
+  std::vector<Sequence> alts;
+  if (*min == 0) alts.push_back({open, ws, close});
+  alts.push_back({open, ws, Symbol::Ref(item(0)), ws, Symbol::Ref(tail), close});
+  return Rule(ptr, "array", std::move(alts));
+}
+
+absl::StatusOr<int> SchemaCompiler::CompileObject(const json& s, const std::string& ptr) {
+  bool closed = false;
+  if (Has(s, "additionalProperties")) {
+    const json& a = s["additionalProperties"];
+    if (a.is_boolean()) {
+      closed = !a.get<bool>();
+    } else if (!(a.is_object() && a.empty())) {
+      return Unsupported("additionalProperties", ptr, "a schema: only true or false");
+    }
+  }
+  if (Has(s, "properties") && !s["properties"].is_object()) {
+    return Invalid("properties", ptr, "must be an object");
+  }
+  std::vector<std::string> required;
+  if (Has(s, "required")) {
+    const json& r = s["required"];
+    std::set<std::string> seen;
+    for (const json& n : r.is_array() ? r : json::array({nullptr})) {
+      if (!n.is_string() || !seen.insert(n.get<std::string>()).second) {
+        return Invalid("required", ptr, "must be an array of distinct strings");
+      }
+      required.push_back(n.get<std::string>());
+    }
+  }
+  if (!Has(s, "properties") && !Has(s, "required")) {
+    if (closed) return Rule(ptr, "object", {{Symbol::Byte('{'), lex_.Ws(), Symbol::Byte('}')}});
+    return lex_.AnyObject().rule;
+  }
+  struct Property {
+    std::string name;
+    int rule;
+    bool required;
+  };
+  std::vector<Property> props;
+  const json empty = json::object();
+  const json& declared = Has(s, "properties") ? s["properties"] : empty;
+  for (auto it = declared.begin(); it != declared.end(); ++it) {
+    const bool req = std::find(required.begin(), required.end(), it.key()) != required.end();
+    absl::StatusOr<int> r = CompileInside(it.value(), ptr + "/properties/" + Token(it.key()));
+    if (!r.ok()) return r.status();
+    if (*r == kNever && req) return kNever;
+    if (*r != kNever) props.push_back({it.key(), *r, req});
+  }
+  for (const std::string& name : required) {
+    if (declared.contains(name)) continue;
+    if (closed) return kNever;  // required, yet no property may be there
+    props.push_back({name, lex_.AnyValue().rule, true});
+  }
+  const Symbol ws = lex_.Ws();
+  if (props.empty()) return Rule(ptr, "object", {{Symbol::Byte('{'), ws, Symbol::Byte('}')}});
+  const int n = int(props.size());
+  int last_required = -1;
+  for (int k = 0; k < n; ++k) {
+    if (props[size_t(k)].required) last_required = k;
+  }
+  if (absl::Status st = lex_.Reserve(2 * n + 1, "object at " + Where(ptr)); !st.ok()) return st;
+  // choice(k): the next property written is k, or (k optional) a later one; then rest(k+1).
+  // rest(k): the object may end (no required property from k on), or "," and choice(k).
+  int rest = -1, choice = -1;
+  for (int k = n - 1; k >= 0; --k) {
+    const Property& p = props[size_t(k)];
+    Sequence member = Literal("\"" + JsonLexicon::StringBody(p.name) + "\"");
+    member = Concat(std::move(member), {ws, Symbol::Byte(':'), ws, Symbol::Ref(p.rule), ws});
+    if (rest >= 0) member.push_back(Symbol::Ref(rest));
+    std::vector<Sequence> alts = {std::move(member)};
+    if (!p.required && choice >= 0) alts.push_back({Symbol::Ref(choice)});
+    choice = Rule(ptr, absl::StrCat("member-", k), std::move(alts));
+    if (k == 0) break;
+    std::vector<Sequence> rest_alts;
+    if (k > last_required) rest_alts.emplace_back();
+    rest_alts.push_back({Symbol::Byte(','), ws, Symbol::Ref(choice)});
+    rest = Rule(ptr, absl::StrCat("after-", k - 1), std::move(rest_alts));
+  }
+  std::vector<Sequence> alts;
+  if (last_required < 0) alts.push_back({Symbol::Byte('{'), ws, Symbol::Byte('}')});
+  alts.push_back({Symbol::Byte('{'), ws, Symbol::Ref(choice), Symbol::Byte('}')});
+  return Rule(ptr, "object", std::move(alts));
+}
+
+}  // namespace attnserve::grammar::schema

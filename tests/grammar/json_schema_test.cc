@@ -1,0 +1,346 @@
+// The JSON Schema compiler (server/grammar/json_schema.h) through the Matcher: the texts
+// each schema's grammar accepts and refuses, refusals naming their keyword and path, the
+// limits. schema_oracle_test.mjs holds the same grammars to Ajv's verdicts.
+#include "server/grammar/json_schema.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/grammar/matcher.h"
+
+namespace attnserve::grammar {
+namespace {
+
+using json = nlohmann::ordered_json;
+using ::testing::HasSubstr;
+
+std::shared_ptr<const Grammar> Compile(const std::string& schema, const JsonSchemaOptions& o = {}) {
+  absl::StatusOr<std::shared_ptr<const Grammar>> g = CompileJsonSchema(json::parse(schema), o);
+  EXPECT_TRUE(g.ok()) << schema << ": " << g.status();
+  return g.ok() ? *g : nullptr;
+}
+
+std::string Refusal(const std::string& schema, const JsonSchemaOptions& o = {}) {
+  absl::StatusOr<std::shared_ptr<const Grammar>> g = CompileJsonSchema(json::parse(schema), o);
+  EXPECT_FALSE(g.ok()) << schema << " compiled";
+  if (g.ok()) return "";
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(g.status().message());
+}
+
+bool Accepts(const std::shared_ptr<const Grammar>& g, const std::string& text) {
+  Matcher m(g);
+  return m.Accept(text).ok() && m.CanEnd();
+}
+
+// Every text in `yes` accepted, every one in `no` refused.
+void ExpectTexts(const std::string& schema, const std::vector<std::string>& yes,
+                 const std::vector<std::string>& no) {
+  auto g = Compile(schema);
+  if (!g) return;
+  for (const std::string& t : yes) EXPECT_TRUE(Accepts(g, t)) << schema << " refused " << t;
+  for (const std::string& t : no) EXPECT_FALSE(Accepts(g, t)) << schema << " accepted " << t;
+}
+
+TEST(JsonSchemaTest, ScalarTypes) {
+  ExpectTexts(R"({"type":"null"})", {"null"}, {"nul", "0", "\"null\""});
+  ExpectTexts(R"({"type":"boolean"})", {"true", "false"}, {"True", "1"});
+  ExpectTexts(R"({"type":"integer"})", {"0", "-0", "42", "-1234567890123456"},
+              {"01", "1.0", "1e3", "+1", "12345678901234567", "-", ""});
+  ExpectTexts(R"({"type":"number"})",
+              {"0", "-0.5", "3.25e+10", "1E-99", "7e5", "0.1234567890123456"},
+              {"01", "1.", ".5", "1e", "1e100", "0.12345678901234567", "NaN", "Infinity"});
+  ExpectTexts(R"({"type":["string","null"]})", {"\"a\"", "null"}, {"1", "{}"});
+}
+
+TEST(JsonSchemaTest, StringsAreUtf8WithJsonEscapes) {
+  ExpectTexts(R"({"type":"string"})",
+              {"\"\"", "\"a b\"", "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"", "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"",
+               "\"\\u00e9\\u00E9\"", "\"\\ud83d\\ude00\"", "\"\x7f\""},
+              {"\"\n\"", "\"\x01\"", "\"\xff\"", "\"\xc3\"", "\"\xed\xa0\x80\"", "\"\xc0\xaf\"",
+               "\"\\ud800\"", "\"\\ude00\"", "\"\\x41\"", "\"\\u12\"", "\"a", "'a'"});
+}
+
+TEST(JsonSchemaTest, LengthsCountCodePoints) {
+  ExpectTexts(R"({"type":"string","minLength":2,"maxLength":3})",
+              {"\"ab\"", "\"abc\"", "\"\xc3\xa9\xf0\x9f\x98\x80\"", "\"\\ud83d\\ude00\\n\"", "\"\\\"\\\"\""},
+              {"\"a\"", "\"abcd\"", "\"\xf0\x9f\x98\x80\"", "\"\\ud83d\\ude00\""});
+  ExpectTexts(R"({"type":"string","minLength":12})", {"\"abcdefghijkl\""}, {"\"abcdefghijk\""});
+}
+
+TEST(JsonSchemaTest, WhitespaceIsBounded) {
+  const std::string schema = R"({"type":"object","properties":{"a":{"type":"array"}}})";
+  ExpectTexts(schema,
+              {"{}", "{ }", "{\"a\":[]}", "{ \"a\" : [ 1 , 2 ] }", "{\n  \"a\": [\n\t\t1\n  ]\n}",
+               "{\n" + std::string(20, ' ') + "\"a\":[]}"},
+              {" {}", "{} ", "{}\n", "{  }", "{\n\n}", "{\r\n}", "{\n" + std::string(21, ' ') + "}",
+               "{ \n}"});
+}
+
+TEST(JsonSchemaTest, PropertiesInDeclaredOrder) {
+  const std::string schema = R"({"type":"object","properties":{
+      "b":{"type":"integer"},"a":{"type":"string"},"c":{"type":"boolean"}},"required":["a"]})";
+  ExpectTexts(schema, {R"({"a":"x"})", R"({"b":1,"a":"x"})", R"({"a":"x","c":true})",
+                       R"({"b":1,"a":"x","c":false})"},
+              {"{}", R"({"b":1})", R"({"a":"x","b":1})", R"({"a":"x","a":"y"})",
+               R"({"a":"x","d":1})", R"({"a":"x",})", R"({,"a":"x"})"});
+  // Optional only: {} and any ordered subset.
+  ExpectTexts(R"({"properties":{"x":{},"y":{}},"additionalProperties":false})",
+              {"{}", R"({"x":1})", R"({"y":[]})", R"({"x":null,"y":{"z":1}})"},
+              {R"({"y":1,"x":1})", "[]", "1"});
+}
+
+TEST(JsonSchemaTest, ObjectsWithoutPropertiesAndEmptySchemas) {
+  ExpectTexts(R"({"type":"object"})", {"{}", R"({"k":[1,{"x":null}],"k2":"v"})"}, {"[]", "1"});
+  ExpectTexts(R"({"type":"object","additionalProperties":false})", {"{}", "{ }"}, {R"({"a":1})"});
+  ExpectTexts(R"({"type":"object","required":["id"]})", {R"({"id":[true]})"}, {"{}", R"({"x":1})"});
+  for (const char* any : {"{}", "true", R"({"description":"anything","$comment":"x"})"}) {
+    ExpectTexts(any, {"1", "\"s\"", "null", "[{}]", R"({"a":{"b":[1.5e3]}})"}, {"", "nul", "[1,]"});
+  }
+  EXPECT_THAT(Refusal("false"), HasSubstr("matches no JSON value"));
+  EXPECT_THAT(Refusal(R"({"type":"object","properties":{"a":false},"required":["a"]})"),
+              HasSubstr("matches no JSON value"));
+  ExpectTexts(R"({"type":"object","properties":{"a":false,"b":{"type":"null"}}})",
+              {"{}", R"({"b":null})"}, {R"({"a":1})"});
+}
+
+TEST(JsonSchemaTest, NoTypeMeansTheTypesTheKeywordsName) {
+  ExpectTexts(R"({"properties":{"a":{"type":"null"}}})", {R"({"a":null})"}, {"1", "\"s\""});
+  ExpectTexts(R"({"items":{"type":"integer"},"maxLength":3})", {"[1,2]", "\"abc\""},
+              {"\"abcd\"", "{}", "null"});
+}
+
+TEST(JsonSchemaTest, EnumAndConstAreCanonicalTokens) {
+  ExpectTexts(R"({"enum":["red","green",1.0,2.5,null,true,{"k":[1,"a"]},[]]})",
+              {"\"red\"", "\"green\"", "1", "2.5", "null", "true", R"({"k":[1,"a"]})",
+               "{ \"k\" : [ 1 , \"a\" ] }", "[]", "[ ]"},
+              {"\"gree\"", "\"blue\"", "1.0", "1e0", "false", R"({"k":[1]})", "\"red\" "});
+  ExpectTexts(R"({"type":"string","enum":["a","b",1]})", {"\"a\"", "\"b\""}, {"1"});
+  ExpectTexts(R"({"type":"integer","enum":[1,1.5,"x"]})", {"1"}, {"1.5", "\"x\""});
+  ExpectTexts(R"({"const":"line\nbreak \"q\""})", {R"("line\nbreak \"q\"")"},
+              {R"("line\u000abreak \"q\"")"});
+  ExpectTexts(R"({"enum":["a","b"],"const":"b"})", {"\"b\""}, {"\"a\""});
+  ExpectTexts(R"({"const":1e21})", {"1e+21"}, {"1e21", "1000000000000000000000"});
+  ExpectTexts(R"({"enum":["ab","abc","a"]})", {"\"a\"", "\"ab\"", "\"abc\""}, {"\"abcd\"", "\"\""});
+  EXPECT_THAT(Refusal(R"({"enum":["a"],"type":"integer"})"), HasSubstr("matches no JSON value"));
+}
+
+TEST(JsonSchemaTest, AnyOfOneOfAllOf) {
+  ExpectTexts(R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":1}],"title":"t"})",
+              {"1", "\"a\""}, {"\"ab\"", "null"});
+  ExpectTexts(R"({"oneOf":[{"type":"integer"},{"type":"string"},{"type":"null"}]})",
+              {"1", "\"a\"", "null"}, {"1.5"});
+  ExpectTexts(R"({"oneOf":[
+      {"type":"object","properties":{"kind":{"const":"a"},"x":{"type":"integer"}},"required":["kind"]},
+      {"type":"object","properties":{"kind":{"enum":["b","c"]}},"required":["kind"]}]})",
+              {R"({"kind":"a","x":1})", R"({"kind":"c"})"}, {R"({"kind":"d"})"});
+  ExpectTexts(R"({"allOf":[{"type":"boolean"}]})", {"true"}, {"1"});
+  EXPECT_THAT(Refusal(R"({"oneOf":[{"type":"number"},{"type":"integer"}]})"),
+              HasSubstr("unsupported keyword 'oneOf' at / (branches 0 and 1 may both match"));
+  EXPECT_THAT(Refusal(R"({"oneOf":[{"type":"object"},{"type":"object","required":["a"]}]})"),
+              HasSubstr("unsupported keyword 'oneOf' at /"));
+  EXPECT_THAT(Refusal(R"({"allOf":[{"type":"string"},{"maxLength":2}]})"),
+              HasSubstr("unsupported keyword 'allOf' at / (of more than one schema)"));
+  EXPECT_THAT(Refusal(R"({"type":"object","anyOf":[{"required":["a"]}]})"),
+              HasSubstr("unsupported keyword 'type' at / (beside anyOf)"));
+}
+
+TEST(JsonSchemaTest, RefsRecursiveAndCompiledOnce) {
+  const std::string tree = R"({"$defs":{"node":{"type":"object","properties":{
+      "value":{"type":"integer"},
+      "children":{"type":"array","items":{"$ref":"#/$defs/node"}}},
+      "required":["value"],"additionalProperties":false}},
+      "type":"object","properties":{"root":{"$ref":"#/$defs/node"},
+                                    "other":{"$ref":"#/$defs/node"}}})";
+  ExpectTexts(tree, {R"({"root":{"value":1,"children":[{"value":2,"children":[{"value":3}]}]}})"},
+              {R"({"root":{"value":1,"children":[{"children":[]}]}})"});
+  const std::string rules = Compile(tree)->Describe();
+  EXPECT_EQ(std::count(rules.begin(), rules.end(), '\n'), Compile(tree)->rule_count());
+  EXPECT_THAT(rules, HasSubstr("schema /$defs/node ::="));
+  EXPECT_EQ(rules.find("schema /$defs/node ::="), rules.rfind("schema /$defs/node ::="));
+  ExpectTexts(R"({"type":"array","items":{"$ref":"#"},"maxItems":2})", {"[]", "[[],[[]]]"},
+              {"[[],[],[]]", "[1]"});
+  ExpectTexts(R"({"definitions":{"a~b/c":{"type":"null"}},"$ref":"#/definitions/a~0b~1c"})",
+              {"null"}, {"1"});
+  ExpectTexts(R"({"$defs":{"s":{"type":"string"}},"$ref":"#/%24defs/s"})", {"\"x\""}, {"1"});
+  EXPECT_THAT(Refusal(R"({"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/b"},{"type":"null"}]},
+                                   "b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"),
+              HasSubstr("before any text through $ref"));
+  EXPECT_THAT(Refusal(R"({"$ref":"#"})"), HasSubstr("schema at / contains itself before any text"));
+  EXPECT_THAT(Refusal(R"({"anyOf":[{"type":"null"},{"$ref":"#"}]})"),
+              HasSubstr("before any text through $ref at /anyOf/1"));
+  EXPECT_THAT(Refusal(R"({"$ref":"#/$defs/missing"})"),
+              HasSubstr("$ref '#/$defs/missing' at / resolves to no schema"));
+}
+
+TEST(JsonSchemaTest, ArraysWithBoundsAndPrefixItems) {
+  ExpectTexts(R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":3})",
+              {"[1,2]", "[1, 2, 3]"}, {"[]", "[1]", "[1,2,3,4]", "[1,\"a\"]", "[1,2,]"});
+  ExpectTexts(R"({"type":"array","minItems":12,"items":{"type":"null"}})",
+              {"[" + std::string("null,null,null,null,null,null,null,null,null,null,null,null") + "]"},
+              {"[null,null,null,null,null,null,null,null,null,null,null]"});
+  ExpectTexts(R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"items":false})",
+              {"[]", "[\"a\"]", "[\"a\",1]"}, {"[1]", "[\"a\",1,2]"});
+  ExpectTexts(R"({"type":"array","prefixItems":[{"type":"string"}],"items":{"type":"null"},"minItems":2})",
+              {"[\"a\",null]", "[\"a\",null,null]"}, {"[\"a\"]", "[\"a\",\"b\"]"});
+}
+
+TEST(JsonSchemaTest, Patterns) {
+  ExpectTexts(R"({"type":"string","pattern":"^[A-Z]{2}-\\d{3,4}$"})", {"\"AB-123\"", "\"XY-0000\""},
+              {"\"ab-123\"", "\"AB-12\"", "\"AB-12345\"", "\"xAB-123\""});
+  // Unanchored: any string containing a match.
+  ExpectTexts(R"({"type":"string","pattern":"a.c"})", {"\"abc\"", "\"xxa-cyy\"", "\"a\\\"c\""},
+              {"\"ac\"", "\"a\\nc\""});
+  ExpectTexts(R"({"type":"string","pattern":"^(?:cat|dog)s?$|^x$"})",
+              {"\"cat\"", "\"dogs\"", "\"x\""}, {"\"cats!\"", "\"xx\""});
+  ExpectTexts(R"({"type":"string","pattern":"^[^a-z\\s]+$"})", {"\"AB\xc3\xa9\"", "\"\\\"\""},
+              {"\"a\"", "\"A B\"", "\"\""});
+  ExpectTexts(R"({"type":"string","pattern":"^\\u00e9\\x41\\t\\/$"})", {"\"\xc3\xa9" "A\\t/\""},
+              {"\"\\u00e9A\\t/\""});
+  ExpectTexts(R"({"type":"string","pattern":"^\\w+?@\\w+\\.com$","minLength":6})",
+              {"\"me@x.com\""}, {"\"@x.com\""});
+  for (const auto& [pattern, what] : std::vector<std::pair<std::string, std::string>>{
+           {"^(?=a)a$", "lookaround"},
+           {"^(a)\\1$", "back reference"},
+           {"\\bword", "word boundary"},
+           {"a^b", "anchor"},
+           {"^(a$)", "anchor inside a group"},
+           {"^(a*)*$", "can match the empty string"},
+           {"\\p{L}", "property escape"},
+           {"a{2", "not a quantifier"},
+           {"[z-a]", "out of order"},
+           {"(a", "unterminated group"},
+           {"\\q", "escape"}}) {
+    EXPECT_THAT(Refusal(json({{"type", "string"}, {"pattern", pattern}}).dump()),
+                AllOf(HasSubstr("unsupported keyword 'pattern' at /"), HasSubstr(what)))
+        << pattern;
+  }
+  EXPECT_THAT(Refusal(R"({"type":"string","pattern":"^a+$","maxLength":3})"),
+              HasSubstr("unsupported keyword 'maxLength' at / (beside pattern"));
+}
+
+TEST(JsonSchemaTest, Formats) {
+  ExpectTexts(R"({"type":"string","format":"date"})",
+              {"\"2024-02-29\"", "\"2000-02-29\"", "\"1999-12-31\"", "\"0000-02-29\"", "\"2023-04-30\""},
+              {"\"2023-02-29\"", "\"1900-02-29\"", "\"2023-04-31\"", "\"2023-13-01\"",
+               "\"2023-00-10\"", "\"2023-1-01\"", "\"2023-01-00\""});
+  ExpectTexts(R"({"type":"string","format":"time"})",
+              {"\"23:59:59Z\"", "\"00:00:00.123456789+05:30\"", "\"12:30:00-0800\"", "\"01:02:03z\"",
+               "\"01:02:03+05\""},
+              {"\"24:00:00Z\"", "\"12:60:00Z\"", "\"12:00:00\"", "\"12:00:00+24:00\"",
+               "\"12:00:00.Z\"", "\"23:59:60Z\""});
+  ExpectTexts(R"({"type":"string","format":"date-time"})",
+              {"\"2024-02-29T12:00:00Z\"", "\"2024-01-01t00:00:00+01:00\"", "\"2024-01-01 00:00:00Z\""},
+              {"\"2024-01-01\"", "\"2024-01-01T25:00:00Z\"", "\"2024-01-01TT00:00:00Z\""});
+  ExpectTexts(R"({"type":"string","format":"uuid"})",
+              {"\"123e4567-e89b-12d3-a456-426614174000\"",
+               "\"URN:uuid:123E4567-E89B-12D3-A456-426614174000\""},
+              {"\"123e4567e89b12d3a456426614174000\"", "\"123e4567-e89b-12d3-a456-42661417400g\""});
+  EXPECT_THAT(Refusal(R"({"type":"string","format":"email"})"),
+              HasSubstr("unsupported keyword 'format' at / (format 'email'"));
+}
+
+TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"type":"object","properties":{"a":{"type":"object","patternProperties":{}}}})",
+       "unsupported keyword 'patternProperties' at /properties/a"},
+      {R"({"type":"number","minimum":0})", "unsupported keyword 'minimum' at /"},
+      {R"({"not":{"type":"null"}})", "unsupported keyword 'not' at /"},
+      {R"({"if":{},"then":{}})", "unsupported keyword 'if' at /"},
+      {R"({"type":"array","items":{"type":"array","uniqueItems":true}})",
+       "unsupported keyword 'uniqueItems' at /items"},
+      {R"({"type":"object","dependentRequired":{}})", "unsupported keyword 'dependentRequired' at /"},
+      {R"({"$ref":"https://example.com/s.json"})", "unsupported keyword '$ref' at / (a remote reference"},
+      {R"({"$ref":"#anchor"})", "unsupported keyword '$ref' at / (a plain-name fragment"},
+      {R"({"type":"object","additionalProperties":{"type":"string"}})",
+       "unsupported keyword 'additionalProperties' at /"},
+      {R"({"$defs":{"x":{"$id":"x.json","type":"null"}},"$ref":"#/$defs/x"})",
+       "unsupported keyword '$id' at /$defs/x"},
+      {R"({"type":"array","items":[{"type":"null"}]})", "unsupported keyword 'items' at /"},
+      {R"({"anyOf":[{"type":"string","format":"uri"}]})", "unsupported keyword 'format' at /anyOf/0"},
+      {R"({"$ref":"#/$defs/a","description":"d","maxLength":3,"$defs":{"a":{}}})",
+       "unsupported keyword 'maxLength' at / (beside $ref)"},
+      {R"({"enum":["a"],"maxLength":3})", "unsupported keyword 'maxLength' at / (beside enum)"},
+      {R"({"properties":{"a/b":{"minProperties":1}}})", "unsupported keyword 'minProperties' at /properties/a~1b"},
+      {R"({"type":"strng"})", "keyword 'type' at / must be one of"},
+      {R"({"type":"array","maxItems":-1})", "keyword 'maxItems' at / must be a non-negative integer"},
+      {R"({"required":"a"})", "keyword 'required' at / must be an array of distinct strings"},
+      {R"({"properties":{"a":1}})", "schema at /properties/a is not an object or a boolean"},
+  };
+  for (const auto& [schema, message] : cases) EXPECT_THAT(Refusal(schema), HasSubstr(message)) << schema;
+  // A path given to AddJsonSchema prefixes every pointer.
+  GrammarBuilder b;
+  absl::StatusOr<int> r = AddJsonSchema(
+      b, json::parse(R"({"properties":{"a":{"not":{}}}})"), "/tools/0/function/parameters");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "unsupported keyword 'not' at /tools/0/function/parameters/properties/a");
+}
+
+TEST(JsonSchemaTest, LimitsRefuseAndNameThemselves) {
+  JsonSchemaOptions small;
+  small.max_schema_bytes = 100;
+  EXPECT_THAT(Refusal(json({{"description", std::string(200, 'x')}}).dump(), small),
+              HasSubstr("over max_schema_bytes (100)"));
+  std::string deep = R"({"type":"null"})";
+  for (int i = 0; i < 40; ++i) deep = R"({"type":"array","items":)" + deep + "}";
+  EXPECT_THAT(Refusal(deep), HasSubstr("nests deeper than max_depth (32)"));
+  EXPECT_THAT(Refusal(R"({"type":"array","maxItems":5000})"),
+              HasSubstr("more than max_rules (4000)"));
+  EXPECT_THAT(Refusal(R"({"type":"string","maxLength":100000})"),
+              HasSubstr("more than max_rules (4000)"));
+  EXPECT_THAT(Refusal(R"({"type":"string","pattern":"^a{1,100000}$"})"),
+              HasSubstr("more than max_rules (4000)"));
+  JsonSchemaOptions few;
+  few.max_enum_values = 3;
+  EXPECT_THAT(Refusal(R"({"properties":{"a":{"enum":[1,2]},"b":{"enum":[3,4]}}})", few),
+              HasSubstr("more than max_enum_values (3)"));
+  std::string groups = std::string(40, '(') + "a" + std::string(40, ')');
+  EXPECT_THAT(Refusal(json({{"pattern", groups}}).dump()), HasSubstr("max_depth (32)"));
+  // Under the limits, the same shapes compile.
+  Compile(R"({"type":"array","maxItems":1000})");
+  Compile(R"({"type":"string","maxLength":2000})");
+}
+
+TEST(JsonSchemaTest, ManyOptionalPropertiesStayWithinTheMatchersStacks) {
+  json props = json::object();
+  for (int i = 0; i < 300; ++i) props["p" + std::to_string(i)] = {{"type", "integer"}};
+  auto g = Compile(json({{"type", "object"}, {"properties", props}}).dump());
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(Accepts(g, R"({"p0":1, "p150":2,"p299":3})"));
+  EXPECT_FALSE(Accepts(g, R"({"p150":2,"p0":1})"));
+  json values = json::array();
+  for (int i = 0; i < 500; ++i) values.push_back("value-" + std::to_string(i));
+  auto e = Compile(json({{"enum", values}}).dump());
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(Accepts(e, "\"value-499\""));
+  EXPECT_FALSE(Accepts(e, "\"value-500\""));
+}
+
+TEST(JsonSchemaTest, AnyJsonObjectAndSharedRules) {
+  GrammarBuilder b;
+  const int any = AddAnyJsonObject(b);
+  ASSERT_TRUE(AddJsonSchema(b, json::parse(R"({"type":"string"})"), "/a").ok());
+  const int rules = b.rule_count();
+  ASSERT_TRUE(AddJsonSchema(b, json::parse(R"({"type":"object"})"), "/b").ok());
+  EXPECT_LE(b.rule_count() - rules, 2);  // the whitespace, strings and values are shared
+  auto g = b.Build(any);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(Accepts(*g, R"({"a":[1,{"b":null}],"c":"d"})"));
+  EXPECT_FALSE(Accepts(*g, "[]"));
+  EXPECT_FALSE(Accepts(*g, "1"));
+}
+
+TEST(JsonSchemaTest, SchemasGivenAsJsonConvert) {
+  // A nlohmann::json (keys sorted) converts: the order is then the sorted one.
+  const nlohmann::json sorted = nlohmann::json::parse(R"({"properties":{"b":{},"a":{}}})");
+  absl::StatusOr<std::shared_ptr<const Grammar>> g = CompileJsonSchema(sorted);
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(Accepts(*g, R"({"a":1,"b":2})"));
+  EXPECT_FALSE(Accepts(*g, R"({"b":2,"a":1})"));
+}
+
+}  // namespace
+}  // namespace attnserve::grammar
