@@ -36,6 +36,11 @@ group, conv 4), SwiGLU 1536 on every layer, 158M parameters; GPT-2's whole 50,25
 vocabulary (make_quant_gguf.py's), a ChatML tokenizer.chat_template so the chat routes
 serve it, the big matrices in Q8_0 (ggml_blocks' quantizer), and an output head that
 favours whole-word tokens (favour_whole_words). A file that exists is kept.
+
+       /usr/bin/python3 make_hybrid_gguf.py --chat OUT_DIR [NAME...]
+Writes the chat files (CHAT; tests/openai/sdk_test.sh): granitehybrid and lfm2 at the
+test shapes (F32) with a ChatML template and a byte vocabulary whose greedy answers are
+ASCII letters and spaces, so a resent answer encodes back to the generated ids.
 """
 import json
 import os
@@ -263,10 +268,10 @@ def make_granitehybrid(name, kind, seed=32, rope=False, shape=GRANITE_TEST):
 LFM2_ATTN = (2, 4)
 
 
-def make_lfm2(name, kind, seed=33):
+def make_lfm2(name, kind, seed=33, vocab=VOCAB):
     layers, heads, kv_heads, head_dim, ff, l_cache = 6, 8, 2, 32, 512, 3
     arch = "lfm2"
-    kvs = common_kvs(arch, name, kind, layers) + [
+    kvs = common_kvs(arch, name, kind, layers, vocab=vocab) + [
         gguf_kv(f"{arch}.feed_forward_length", U32, ff),
         gguf_kv(f"{arch}.attention.head_count", U32, heads),
         gguf_kv(f"{arch}.attention.head_count_kv", ARRAY,
@@ -277,7 +282,7 @@ def make_lfm2(name, kind, seed=33):
     w = Weights(seed)
     # No output.weight: llama.cpp falls back to the embedding (LFM2 ties them), so the
     # embedding is scaled for the logits and the layers see its RMS norm.
-    w.add("token_embd.weight", w.normal((VOCAB, EMBD), 0.3), kind)
+    w.add("token_embd.weight", w.normal((vocab, EMBD), 0.3), kind)
     for i in range(layers):
         b = f"blk.{i}."
         w.norm(b + "attn_norm.weight", (EMBD,))
@@ -390,9 +395,80 @@ def main_bench(out, names):
               f"{params / 1e6:.1f}M parameters, {os.path.getsize(path)} bytes", flush=True)
 
 
+# The chat files (--chat; tests/openai/sdk_test.sh): the test shapes with a ChatML
+# template and a vocabulary of bytes, so that an answer a client resends as text encodes
+# back to the ids the model generated (the prefix cache keeps states by ids). Their merge
+# list is two pairs of bytes no text of the tests holds (a gpt2 vocabulary needs merges,
+# attnserve at least 259 tokens), and
+# the output head scales every row but ASCII letters' and the space's by 0.1 (for lfm2,
+# the tied embedding's), so greedy answers are runs of letters: bytes that are not UTF-8
+# alone would not read back as themselves.
+CHAT_VOCAB = 259  # 256 bytes, the two merges, <|endoftext|>
+CHAT_SHAPE = dict(GRANITE_TEST, vocab=CHAT_VOCAB)
+
+
+def make_lfm2_chat(name):
+    """make_lfm2's file with sharper attention (q/k norm gains x2, attn_output x3): as
+    drawn, its short convolutions decide the answer and the history before the last
+    message hardly changes it, so a state carried wrongly across turns would go unseen."""
+    kvs, tensors = make_lfm2(name, F32, vocab=CHAT_VOCAB)
+    for n, t, _ in tensors:
+        if n.endswith(("attn_q_norm.weight", "attn_k_norm.weight")):
+            t.mul_(2.0)
+        elif n.endswith("attn_output.weight"):
+            t.mul_(3.0)
+    return kvs, tensors
+
+
+CHAT = {"granitehybrid-chat-f32": lambda name: make_granitehybrid(name, F32, shape=CHAT_SHAPE),
+        "lfm2-chat-f32": make_lfm2_chat}
+
+
+def byte_vocab():
+    sym = byte_symbols()
+    merges = [(sym[1], sym[2]), (sym[3], sym[4])]
+    tokens = [sym[b] for b in range(256)] + [a + b for a, b in merges] + ["<|endoftext|>"]
+    eos = CHAT_VOCAB - 1
+    return [
+        gguf_kv("tokenizer.ggml.model", STRING, "gpt2"),
+        gguf_kv("tokenizer.ggml.pre", STRING, "gpt-2"),
+        gguf_kv("tokenizer.ggml.tokens", ARRAY, tokens, STRING),
+        gguf_kv("tokenizer.ggml.token_type", ARRAY, [1] * (CHAT_VOCAB - 1) + [3], I32),
+        gguf_kv("tokenizer.ggml.merges", ARRAY, [f"{a} {b}" for a, b in merges], STRING),
+        gguf_kv("tokenizer.ggml.bos_token_id", U32, eos),
+        gguf_kv("tokenizer.ggml.eos_token_id", U32, eos),
+        gguf_kv("tokenizer.ggml.add_bos_token", BOOL, True),
+        gguf_kv("tokenizer.chat_template", STRING, BENCH_CHAT_TEMPLATE),
+    ]
+
+
+def favour_letters(tensors):
+    """Scales the head's rows (output.weight, or the tied token_embd.weight) of every token
+    but the bytes of ASCII letters and the space by 0.1."""
+    keep = [b for b in range(256) if chr(b).isascii() and (chr(b).isalpha() or b == 32)]
+    head = "output.weight" if any(n == "output.weight" for n, _, _ in tensors) else "token_embd.weight"
+    scale = torch.full((CHAT_VOCAB,), 0.1)
+    scale[keep] = 1.0
+    for name, t, _ in tensors:
+        if name == head:
+            t.mul_(scale[:, None])
+
+
+def main_chat(out, names):
+    os.makedirs(out, exist_ok=True)
+    for name in names or list(CHAT):
+        kvs, tensors = CHAT[name](name)
+        favour_letters(tensors)
+        path = os.path.join(out, name + ".gguf")
+        write_gguf(path, kvs + byte_vocab(), tensors)
+        print(f"make_hybrid_gguf: {name}.gguf: {len(tensors)} tensors, {os.path.getsize(path)} bytes")
+
+
 def main():
     if sys.argv[1] == "--bench":
         return main_bench(sys.argv[2], sys.argv[3:])
+    if sys.argv[1] == "--chat":
+        return main_chat(sys.argv[2], sys.argv[3:])
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     vocab = gpt2_vocab()

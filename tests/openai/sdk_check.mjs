@@ -18,7 +18,9 @@
 //   node sdk_check.mjs prefix BASE MODEL BASE_B BASE_C
 //                                                   a chat resending its history reuses the
 //                                                   kept state on either replica (cached_tokens)
-//                                                   and equals a fresh server's full prefill
+//                                                   and equals a fresh server's full prefill and
+//                                                   a conversation's turns; prints the tokens
+//                                                   BASE and BASE_B prefilled
 //   node sdk_check.mjs responses_tenants BASE MODEL KEY_A KEY_B
 //                                                   another tenant's response and
 //                                                   conversation are 404, and not listed
@@ -650,12 +652,25 @@ async function responsesTenants(model, keyA, keyB) {
 // A chat client that resends its whole history: the second call, on the other replica,
 // finds the state the first kept (cached_tokens) and prefills only the new message; its
 // text equals a server that never saw the conversation (BASE_C: its own memory store)
-// prefilling it all. A history that differs where the kept state ends is not reused.
+// prefilling it all, and a conversation of the same messages (one session carried from
+// turn to turn) answers each turn the same. A history that differs where the kept state
+// ends is not reused. The last line counts the prompt tokens each replica had to prefill
+// (prompt less cached, every call on BASE and BASE_B): what their
+// attnserve_prompt_tokens_total must have grown by.
 async function prefix(model, baseB, baseC) {
   const a = client();
   const b = new OpenAI({ baseURL: `${baseB}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120_000 });
   const fresh = new OpenAI({ baseURL: `${baseC}/v1`, apiKey: "unused", maxRetries: 0, timeout: 120_000 });
-  const ask = (openai, messages) => openai.chat.completions.create({ model, messages, temperature: 0, max_tokens: 30 });
+  const prefilled = { A: 0, B: 0 };
+  const count = (openai, usage) => {
+    prefilled[openai === a ? "A" : "B"] += (usage.prompt_tokens ?? usage.input_tokens) -
+      (usage.prompt_tokens_details ?? usage.input_tokens_details).cached_tokens;
+  };
+  const ask = async (openai, messages) => {
+    const answer = await openai.chat.completions.create({ model, messages, temperature: 0, max_tokens: 30 });
+    if (openai !== fresh) count(openai, answer.usage);
+    return answer;
+  };
   const history = [{ role: "user", content: PROMPT }];
   const first = await ask(a, history);
   expect(first.usage.prompt_tokens_details.cached_tokens === 0, `first call cached ${JSON.stringify(first.usage)}`);
@@ -669,6 +684,9 @@ async function prefix(model, baseB, baseC) {
     const cached = kept.usage.prompt_tokens_details.cached_tokens;
     expect(cached > previousCached && cached < kept.usage.prompt_tokens,
            `turn ${turn + 2}: cached ${cached} of ${kept.usage.prompt_tokens} (previous ${previousCached})`);
+    // The whole of the last call's state, at whatever token it ended (no block alignment).
+    expect(cached === last.usage.prompt_tokens + last.usage.completion_tokens,
+           `turn ${turn + 2}: cached ${cached}, the last call ended at ${last.usage.prompt_tokens} + ${last.usage.completion_tokens}`);
     expect(kept.usage.prompt_tokens === oracle.usage.prompt_tokens,
            `turn ${turn + 2}: prompt_tokens ${kept.usage.prompt_tokens} != the fresh server's ${oracle.usage.prompt_tokens}`);
     expect(kept.choices[0].message.content === oracle.choices[0].message.content,
@@ -685,7 +703,24 @@ async function prefix(model, baseB, baseC) {
   expect(cached < previousCached, `an edited history reused ${cached} tokens (the unedited ${previousCached})`);
   expect(kept.choices[0].message.content === oracle.choices[0].message.content, "the edited history's text");
   console.log(`prefix: an edited history reused ${cached} tokens (an earlier turn's state) and equals a full prefill`);
+
+  // The same messages as a conversation, its turns alternating replicas: each answer is
+  // the resending chat's.
+  const conv = await a.conversations.create({});
+  const answers = history.filter((m) => m.role === "assistant").map((m) => m.content)
+    .concat([history.lastAnswer.choices[0].message.content]);
+  const questions = history.filter((m) => m.role === "user").map((m) => m.content);
+  for (const [turn, input] of questions.entries()) {
+    const openai = turn % 2 === 0 ? a : b;
+    const r = await openai.responses.create({ model, conversation: conv.id, input, temperature: 0, max_output_tokens: 30 });
+    count(openai, r.usage);
+    expect(r.output_text === answers[turn],
+           `conversation turn ${turn + 1}: ${JSON.stringify(r.output_text)} != the chat's ${JSON.stringify(answers[turn])}`);
+  }
+  await a.conversations.delete(conv.id);
+  console.log(`prefix: a conversation of the same ${questions.length} messages answers each as the chat did`);
   console.log("prefix: PASS");
+  console.log(`prefilled A ${prefilled.A} B ${prefilled.B}`);
 }
 
 const commands = {

@@ -12,7 +12,13 @@
 # delete, and tenants; conversations continued, listed, paged and forked on either
 # replica (against the same chat oracle), one response at a time in each; a chat client
 # resending its history reuses the state an earlier turn kept (cached_tokens), on either
-# replica, with the text of a full prefill.
+# replica, with the text of a full prefill and of a conversation's turns, and each replica's
+# attnserve_prompt_tokens_total grows by only what was not cached.
+# The same Responses, conversation and resent-chat checks again on two hybrid models served
+# beside the default (make_hybrid_gguf.py --chat: granitehybrid, Mamba-2 and attention
+# layers; lfm2, short convolutions and attention; byte vocabularies so a resent answer
+# encodes back to its ids), and what /v1/models, DescribeModel and a session report of
+# their state by layer kind (hybrid_models_check.py).
 # Usage: sdk_test.sh SERVER_BINARY CLIENT_BINARY
 set -euo pipefail
 server_bin=$1 client_bin=$2
@@ -31,9 +37,32 @@ logs="a b c r1 r2"
 command -v curl >/dev/null || fail "curl is missing: deploy/install.sh installs it"
 sdk() { node "$here/sdk_check.mjs" "$@" || fail "sdk_check $1"; }
 
+step "hybrid models (make_hybrid_gguf.py --chat)"
+hybrids="granitehybrid-chat-f32 lfm2-chat-f32"
+"$py" "$repo/tests/gguf/make_hybrid_gguf.py" --chat "$work/gguf" $hybrids | sed "s/^/  /" ||
+  fail "make_hybrid_gguf.py --chat"
+# The default model first (the one `model` names below), the hybrids beside it.
+models=--model_dirs=$repo/deploy/models/kjv-taylor2-decay
+for h in $hybrids; do models+=",$work/gguf/$h.gguf"; done
+
+# prefix_check MODEL: `sdk prefix` on r1 and r2 (a: the fresh server), and each replica's
+# attnserve_prompt_tokens_total of MODEL grown by what it printed it prefilled.
+prefix_check() {
+  local labels="model=\"$1\"" r1_before r2_before r1_now r2_now want_a want_b
+  r1_before=$(metric_of "$r1_metrics" attnserve_prompt_tokens_total "$labels")
+  r2_before=$(metric_of "$r2_metrics" attnserve_prompt_tokens_total "$labels")
+  sdk prefix "http://$r1_http" "$1" "http://$r2_http" "http://$a_http" | tee "$work/prefix.out"
+  read -r _ _ want_a _ want_b < <(grep "^prefilled A" "$work/prefix.out") || fail "prefix printed no prefilled line"
+  r1_now=$(metric_of "$r1_metrics" attnserve_prompt_tokens_total "$labels")
+  r2_now=$(metric_of "$r2_metrics" attnserve_prompt_tokens_total "$labels")
+  [ $((r1_now - r1_before)) -eq "$want_a" ] && [ $((r2_now - r2_before)) -eq "$want_b" ] ||
+    fail "$1: attnserve_prompt_tokens_total grew by $((r1_now - r1_before)) on r1 and $((r2_now - r2_before)) on r2; the calls prefilled $want_a and $want_b"
+  step "$1: attnserve_prompt_tokens_total grew by $want_a on r1 and $want_b on r2: the uncached tokens only"
+}
+
 # A: the default, no keys. B: API keys. C: two stream slots.
 a_addr=127.0.0.1:$(free_port) a_http=127.0.0.1:$(free_port) a_metrics=127.0.0.1:$(free_port)
-start_named a "$a_addr" "$a_metrics" --http_listen="$a_http"
+start_named a "$a_addr" "$a_metrics" --http_listen="$a_http" "$models"
 a_pid=$started_pid
 model=$("$client_bin" --server="$a_addr" models | awk 'NR == 2 { print $1 }')
 [ -n "$model" ] || fail "no model listed"
@@ -146,11 +175,11 @@ step "the Responses API on two replicas sharing a redis-server"
 redis_port=$(free_port)
 start_redis "$redis_port"
 store=redis://127.0.0.1:$redis_port
-r1_addr=127.0.0.1:$(free_port) r1_http=127.0.0.1:$(free_port)
-r2_addr=127.0.0.1:$(free_port) r2_http=127.0.0.1:$(free_port)
-start_named r1 "$r1_addr" "127.0.0.1:$(free_port)" --http_listen="$r1_http" --session_store="$store"
+r1_addr=127.0.0.1:$(free_port) r1_http=127.0.0.1:$(free_port) r1_metrics=127.0.0.1:$(free_port)
+r2_addr=127.0.0.1:$(free_port) r2_http=127.0.0.1:$(free_port) r2_metrics=127.0.0.1:$(free_port)
+start_named r1 "$r1_addr" "$r1_metrics" --http_listen="$r1_http" --session_store="$store" "$models"
 r1_pid=$started_pid
-start_named r2 "$r2_addr" "127.0.0.1:$(free_port)" --http_listen="$r2_http" --session_store="$store"
+start_named r2 "$r2_addr" "$r2_metrics" --http_listen="$r2_http" --session_store="$store" "$models"
 r2_pid=$started_pid
 sdk responses "http://$r1_http" "$model" "http://$r2_http"
 step "conversations on two replicas sharing a redis-server"
@@ -168,7 +197,20 @@ grep -q "status=200 .* done=yes" "$work/conv_held.out" || fail "the held respons
 sdk conversation_busy "http://$r2_http" "$conv" 2
 curl -sf -X DELETE "http://$r1_http/v1/conversations/$conv" >/dev/null || fail "delete $conv"
 step "a chat client resending its history: the kept state on either replica"
-sdk prefix "http://$r1_http" "$model" "http://$r2_http" "http://$a_http"
+prefix_check "$model"
+
+python_stubs "$work/stubs"
+for h in $hybrids; do
+  step "$h: state by layer kind and break-even in /v1/models, DescribeModel and a session"
+  PYTHONPATH="$work/stubs" "$py" "$here/hybrid_models_check.py" "$r1_http" "$r1_addr" "$work/gguf" "$h" ||
+    fail "hybrid_models_check $h"
+  step "$h: the Responses API on two replicas sharing a redis-server"
+  sdk responses "http://$r1_http" "$h" "http://$r2_http"
+  step "$h: conversations on two replicas"
+  sdk conversations "http://$r1_http" "$h" "http://$r2_http"
+  step "$h: a chat client resending its history: the kept state on either replica"
+  prefix_check "$h"
+done
 # Nothing but stored responses and kept chat states is left in the store: each turn's
 # own session is closed once its state is recorded.
 # Deleted conversations leave only their tenant's (empty) list.
