@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The checks of hf_serve_test.sh, through a real gRPC channel to attnserve_server serving
-make_reference.py's directories (tests/README.md, "tests/hf"). Each command prints what it checked
+make_reference.py's directories and hybrid_reference.py's (byte tokenizer; recurrent
+state bytes from config.json) (tests/README.md, "tests/hf"). Each command prints what it checked
 and exits 1 with the first difference.
 
   serve  ADDR OUT NAME...   for each directory NAME: the model is listed with its
@@ -40,8 +41,11 @@ def expect(cond, what):
         raise Mismatch(what)
 
 
+BYTE_TOKENIZER = "AttnServeByteTokenizer"  # hybrid_reference.py's directories
+
+
 class Dir:
-    """make_reference.py's outputs for one directory."""
+    """make_reference.py's (or hybrid_reference.py's) outputs for one directory."""
 
     def __init__(self, out, name):
         self.dir_name = name
@@ -50,12 +54,21 @@ class Dir:
             self.ref = json.load(f)
         self.name = self.ref["model"]
         with open(os.path.join(self.model_dir, "config.json")) as f:
+            # Python's json reads back the Infinity it wrote (time_step_limit).
             self.config = json.load(f)
-        self.sp = spm.SentencePieceProcessor(
-            model_file=os.path.join(self.model_dir, "tokenizer.model"))
-        self.prompt_ids = self.ref["ids"]  # BOS first
+        self.bytes = self.config.get("tokenizer_class") == BYTE_TOKENIZER
+        self.prompt_ids = self.ref["ids"]  # BOS first (the byte tokenizer adds none)
         self.greedy = self.ref["greedy"]["ids"]
-        self.second = self.sp.encode(SECOND_TEXT)  # no BOS: continues a session
+        if self.bytes:
+            self.sp = None
+            self.second = list(SECOND_TEXT.encode())
+        else:
+            self.sp = spm.SentencePieceProcessor(
+                model_file=os.path.join(self.model_dir, "tokenizer.model"))
+            self.second = self.sp.encode(SECOND_TEXT)  # no BOS: continues a session
+
+    def piece(self, i):
+        return str(i) if self.bytes else self.sp.id_to_piece(i)
 
 
 def generate(stub, what, max_tokens, **request):
@@ -76,14 +89,43 @@ def generate(stub, what, max_tokens, **request):
 
 def same_ids(what, got, want, d):
     expect(got == want, f"{what}: got {got}\n  want {want}\n  (pieces got "
-           f"{[d.sp.id_to_piece(i) for i in got]}; PyTorch's smallest greedy margin "
+           f"{[d.piece(i) for i in got]}; PyTorch's smallest greedy margin "
            f"{d.ref['greedy']['min_margin']})")
+
+
+def hybrid_state_bytes(cfg, context):
+    """The same for hybrid_reference.py's families: per attention layer a KV cache; per
+    Mamba-2 layer its conv state, (inner + 2 groups x state) channels x (kernel - 1), and
+    its SSM state, heads x head_dim x state; per short-conv layer hidden x (L_cache - 1)."""
+    t, dim = cfg["model_type"], cfg["hidden_size"]
+    if t == "mamba2":
+        kinds, p = ["mamba"] * cfg["num_hidden_layers"], ""
+    elif t == "granitemoehybrid":
+        kinds, p = cfg["layer_types"], "mamba_"
+    else:
+        kinds, p = ["conv" if k == "conv" else "attention" for k in cfg["layer_types"]], None
+    floats = 0
+    for kind in kinds:
+        if kind == "attention":
+            d = dim // cfg["num_attention_heads"]
+            floats += cfg["num_key_value_heads"] * context * 2 * d
+        elif kind == "conv":
+            floats += dim * (cfg["conv_L_cache"] - 1)
+        else:
+            inner = int(cfg[p + "expand"] * dim)
+            groups = cfg[p + "n_groups"] if p else cfg["n_groups"]
+            state = cfg[p + "d_state"] if p else cfg["state_size"]
+            kernel = cfg[p + "d_conv"] if p else cfg["conv_kernel"]
+            floats += (inner + 2 * groups * state) * (kernel - 1) + inner * state
+    return floats * 4
 
 
 def expected_state_bytes(cfg, context):
     """Bytes of one session's state after `context` tokens, from config.json alone: a KV
     cache of K and V per KV head and token; for taylor order N the fixed state per KV
     head, C(d + N, N) features x (d_v + 1) floats (numerator and normaliser)."""
+    if cfg.get("tokenizer_class") == BYTE_TOKENIZER:
+        return hybrid_state_bytes(cfg, context)
     layers, hkv = cfg["num_hidden_layers"], cfg["num_key_value_heads"]
     # Hugging Face's head_dim when the config has none (Qwen2Config): hidden / heads.
     d = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
@@ -102,12 +144,16 @@ def check_listed(stub, dirs):
         m, cfg = infos[d.name], d.config
         tok = m.tokenizer
         got = (tok.kind, tok.vocab_size, tok.bos_id, tok.add_bos, list(tok.eos_ids))
-        want = ("sentencepiece", d.sp.get_piece_size(), d.sp.bos_id(), True, [d.sp.eos_id()])
+        if d.bytes:
+            want = ("bytes", 259, 256, False, [257])
+        else:
+            want = ("sentencepiece", d.sp.get_piece_size(), d.sp.bos_id(), True,
+                    [d.sp.eos_id()])
         expect(got == want, f"{d.name}: tokenizer (kind, vocab, bos, add_bos, eos) {got}, "
                f"the directory's is {want}")
-        expect(m.num_kv_heads == cfg["num_key_value_heads"],
-               f"{d.name}: num_kv_heads {m.num_kv_heads}, config.json says "
-               f"{cfg['num_key_value_heads']}")
+        kv = cfg.get("num_key_value_heads", 1)  # a pure Mamba-2 model names one head of dim
+        expect(m.num_kv_heads == kv,
+               f"{d.name}: num_kv_heads {m.num_kv_heads}, config.json says {kv}")
         for context, got in ((1024, m.state_bytes_per_session_at_1k),
                              (16384, m.state_bytes_per_session_at_16k)):
             want = expected_state_bytes(cfg, context)
@@ -126,7 +172,8 @@ def check_tokenize(stub, d):
     text = b"".join(t.text for t in reply.tokens)
     expect(text == d.ref["text"].encode(),
            f"{d.name}: Tokenize's token bytes {text!r} are not the text")
-    print(f"{d.name}: Tokenize gives sentencepiece's {len(d.prompt_ids)} ids")
+    print(f"{d.name}: Tokenize gives {'the bytes' if d.bytes else 'sentencepiece'}' "
+          f"{len(d.prompt_ids)} ids")
 
 
 def check_greedy(stub, d):
@@ -134,12 +181,13 @@ def check_greedy(stub, d):
                                 text=d.ref["text"].encode())
     same_ids(f"{d.name}: greedy continuation", ids, d.greedy, d)
     want = bytes.fromhex(d.ref["greedy"]["bytes_hex"])  # the pieces' bytes in context
-    expect(text == want, f"{d.name}: greedy bytes {text!r}, sentencepiece's pieces give "
+    expect(text == want, f"{d.name}: greedy bytes {text!r}, the tokenizer's pieces give "
            f"{want!r}")
     expect(final.usage.prompt_tokens == len(d.prompt_ids),
-           f"{d.name}: prompt_tokens {final.usage.prompt_tokens}, sentencepiece gives "
-           f"{len(d.prompt_ids)} ids with BOS")
-    print(f"{d.name}: greedy {len(ids)} tokens = PyTorch's: {text.decode()!r}")
+           f"{d.name}: prompt_tokens {final.usage.prompt_tokens}, the tokenizer gives "
+           f"{len(d.prompt_ids)} ids")
+    print(f"{d.name}: greedy {len(ids)} tokens = PyTorch's: "
+          f"{text.decode(errors='backslashreplace')!r}")
 
 
 def check_session(stub, d):

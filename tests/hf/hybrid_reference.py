@@ -55,16 +55,47 @@ Usage: /usr/bin/python3 hybrid_reference.py OUT [--reuse]   (Debian's python3-to
 """
 import argparse
 import hashlib
+import importlib.metadata
 import json
 import math
 import os
 import shutil
 import sys
 
-import torch
-import torch.nn.functional as F
+HERE = os.path.dirname(os.path.abspath(__file__))
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="output directory (models/ and reference/ inside)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="do nothing if OUT was written by this script (OUT/stamp.json)")
+    return parser.parse_args()
+
+
+def stamp():
+    """What makes an output this script's: its code, the writer it imports, torch's version
+    (read without importing torch, so that a kept output costs no torch start-up)."""
+    digest = hashlib.sha256()
+    for file in ("hybrid_reference.py", "make_reference.py"):
+        with open(os.path.join(HERE, file), "rb") as f:
+            digest.update(f.read())
+    return {"scripts_sha256": digest.hexdigest(), "torch": importlib.metadata.version("torch")}
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()
+    STAMP_PATH = os.path.join(os.path.abspath(ARGS.out), "stamp.json")
+    if ARGS.reuse and os.path.exists(STAMP_PATH):
+        with open(STAMP_PATH) as f:
+            if json.load(f) == stamp():
+                print(f"{os.path.abspath(ARGS.out)}: written by this script; kept")
+                sys.exit(0)
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, HERE)
 from make_reference import read_safetensors, write_safetensors  # noqa: E402
 
 FIXED_TEXT = "In the beginning God created the heaven and the earth. Café ☕"
@@ -465,27 +496,10 @@ def write_dir(path, hf, weights):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", help="output directory (models/ and reference/ inside)")
-    parser.add_argument("--reuse", action="store_true",
-                        help="do nothing if OUT was written by this script (OUT/stamp.json)")
-    args = parser.parse_args()
     torch.set_num_threads(1)
-    out = os.path.abspath(args.out)
-    stamp_path = os.path.join(out, "stamp.json")
-    here = os.path.dirname(os.path.abspath(__file__))
-    digest = hashlib.sha256()
-    for file in ("hybrid_reference.py", "make_reference.py"):
-        with open(os.path.join(here, file), "rb") as f:
-            digest.update(f.read())
-    stamp = {"scripts_sha256": digest.hexdigest(), "torch": torch.__version__}
-    if args.reuse and os.path.exists(stamp_path):
-        with open(stamp_path) as f:
-            if json.load(f) == stamp:
-                print(f"{out}: written by this script; kept")
-                return 0
-    if os.path.exists(stamp_path):
-        os.remove(stamp_path)
+    out = os.path.abspath(ARGS.out)
+    if os.path.exists(STAMP_PATH):
+        os.remove(STAMP_PATH)
     for sub in ("models", "reference"):
         shutil.rmtree(os.path.join(out, sub), ignore_errors=True)
     for name, hf, seed in configs():
@@ -510,8 +524,8 @@ def main():
         print(f"{name:20s} seed {seed + attempt}: logits range {ref['logits']['range']}, "
               f"min margin {g['min_margin']}, greedy {len(g['ids'])} ids "
               f"{bytes.fromhex(g['bytes_hex'])!r}")
-    with open(stamp_path, "w") as f:
-        json.dump(stamp, f, indent=1)
+    with open(STAMP_PATH, "w") as f:
+        json.dump(stamp(), f, indent=1)
         f.write("\n")
     return 0
 
