@@ -79,9 +79,19 @@ function showModelInfo() {
   picker.disabled = state.model !== null || state.models.length === 0;
   picker.title = state.model ? "Fixed by this conversation's first answer" : "";
   $("model-info").textContent = m
-    ? `${m.attention ?? "?"} attention, order ${m.order ?? "?"} · state ${formatBytes(m.state_bytes_per_session)} per session` +
+    ? `${layerKinds(m) ?? `${m.attention ?? "?"} attention, order ${m.order ?? "?"} · state ${formatBytes(m.state_bytes_per_session)} per session`}` +
       (m.max_context ? ` · context ${m.max_context} tokens` : "")
     : "";
+}
+
+// A hybrid's layers by kind and its state at 1k tokens and at most (at max_context: its
+// attention layers grow); null for a model of one kind of layer.
+function layerKinds(m) {
+  const kinds = m.state_bytes_by_mixer;
+  if (!Array.isArray(kinds) || kinds.length < 2) return null;
+  const names = kinds.map((k) => `${k.layers} ${k.mixer === "attention" ? `${m.attention} attention` : k.mixer}`);
+  return `${names.join(" + ")} layers · state ${formatBytes(m.state_bytes_per_session_at_1k)} at 1k tokens, ` +
+    `${formatBytes(m.state_bytes_per_session)} at most`;
 }
 
 async function loadModels() {

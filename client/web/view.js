@@ -148,17 +148,35 @@ function memoryBars(s, model) {
     return line;
   };
   wrap.append(bar(`attnserve state at ${s.position} tokens`, s.stateBytes, "state"));
+  // Layers whose state grows with the context (a KV cache): every layer of a softmax
+  // model, a hybrid's attention layers, none of a fixed-state model's.
+  const kinds = model?.state_bytes_by_mixer;
+  const growing = Array.isArray(kinds)
+    ? kinds.filter((k) => k.bytes_at_32k > k.bytes_at_1k).reduce((n, k) => n + k.layers, 0) : 0;
+  const layers = Array.isArray(kinds) ? kinds.reduce((n, k) => n + k.layers, 0) : 0;
   if (Number.isFinite(kv)) {
     wrap.append(bar(`softmax KV cache at ${s.position} tokens`, kv, "kv"));
     const ratio = kv / s.stateBytes;
-    const even = Math.ceil(s.stateBytes / perToken);
-    wrap.append(el("p", "memory-note small muted",
-      ratio >= 1
+    // From /v1/models: where a session of this model starts to hold less than every
+    // layer's KV cache (for a fixed state, the state's size over a token's KV bytes).
+    const even = model?.break_even_context > 0 ? model.break_even_context : Math.ceil(s.stateBytes / perToken);
+    let note;
+    if (growing > 0 && growing === layers) {
+      note = "The state is a KV cache: it grows with every token.";
+    } else if (growing > 0) {
+      note = ratio >= 1
+        ? `The KV cache would be ${ratio.toFixed(1)}× the state and grows faster: the state grows only in its ${growing} attention layers of ${layers}.`
+        : `The KV cache would pass the state at ${even} tokens: the state grows only in its ${growing} attention layers of ${layers}.`;
+    } else {
+      note = ratio >= 1
         ? `The KV cache would be ${ratio.toFixed(1)}× the state, and keeps growing; the state does not.`
-        : `The KV cache would pass the state's fixed size at ${even} tokens.`));
+        : `The KV cache would pass the state's fixed size at ${even} tokens.`;
+    }
+    const p = el("p", "memory-note small muted", note);
+    p.dataset.testid = "memory-note";
+    wrap.append(p);
   }
   // A hybrid: which layers hold what (its attention layers grow, its recurrent ones don't).
-  const kinds = model?.state_bytes_by_mixer;
   if (Array.isArray(kinds) && kinds.length > 1) {
     const parts = kinds.map((k) => k.mixer === "attention"
       ? `${k.layers} attention layers ${formatBytes(k.bytes_at_1k)} at 1k tokens, ${formatBytes(k.bytes_at_32k)} at 32k`

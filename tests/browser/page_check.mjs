@@ -3,17 +3,19 @@
 // data-testid hooks, the way a person uses it. tests/browser/page_test.sh starts the
 // servers and runs:
 //
-//   node page_check.mjs BASE_A BASE_B BASE_KEYS KEY OUT_DIR
+//   node page_check.mjs BASE_A BASE_B BASE_KEYS KEY OUT_DIR [HYBRID]
 //
 // BASE_A and BASE_B: two replicas sharing one redis-server; BASE_KEYS: a server with
-// --api_keys_file where KEY is valid; OUT_DIR: where the screenshots go. Every wait is for
+// --api_keys_file where KEY is valid; OUT_DIR: where the screenshots go; HYBRID: a hybrid
+// model BASE_KEYS also serves (Mamba-2 or short-conv layers beside attention layers),
+// whose layers and state the page must describe as such. Every wait is for
 // a condition (generous timeouts), never for a time: a turn is kept streaming by a large
 // max tokens and ended by the page's stop.
 import { chromium } from "playwright-core";
 import { mkdirSync } from "node:fs";
 import path from "node:path";
 
-const [baseA, baseB, baseKeys, key, outDir] = process.argv.slice(2);
+const [baseA, baseB, baseKeys, key, outDir, hybrid] = process.argv.slice(2);
 if (!outDir) {
   console.error("usage: node page_check.mjs BASE_A BASE_B BASE_KEYS KEY OUT_DIR");
   process.exit(2);
@@ -303,6 +305,39 @@ async function main() {
     expect(await k.getByTestId("conversation").count() === 1, "the keyed tenant's conversation is not listed");
     log("a valid key: kept in the browser, the chat works, the tenant's conversation is listed");
     expectNoProblems();
+
+    if (hybrid) {
+      step = "a hybrid model: its layers by kind, its state beside every layer's KV cache";
+      const m = (await api(baseKeys, "GET", `/v1/models/${hybrid}`, undefined, key)).json;
+      const kinds = m.state_bytes_by_mixer;
+      const layers = kinds.reduce((n, x) => n + x.layers, 0);
+      const attention = kinds.find((x) => x.mixer === "attention").layers;
+      expect(kinds.length === 2 && attention < layers && m.break_even_context > 0, `${hybrid}: ${JSON.stringify(m)}`);
+      await k.locator("#new-conversation").click();
+      await k.getByTestId("model").selectOption(hybrid);
+      const info = await k.locator("#model-info").textContent();
+      const names = kinds.map((x) => `${x.layers} ${x.mixer === "attention" ? `${m.attention} attention` : x.mixer}`);
+      expect(info.startsWith(`${names.join(" + ")} layers · state `), `model info "${info}"`);
+      const notes = [];
+      for (const text of ["In the beginning", "And God said"]) {
+        await turn(k, text);
+        const last = answers(k).last();
+        const note = await last.locator(".memory-note").first().textContent();
+        const byMixer = await last.getByTestId("state-by-mixer").textContent();
+        const position = Number(/state at (\d+) tokens/.exec(await last.locator(".turn-stats").innerText())?.[1]);
+        const grows = `the state grows only in its ${attention} attention layers of ${layers}.`;
+        // Below the break-even the KV cache of every layer is still the smaller: the page
+        // names where it passes the state, /v1/models' figure.
+        expect(position < m.break_even_context
+          ? note === `The KV cache would pass the state at ${m.break_even_context} tokens: ${grows}`
+          : note.startsWith("The KV cache would be ") && note.endsWith(`× the state and grows faster: ${grows}`),
+          `at ${position} tokens (break-even ${m.break_even_context}): "${note}"`);
+        expect(kinds.every((x) => byMixer.includes(`${x.layers} ${x.mixer} layers`)), `state by layer kind "${byMixer}"`);
+        notes.push(`${position} tokens: "${note}"`);
+      }
+      expectNoProblems();
+      log(`${hybrid}: "${info}"; ${notes.join("; ")}`);
+    }
     await keyed.close();
   } finally {
     await browser.close();

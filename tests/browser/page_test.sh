@@ -3,8 +3,9 @@
 # playwright-core (npm, installed by deploy/install.sh into tests/browser/node_modules;
 # never a downloaded browser) against the real attnserve_server with the shipped default
 # model: two replicas sharing a real redis-server (a conversation made on one is listed,
-# shown and continued on the other) and a server with API keys. page_check.mjs says what
-# is checked. Screenshots go to OUT_DIR (default: a new temp dir, kept), whose path is printed.
+# shown and continued on the other) and a server with API keys, which also serves a hybrid
+# model (make_hybrid_gguf.py --chat's granitehybrid: Mamba-2 and attention layers).
+# page_check.mjs says what is checked. Screenshots go to OUT_DIR (default: a new temp dir, kept), whose path is printed.
 # Usage: page_test.sh SERVER_BINARY CLIENT_BINARY [OUT_DIR]
 set -euo pipefail
 server_bin=$1 client_bin=$2
@@ -41,13 +42,17 @@ r2_pid=$started_pid
 
 key=$(openssl rand -hex 24)
 printf '%s page-tenant\n' "$key" >"$work/keys.txt"
+hybrid=granitehybrid-chat-f32
+"$py" "$repo/tests/gguf/make_hybrid_gguf.py" --chat "$work/gguf" "$hybrid" | sed "s/^/  /" ||
+  fail "make_hybrid_gguf.py --chat"
 k_addr=127.0.0.1:$(free_port) k_http=127.0.0.1:$(free_port)
-start_named k "$k_addr" "127.0.0.1:$(free_port)" --http_listen="$k_http" --api_keys_file="$work/keys.txt" "${web[@]}"
+start_named k "$k_addr" "127.0.0.1:$(free_port)" --http_listen="$k_http" --api_keys_file="$work/keys.txt" "${web[@]}" \
+  --model_dirs="$repo/deploy/models/kjv-taylor2-decay,$work/gguf/$hybrid.gguf"
 k_pid=$started_pid
 
 step "the page in chromium (replicas http://$r1_http and http://$r2_http, keys on http://$k_http)"
 mkdir -p "$out"
-node "$here/page_check.mjs" "http://$r1_http" "http://$r2_http" "http://$k_http" "$key" "$out" ||
+node "$here/page_check.mjs" "http://$r1_http" "http://$r2_http" "http://$k_http" "$key" "$out" "$hybrid" ||
   fail "page_check"
 step "screenshots in $out"
 step "PASS"
