@@ -222,5 +222,108 @@ TEST(HfConfig, WriterReadsBackToTheSameConfig) {
   EXPECT_EQ(ModelConfigToText(*back), ModelConfigToText(c));
 }
 
+// The recurrent families (hf_config.h): what a real directory's config.json carries, the
+// defaults of their configuration classes where it does not.
+TEST(HfConfig, ReadsMamba2WithPythonsInfinity) {
+  // As Python's json writes Mamba2Config (time_step_limit (0.0, inf)): not JSON until read.
+  const std::string text = R"({"model_type": "mamba2", "vocab_size": 320, "hidden_size": 64,
+      "num_hidden_layers": 3, "num_heads": 8, "head_dim": 16, "expand": 2, "state_size": 16,
+      "n_groups": 1, "conv_kernel": 4, "time_step_limit": [0.0, Infinity],
+      "layer_norm_epsilon": 1e-05, "name": "with \"Infinity\" and NaN inside a string"})";
+  auto c = ParseHfConfig(text, "dir");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->name, "with \"Infinity\" and NaN inside a string");
+  EXPECT_EQ(c->mixers, std::vector<std::string>(3, kMamba2Mixer));
+  EXPECT_FALSE(c->mlp);
+  EXPECT_FALSE(c->rope);
+  EXPECT_FALSE(c->tie_embeddings);  // Mamba2Config's default
+  EXPECT_EQ(c->ssm_inner, 128);
+  EXPECT_EQ(c->ssm_heads, 8);
+  EXPECT_EQ(c->ssm_state, 16);
+  EXPECT_EQ(c->ssm_groups, 1);
+  EXPECT_EQ(c->conv_kernel, 4);
+  EXPECT_EQ(c->bos_token_id, 0);  // Mamba2Config's ids
+  HfLayout layout;
+  ASSERT_TRUE(ParseHfConfig(text, "dir", &layout).ok());
+  EXPECT_EQ(layout.model_type, "mamba2");
+  EXPECT_TRUE(layout.conv_bias);  // use_conv_bias defaults to true
+  // n_groups absent is Mamba2Config's 8: refused like any other count but 1.
+  Json j = Json::parse(R"({"model_type": "mamba2", "vocab_size": 320, "hidden_size": 64,
+      "num_hidden_layers": 1, "num_heads": 8, "head_dim": 16})");
+  EXPECT_NE(Refusal(j).find("n_groups 8 is not supported"), std::string::npos);
+  j["n_groups"] = 1;
+  j["head_dim"] = 32;
+  EXPECT_NE(Refusal(j).find("head_dim 32 x num_heads 8 is not the inner width 128"),
+            std::string::npos);
+  j["head_dim"] = 16;
+  j["time_step_limit"] = Json::array({0.0, 100.0});
+  EXPECT_NE(Refusal(j).find("time_step_limit [0.0,100.0] is not supported"), std::string::npos);
+}
+
+TEST(HfConfig, ReadsGraniteMoeHybridDense) {
+  Json j = Json::parse(R"({"model_type": "granitemoehybrid", "vocab_size": 320,
+      "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "shared_intermediate_size": 96, "num_local_experts": 0,
+      "layer_types": ["mamba", "attention", "mamba"], "mamba_n_heads": 8,
+      "mamba_d_head": "auto", "mamba_d_state": 16, "mamba_conv_bias": false,
+      "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "logits_scaling": 6.0,
+      "attention_multiplier": 0.015625, "position_embedding_type": "nope"})");
+  HfLayout layout;
+  auto c = ParseHfConfig(j.dump(), "dir", &layout);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->mixers, (std::vector<std::string>{kMamba2Mixer, kAttentionMixer, kMamba2Mixer}));
+  EXPECT_TRUE(c->mlp);
+  EXPECT_EQ(c->mlp_hidden, 96);
+  EXPECT_FALSE(c->rope);
+  EXPECT_EQ(c->ssm_inner, 128);  // mamba_expand 2 (its default) x 64
+  EXPECT_EQ(c->ssm_heads, 8);
+  EXPECT_EQ(c->conv_kernel, 4);  // mamba_d_conv's default
+  EXPECT_FLOAT_EQ(c->embedding_scale, 12.0f);
+  EXPECT_FLOAT_EQ(c->residual_scale, 0.22f);
+  EXPECT_FLOAT_EQ(c->logit_scale, 6.0f);
+  EXPECT_FLOAT_EQ(c->attention_scale, 0.015625f);
+  EXPECT_FLOAT_EQ(c->norm_eps, 1e-6f);  // rms_norm_eps's default
+  EXPECT_FALSE(layout.conv_bias);
+  j["position_embedding_type"] = "rope";
+  EXPECT_TRUE(ParseHfConfig(j.dump(), "dir")->rope);
+  j.erase("layer_types");  // absent: every layer mamba
+  EXPECT_EQ(ParseHfConfig(j.dump(), "dir")->mixers, std::vector<std::string>(3, kMamba2Mixer));
+  j.erase("num_local_experts");  // absent: GraniteMoeHybridConfig's 8 experts
+  EXPECT_NE(Refusal(j).find("num_local_experts 8: mixtures of experts are not supported"),
+            std::string::npos);
+}
+
+TEST(HfConfig, ReadsLfm2) {
+  Json j = Json::parse(R"({"model_type": "lfm2", "vocab_size": 320, "hidden_size": 64,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "block_ff_dim": 6656, "block_multiple_of": 256, "block_ffn_dim_multiplier": 1.0,
+      "conv_L_cache": 3, "layer_types": ["conv", "full_attention", "conv", "conv"],
+      "rope_theta": 1000000.0, "norm_eps": 1e-05})");
+  auto c = ParseHfConfig(j.dump(), "dir");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->mixers, (std::vector<std::string>{kShortConvMixer, kAttentionMixer,
+                                                 kShortConvMixer, kShortConvMixer}));
+  EXPECT_EQ(c->mlp_hidden, 4608);  // LFM2-350M's: 2/3 of 6656 = 4437, up to a multiple of 256
+  EXPECT_TRUE(c->qk_head_norm);
+  EXPECT_TRUE(c->tie_embeddings);  // Lfm2Config's default
+  EXPECT_EQ(c->conv_kernel, 3);
+  EXPECT_FLOAT_EQ(c->rope_theta, 1e6f);
+  // A null multiplier skips the multiplier and the rounding, as Lfm2MLP does.
+  j["block_ffn_dim_multiplier"] = nullptr;
+  EXPECT_EQ(ParseHfConfig(j.dump(), "dir")->mlp_hidden, 4437);
+  j["block_auto_adjust_ff_dim"] = false;
+  EXPECT_EQ(ParseHfConfig(j.dump(), "dir")->mlp_hidden, 6656);
+  // full_attn_idxs in place of layer_types; neither: every layer attention.
+  j.erase("layer_types");
+  j["full_attn_idxs"] = Json::array({1, 3});
+  EXPECT_EQ(ParseHfConfig(j.dump(), "dir")->mixers,
+            (std::vector<std::string>{kShortConvMixer, kAttentionMixer, kShortConvMixer,
+                                      kAttentionMixer}));
+  j.erase("full_attn_idxs");
+  EXPECT_TRUE(ParseHfConfig(j.dump(), "dir")->mixers.empty());
+  j["conv_bias"] = true;
+  EXPECT_NE(Refusal(j).find("conv_bias is true"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace attnserve::model
