@@ -5,7 +5,7 @@
 #
 #   asan  build-asan  GCC -O1 -fsanitize=address,undefined   scheduler_test, service_test
 #   fuzz  build-fuzz  clang-14 libFuzzer + ASan + UBSan      admission_fuzz, snapshot_fuzz, safetensors_fuzz, gguf_fuzz,
-#                                                            request_fuzz
+#                                                            request_fuzz, schema_fuzz
 #   tsan  build-tsan  GCC -O1 -fsanitize=thread               scheduler_test, session_test
 #
 # service_test is not run under TSan: it drives the service through Debian's gRPC, which
@@ -96,13 +96,14 @@ stage_fuzz() {
   step fuzz-configure configure build-fuzz -DCMAKE_CXX_COMPILER=clang++-14 \
     -DATTNSERVE_SANITIZE=address,undefined -DATTNSERVE_FUZZ=ON
   step fuzz-build cmake --build build-fuzz -j "$jobs" --target fuzz_seeds admission_fuzz \
-    snapshot_fuzz safetensors_fuzz gguf_fuzz request_fuzz
+    snapshot_fuzz safetensors_fuzz gguf_fuzz request_fuzz schema_fuzz
   step fuzz-seeds build-fuzz/tests/fuzz/fuzz_seeds build-fuzz/seeds
   step fuzz-admission fuzz_one admission_fuzz
   step fuzz-snapshot fuzz_one snapshot_fuzz
   step fuzz-safetensors fuzz_one safetensors_fuzz
   step fuzz-gguf fuzz_one gguf_fuzz
   step fuzz-request fuzz_one request_fuzz
+  step fuzz-schema fuzz_one schema_fuzz
 }
 
 t0=$(seconds)
