@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/excerpt.h"
+#include "server/service/constraints.h"
 
 namespace attnserve::service {
 namespace {
@@ -129,6 +130,12 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
                                 " alternatives need logprobs set as well"));
   }
   out.turn.top_logprobs = r.top_logprobs();
+  // Last: compiling a schema is the costliest check (a repeated one is a cache lookup).
+  if (r.sampling().constraint().kind_case() != v1::Constraint::KIND_NOT_SET) {
+    auto constraint = SharedConstraintCache().Get(r.sampling().constraint());
+    if (!constraint.ok()) return constraint.status();
+    out.turn.constraint = *std::move(constraint);
+  }
   if (out.model) {
     if (absl::Status s = CheckPromptFits(out.turn, *out.model); !s.ok()) return s;
   }

@@ -48,7 +48,10 @@ struct ParsedGenerate {
 // outside the model's vocabulary, a prompt over the limit, a negative temperature,
 // top_p outside (0, 1], negative top_k, max_tokens negative or over the limit, an
 // unknown stop encoding or undecodable stop string, top_logprobs outside
-// [0, kMaxTopLogprobs] or above 0 without logprobs. NOT_FOUND for an unknown model.
+// [0, kMaxTopLogprobs] or above 0 without logprobs, a constraint that does not compile
+// (constraints.h: naming the keyword and its path in the schema). NOT_FOUND for an
+// unknown model. A constraint is compiled once per distinct message
+// (SharedConstraintCache) and set in turn.constraint.
 absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& request,
                                              const catalogue::ModelCatalogue& models,
                                              const RequestLimits& limits);
