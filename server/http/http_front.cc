@@ -20,6 +20,7 @@
 #include "server/http/openai_request.h"
 #include "server/http/openai_response.h"
 #include "server/http/own_session.h"
+#include "server/http/response_format.h"
 #include "server/http/turn_queue.h"
 #include "server/service/start_turn.h"
 
@@ -408,7 +409,10 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
   }
 
   auto started = StartQueuedTurn(*tenant, generate, arrival);
-  if (!started.ok()) return Fail(route_name, started.status(), res, generate.model());
+  if (!started.ok()) {
+    return Fail(route_name, NameConstraintError(started.status(), "response_format"), res,
+                generate.model());
+  }
   std::shared_ptr<TurnQueue> queue = *std::move(started);
 
   const std::string id =

@@ -5,6 +5,7 @@
 #include "nlohmann/json.hpp"
 #include "server/http/json_fields.h"
 #include "server/http/request_gate.h"
+#include "server/http/response_format.h"
 
 namespace attnserve::http {
 namespace {
@@ -141,6 +142,9 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(Route route, const std::string&
     return s;
   }
   if (absl::Status s = ReadLogprobs(route, body, &out.generate); !s.ok()) return s;
+  if (absl::Status s = ReadResponseFormat(body, body_text, out.generate.mutable_sampling()); !s.ok()) {
+    return s;
+  }
   return out;
 }
 

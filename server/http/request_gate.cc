@@ -32,8 +32,6 @@ bool Any(const json&) { return true; }
 
 constexpr char kNoTools[] =
     "tools and tool calls are not supported by this server yet (give no tools)";
-constexpr char kNoFormat[] =
-    "only plain text output is supported by this server yet (structured outputs are not)";
 constexpr char kNoPenalty[] = "penalties are not supported (only 0)";
 
 struct FieldRule {
@@ -77,6 +75,8 @@ std::vector<FieldRule> ChatRules(bool chat) {
       {"logit_bias", NoOpWhen(IsEmpty, "logit_bias is not supported (give none)")},
   };
   rules.insert(rules.end(), more.begin(), more.end());
+  // Read (and every member of it checked) by ReadResponseFormat (response_format.h).
+  rules.push_back({"response_format", Honoured});
   if (!chat) {
     rules.push_back({"prompt", Honoured});
     rules.push_back({"echo", NoOpWhen(IsFalse, "echo is not supported")});
@@ -93,9 +93,6 @@ std::vector<FieldRule> ChatRules(bool chat) {
       {"tool_choice", NoOpWhen([](const json& v) { return v == "none" || v == "auto"; }, kNoTools)},
       {"functions", NoOpWhen(IsEmpty, kNoTools)},
       {"function_call", NoOpWhen([](const json& v) { return v == "none" || v == "auto"; }, kNoTools)},
-      {"response_format",
-       NoOpWhen([](const json& v) { return v.is_object() && v.size() == 1 && v.value("type", "") == "text"; },
-                kNoFormat)},
       {"store", NoOpWhen(IsFalse, "storing chat completions is not supported (use /v1/responses)")},
       {"metadata", NoOpWhen(IsEmpty, "metadata is kept only with store, which chat completions do not support here")},
       {"modalities", NoOpWhen([](const json& v) { return v == json::array({"text"}); },
@@ -116,19 +113,7 @@ std::vector<FieldRule> ResponsesRules() {
       {"metadata", Honoured},
       {"max_output_tokens", Honoured},
       {"tool_choice", NoOpWhen([](const json& v) { return v == "none" || v == "auto"; }, kNoTools)},
-      {"text",
-       NoOpWhen(
-           [](const json& v) {
-             if (!v.is_object()) return false;
-             for (const auto& [key, value] : v.items()) {
-               if (key != "format") return false;
-               if (!value.is_object() || value.size() != 1 || value.value("type", "") != "text") {
-                 return false;
-               }
-             }
-             return true;
-           },
-           kNoFormat)},
+      {"text", Honoured},  // ReadTextFormat (response_format.h) reads and checks it
       {"truncation", NoOpWhen([](const json& v) { return v == "disabled"; },
                               "only truncation \"disabled\" is served (a prompt over the "
                               "context is refused)")},

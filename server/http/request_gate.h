@@ -52,9 +52,10 @@ int JsonNestingDepth(std::string_view text, int limit);
 //   INVALID_ARGUMENT naming the field (the OpenAI error's param) for a field the server
 //     does not honour: one it does not know ("unrecognized request argument"), or one it
 //     knows but does not implement with a value that would change the answer (tools with
-//     tool_choice, response_format other than text, a non-zero penalty, logit_bias, ...).
-//     Such fields at their no-op values (tools: [], response_format {"type":"text"},
-//     frequency_penalty: 0, user: "...") are accepted, as SDKs send them.
+//     tool_choice, a non-zero penalty, logit_bias, ...).
+//     Such fields at their no-op values (tools: [], frequency_penalty: 0, user: "...")
+//     are accepted, as SDKs send them. response_format and text are the decoders'
+//     (response_format.h), which refuse any member they do not honour.
 // Returns the parsed object. Error messages never echo more than a few dozen bytes of
 // the input.
 absl::StatusOr<nlohmann::json> ParseRequestBody(std::string_view text, RequestKind kind);

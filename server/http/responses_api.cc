@@ -11,6 +11,7 @@
 #include "server/http/json_fields.h"
 #include "server/http/openai_response.h"
 #include "server/http/request_gate.h"
+#include "server/http/response_format.h"
 #include "server/http/utf8.h"
 #include "server/store/record_kind.h"
 
@@ -112,6 +113,11 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body_t
     out.metadata = *metadata;  // within OpenAI's limits (ParseRequestBody)
   }
   if (absl::Status s = ReadSampling(body, random_seed, &out); !s.ok()) return s;
+  if (absl::Status s = ReadTextFormat(body, body_text, out.generate.mutable_sampling(),
+                                     &out.text);
+      !s.ok()) {
+    return s;
+  }
   return out;
 }
 
@@ -217,7 +223,7 @@ json ResponsesAnswer::Object(const std::string& status) const {
                                        : json(nullptr)},
           {"store", request_.store},
           {"temperature", request_.temperature},
-          {"text", {{"format", {{"type", "text"}}}}},
+          {"text", request_.text},
           {"tool_choice", "auto"},
           {"tools", json::array()},
           {"top_p", request_.top_p},

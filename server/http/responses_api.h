@@ -43,11 +43,15 @@ struct ResponsesRequest {
   nlohmann::json metadata;           // object ({} when absent)
   double temperature = 1.0;
   double top_p = 1.0;
+  // `text` as the response repeats it: {"format": {...}} as given (its format read into
+  // generate's constraint: response_format.h), {"format": {"type": "text"}} by default.
+  nlohmann::json text = {{"format", {{"type", "text"}}}};
 };
 
 // Parses a /v1/responses body. INVALID_ARGUMENT naming the field (with the param payload)
 // for a body that is not a JSON object, a field of the wrong type, an input item that is
-// not a text message, tools (not served), `conversation` beside previous_response_id or
+// not a text message, tools (not served), a text.format not served (response_format.h),
+// `conversation` beside previous_response_id or
 // with store false, or max_output_tokens < 1. Fields attnserve does not use are ignored. `seed` absent draws
 // `random_seed`.
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,

@@ -16,6 +16,7 @@
 #include "server/http/conversation_store.h"
 #include "server/http/openai_response.h"
 #include "server/http/own_session.h"
+#include "server/http/response_format.h"
 #include "server/http/responses_api.h"
 #include "server/http/turn_queue.h"
 #include "server/store/record_kind.h"
@@ -142,7 +143,9 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
   generate.set_session_id(own->id());
 
   auto started = StartQueuedTurn(*tenant, generate, arrival);
-  if (!started.ok()) return Fail(route_name, started.status(), res, model_name);
+  if (!started.ok()) {
+    return Fail(route_name, NameConstraintError(started.status(), "text.format"), res, model_name);
+  }
   std::shared_ptr<TurnQueue> queue = *std::move(started);
 
   auto answer = std::make_shared<ResponsesAnswer>(
