@@ -2,6 +2,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -81,14 +82,30 @@ std::string DescribeAttentionConfig(const v1::ModelConfig& config) {
   return text;
 }
 
+// A hybrid's state by layer kind, one row per kind ("4 mamba2 layers: 283.0 KiB at any
+// length"); nothing for a model of one kind of layer.
+std::vector<std::vector<std::string>> MixerRows(const v1::ModelInfo& m) {
+  std::vector<std::vector<std::string>> rows;
+  if (m.state_bytes_by_mixer_size() < 2) return rows;
+  for (const v1::MixerStateBytes& k : m.state_bytes_by_mixer()) {
+    const std::string size =
+        k.bytes_at_1k() == k.bytes_at_32k()
+            ? absl::StrCat(HumanBytes(k.bytes_at_1k()), " at any length")
+            : absl::StrCat(HumanBytes(k.bytes_at_1k()), " at 1k, ", HumanBytes(k.bytes_at_32k()),
+                           " at 32k");
+    rows.push_back({rows.empty() ? "state by kind:" : "",
+                    absl::StrCat(k.layers(), " ", k.mixer(), " layers: ", size)});
+  }
+  return rows;
+}
+
 void PrintModel(const Io& io, const v1::ModelInfo& m) {
   const v1::ModelConfig& c = m.config();
   const std::string served = FormatAttention(
       m.attention_module(), m.attention_module() == c.attention().module()
                                 ? c.attention().order()
                                 : 0);
-  PrintTable(
-      io.out,
+  std::vector<std::vector<std::string>> rows =
       {
           {"name:", m.name()},
           {"directory:", m.directory().empty() ? "-" : m.directory()},
@@ -111,9 +128,11 @@ void PrintModel(const Io& io, const v1::ModelInfo& m) {
            absl::StrCat(HumanBytes(m.state_bytes_per_session_at_16k()), " (",
                         m.state_bytes_per_session_at_16k(), " bytes)")},
           {"break-even context:", BreakEven(m.break_even_context())},
-          {"tokenizer:", DescribeTokenizer(m.tokenizer())},
-          {"kv heads:", m.num_kv_heads() == 0 ? "-" : absl::StrCat(m.num_kv_heads())},
-      });
+      };
+  for (auto& row : MixerRows(m)) rows.push_back(std::move(row));
+  rows.push_back({"tokenizer:", DescribeTokenizer(m.tokenizer())});
+  rows.push_back({"kv heads:", m.num_kv_heads() == 0 ? "-" : absl::StrCat(m.num_kv_heads())});
+  PrintTable(io.out, rows);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@ namespace attnserve::client::test {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 TEST_F(ClientTest, GenerateStreamsRawBytesAndPrintsFinishLine) {
@@ -247,9 +248,20 @@ TEST_F(ClientTest, ModelsListAndDescribe) {
   EXPECT_THAT(run.out, HasSubstr("max_context 1048576 (default)"));
   EXPECT_THAT(run.out, HasSubstr("tokenizer:           bytes, 259 tokens, BOS 256, EOS 257\n"));
   EXPECT_THAT(run.out, HasSubstr("kv heads:            4\n"));
+  // One kind of layer: no rows by kind.
+  EXPECT_THAT(run.out, Not(HasSubstr("state by kind")));
   run = Client({"models", "huge"});
   EXPECT_EQ(run.code, kExitFailure);
   EXPECT_EQ(run.err, "attnserve: NOT_FOUND: unknown model 'huge'\n");
+}
+
+TEST_F(ClientTest, DescribeGivesAHybridsStateByLayerKind) {
+  Outcome run = Client({"models", "tiny-hybrid"});
+  EXPECT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("break-even context:  142 tokens\n"
+                                 "state by kind:       4 mamba2 layers: 283.0 KiB at any length\n"
+                                 "                     2 attention layers: 1.0 MiB at 1k, 32.0 MiB at 32k\n"
+                                 "tokenizer:  "));
 }
 
 TEST_F(ClientTest, TokenizePrintsEachTokensIdAndBytes) {

@@ -18,6 +18,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -242,6 +243,10 @@ class FakeAttnServe final : public v1::AttnServe::Service {
   grpc::Status DescribeModel(grpc::ServerContext*,
                              const v1::DescribeModelRequest* request,
                              v1::ModelInfo* info) override {
+    if (request->name() == "tiny-hybrid") {
+      *info = HybridModel();
+      return grpc::Status::OK;
+    }
     if (request->name() != "tiny") {
       return {grpc::StatusCode::NOT_FOUND,
               "unknown model '" + request->name() + "'"};
@@ -322,6 +327,24 @@ class FakeAttnServe final : public v1::AttnServe::Service {
     config->set_mlp_hidden(172);
     config->mutable_attention()->set_module("taylor");
     config->mutable_attention()->set_order(2);
+    return info;
+  }
+  // A hybrid (described, not listed): 4 Mamba-2 layers of fixed state beside 2 attention
+  // layers whose KV caches grow.
+  static v1::ModelInfo HybridModel() {
+    v1::ModelInfo info = Model();
+    info.set_name("tiny-hybrid");
+    info.set_attention_module("softmax");
+    info.set_break_even_context(142);
+    for (const auto& [mixer, layers, at_1k, at_32k] :
+         {std::tuple<const char*, int, int64_t, int64_t>{"mamba2", 4, 289792, 289792},
+          {"attention", 2, 1048576, 33554432}}) {
+      v1::MixerStateBytes* k = info.add_state_bytes_by_mixer();
+      k->set_mixer(mixer);
+      k->set_layers(layers);
+      k->set_bytes_at_1k(at_1k);
+      k->set_bytes_at_32k(at_32k);
+    }
     return info;
   }
   // Records the call and its x-session-id header; returns the refusal while
