@@ -314,8 +314,7 @@ void ToolCallStreamParser::Finish(std::vector<Event>* events) {
       pending_.clear();
       break;
     case State::kClose:
-      Emit(Event::Kind::kArguments, held_, events);
-      break;
+      break;  // the envelope's closing bytes, cut short: not the arguments'
     default:
       // A tag, a header or a name that did not become a call: text.
       Emit(Event::Kind::kContent, held_, events);

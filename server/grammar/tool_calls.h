@@ -119,7 +119,7 @@ class ToolCallStreamParser {
   // Appends the events that `bytes` complete to `*events`.
   void Feed(std::string_view bytes, std::vector<Event>* events);
   // The answer is over: held bytes that began no call become content; a call cut short
-  // stays open (no kCallEnd).
+  // stays open (no kCallEnd), and the bytes of its closing envelope are dropped.
   void Finish(std::vector<Event>* events);
 
   int calls_started() const { return calls_; }

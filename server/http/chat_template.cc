@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "server/http/http_errors.h"
 #include "server/model/gguf_model.h"
@@ -32,28 +33,88 @@ std::optional<std::string> StringField(const std::string& json_text, const char*
   return it->get<std::string>();
 }
 
-// "system" for the system-like roles, the role itself for user and assistant.
+// "system" for the system-like roles, the role itself for user, assistant and tool.
 absl::StatusOr<std::string> NormalRole(const std::string& role) {
   if (role == "system" || role == "developer") return std::string("system");
-  if (role == "user" || role == "assistant") return role;
+  if (role == "user" || role == "assistant" || role == "tool") return role;
   return absl::InvalidArgumentError(absl::StrCat(
-      "messages: role \"", role, "\" is not supported (system, developer, user, assistant)"));
+      "messages: role \"", role,
+      "\" is not supported (system, developer, user, assistant, tool)"));
 }
 
-std::string RenderPlain(const std::vector<ChatMessage>& messages) {
+// What the model wrote for an assistant message: its content, then its calls.
+std::string AssistantText(ChatTemplateKind kind, const ChatMessage& m) {
+  if (m.tool_calls.empty()) return m.content;
+  std::vector<grammar::ToolCall> calls;
+  for (const ChatToolCall& c : m.tool_calls) calls.push_back({c.name, c.arguments});
+  return m.content + grammar::WriteToolCalls(ToolCallFormatOf(kind), calls);
+}
+
+// The plain and llama2 description of the functions: one line.
+std::string ToolsLine(const std::vector<std::string>& tools) {
+  return absl::StrCat(
+      "Tools: to call a function, answer <tool_call>{\"name\": NAME, \"arguments\": "
+      "ARGUMENTS}</tool_call>. The functions: ",
+      absl::StrJoin(tools, " "));
+}
+
+std::string RenderPlain(const std::vector<ChatMessage>& messages,
+                        const std::vector<std::string>& tools) {
   std::string out;
-  for (const ChatMessage& m : messages) {
-    const char* label = m.role == "system" ? "System" : m.role == "user" ? "User" : "Assistant";
-    absl::StrAppend(&out, label, ": ", m.content, "\n");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (i == 0 && !tools.empty() && m.role != "system") absl::StrAppend(&out, ToolsLine(tools), "\n");
+    if (m.role == "assistant") {
+      absl::StrAppend(&out, "Assistant: ", AssistantText(ChatTemplateKind::kPlain, m), "\n");
+    } else {
+      const char* label = m.role == "system" ? "System" : m.role == "user" ? "User" : "Tool";
+      absl::StrAppend(&out, label, ": ", m.content, "\n");
+    }
+    if (i == 0 && !tools.empty() && m.role == "system") absl::StrAppend(&out, ToolsLine(tools), "\n");
   }
   absl::StrAppend(&out, "Assistant: ");
   return out;
 }
 
-std::string RenderChatml(const std::vector<ChatMessage>& messages) {
+// Qwen2.5's (and Hermes 2 Pro's) tool section of the system message.
+std::string ChatmlToolsSection(const std::vector<std::string>& tools) {
+  std::string out =
+      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+  for (const std::string& t : tools) absl::StrAppend(&out, "\n", t);
+  absl::StrAppend(&out,
+                  "\n</tools>\n\nFor each function call, return a json object with function "
+                  "name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+                  "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
+  return out;
+}
+
+std::string RenderChatml(const std::vector<ChatMessage>& messages,
+                         const std::vector<std::string>& tools) {
   std::string out;
-  for (const ChatMessage& m : messages) {
-    absl::StrAppend(&out, "<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n");
+  size_t i = 0;
+  if (!tools.empty()) {
+    std::string system;
+    if (messages[0].role == "system") {
+      system = messages[0].content + "\n\n";
+      i = 1;
+    }
+    absl::StrAppend(&out, "<|im_start|>system\n", system, ChatmlToolsSection(tools), "<|im_end|>\n");
+  }
+  for (; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "tool") {
+      // Consecutive results share one user turn.
+      if (i == 0 || messages[i - 1].role != "tool") absl::StrAppend(&out, "<|im_start|>user");
+      absl::StrAppend(&out, "\n<tool_response>\n", m.content, "\n</tool_response>");
+      if (i + 1 == messages.size() || messages[i + 1].role != "tool") {
+        absl::StrAppend(&out, "<|im_end|>\n");
+      }
+      continue;
+    }
+    const std::string text =
+        m.role == "assistant" ? AssistantText(ChatTemplateKind::kChatml, m) : m.content;
+    absl::StrAppend(&out, "<|im_start|>", m.role, "\n", text, "<|im_end|>\n");
   }
   absl::StrAppend(&out, "<|im_start|>assistant\n");
   return out;
@@ -62,17 +123,35 @@ std::string RenderChatml(const std::vector<ChatMessage>& messages) {
 // Llama-2's chat format: the system text inside the first [INST]; user and assistant
 // alternate; a finished exchange ends with " </s><s>" (BOS at the session's start is the
 // tokenizer's own).
-absl::StatusOr<std::string> RenderLlama2(const std::vector<ChatMessage>& messages) {
+// Tool results are a user turn (consecutive ones one turn); the tools line joins the
+// system text.
+absl::StatusOr<std::string> RenderLlama2(const std::vector<ChatMessage>& messages,
+                                         const std::vector<std::string>& tools) {
   std::string out;
   size_t i = 0;
   std::string system;
   if (messages[0].role == "system") {
-    system = absl::StrCat("<<SYS>>\n", messages[0].content, "\n<</SYS>>\n\n");
+    system = messages[0].content;
     i = 1;
   }
-  bool expect_user = true;
+  if (!tools.empty()) system = system.empty() ? ToolsLine(tools) : absl::StrCat(system, "\n\n", ToolsLine(tools));
+  if (i == 1 || !tools.empty()) system = absl::StrCat("<<SYS>>\n", system, "\n<</SYS>>\n\n");
+  std::vector<ChatMessage> merged;  // tool results grouped into user turns
   for (; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
+    if (m.role != "tool") {
+      merged.push_back(m);
+      continue;
+    }
+    const std::string result = absl::StrCat("<tool_response>\n", m.content, "\n</tool_response>");
+    if (i > 0 && messages[i - 1].role == "tool") {
+      absl::StrAppend(&merged.back().content, "\n", result);
+    } else {
+      merged.push_back({"user", result});
+    }
+  }
+  bool expect_user = true;
+  for (const ChatMessage& m : merged) {
     if (m.role == "system") {
       return absl::InvalidArgumentError(
           "messages: the llama2 chat template takes one system message, first");
@@ -86,7 +165,7 @@ absl::StatusOr<std::string> RenderLlama2(const std::vector<ChatMessage>& message
       absl::StrAppend(&out, "[INST] ", system, m.content, " [/INST]");
       system.clear();
     } else {
-      absl::StrAppend(&out, " ", m.content, " </s><s>");
+      absl::StrAppend(&out, " ", AssistantText(ChatTemplateKind::kLlama2, m), " </s><s>");
     }
     expect_user = !expect_user;
   }
@@ -98,6 +177,49 @@ absl::StatusOr<std::string> RenderLlama2(const std::vector<ChatMessage>& message
 }
 
 }  // namespace
+
+grammar::ToolCallFormat ToolCallFormatOf(ChatTemplateKind kind) {
+  return kind == ChatTemplateKind::kChatml ? grammar::ToolCallFormat::kHermes
+                                           : grammar::ToolCallFormat::kPlain;
+}
+
+namespace {
+std::string DumpScalar(const nlohmann::ordered_json& v) {
+  return v.dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+// json.dumps with its default separators, in the order given. Depth is bounded by the
+// request gate.
+void AppendPythonJson(const nlohmann::ordered_json& v, std::string* out) {
+  if (v.is_object()) {
+    out->push_back('{');
+    bool first = true;
+    for (const auto& [key, value] : v.items()) {
+      if (!first) out->append(", ");
+      first = false;
+      out->append(DumpScalar(nlohmann::ordered_json(key)));
+      out->append(": ");
+      AppendPythonJson(value, out);
+    }
+    out->push_back('}');
+  } else if (v.is_array()) {
+    out->push_back('[');
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i > 0) out->append(", ");
+      AppendPythonJson(v[i], out);
+    }
+    out->push_back(']');
+  } else {
+    out->append(DumpScalar(v));
+  }
+}
+}  // namespace
+
+std::string ToolDefinitionText(const nlohmann::ordered_json& tool) {
+  std::string out;
+  AppendPythonJson(tool, &out);
+  return out;
+}
 
 const char* ChatTemplateName(ChatTemplateKind kind) {
   switch (kind) {
@@ -168,21 +290,23 @@ absl::StatusOr<ChatTemplateKind> ChatTemplateForDirectory(const std::string& dir
 }
 
 absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind,
-                                       const std::vector<ChatMessage>& messages) {
+                                       const std::vector<ChatMessage>& messages,
+                                       const std::vector<std::string>& tools) {
   if (messages.empty()) return absl::InvalidArgumentError("messages: must not be empty");
   std::vector<ChatMessage> normal;
   for (const ChatMessage& m : messages) {
     auto role = NormalRole(m.role);
     if (!role.ok()) return role.status();
-    normal.push_back({*std::move(role), m.content});
+    normal.push_back(m);
+    normal.back().role = *std::move(role);
   }
   switch (kind) {
     case ChatTemplateKind::kPlain:
-      return RenderPlain(normal);
+      return RenderPlain(normal, tools);
     case ChatTemplateKind::kChatml:
-      return RenderChatml(normal);
+      return RenderChatml(normal, tools);
     case ChatTemplateKind::kLlama2:
-      return RenderLlama2(normal);
+      return RenderLlama2(normal, tools);
   }
   return absl::InternalError("unknown chat template");
 }
@@ -215,7 +339,8 @@ absl::StatusOr<std::string> RenderAfterAssistant(ChatTemplateKind kind,
 
 std::vector<std::string> AssistantTurnEnds(ChatTemplateKind kind,
                                            const std::vector<ChatMessage>& messages,
-                                           size_t max_turns) {
+                                           size_t max_turns,
+                                           const std::vector<std::string>& tools) {
   constexpr char kMarker[] = "\x1f\x1e attnserve turn end \x1e\x1f";
   const char* end_of_turn = kind == ChatTemplateKind::kChatml   ? "<|im_end|>"
                             : kind == ChatTemplateKind::kLlama2 ? " </s>"
@@ -230,10 +355,13 @@ std::vector<std::string> AssistantTurnEnds(ChatTemplateKind kind,
   for (size_t k : assistant) {
     // The conversation up to this message, its content marked, and a user message after
     // it (the templates render an assistant message only before another turn).
+    // An assistant message renders as its text in every template: its calls join the
+    // content so that the marker follows them.
     std::vector<ChatMessage> upto(messages.begin(), messages.begin() + k + 1);
-    upto.back().content += kMarker;
+    upto.back().content = AssistantText(kind, upto.back()) + kMarker;
+    upto.back().tool_calls.clear();
     upto.push_back({"user", "u"});
-    auto rendered = RenderChat(kind, upto);
+    auto rendered = RenderChat(kind, upto, tools);
     if (!rendered.ok()) continue;
     const size_t at = rendered->find(kMarker);
     if (at == std::string::npos) continue;

@@ -11,6 +11,20 @@
 // re-encodes to the ids the model produced where the tokenizer allows it. Whether
 // "<|im_start|>" or "</s>" become one special id is the tokenizer's matter: the text is
 // encoded as a session's text always is.
+//
+// Tools (server/grammar/tool_calls.h): an assistant message's tool calls render after its
+// content in the template's envelope (ToolCallFormatOf), their arguments verbatim, so that
+// a call renders as the text the model generated for it. A tool result (role "tool"):
+//   plain   "Tool: RESULT\n"
+//   chatml  "<|im_start|>user\n<tool_response>\nRESULT\n</tool_response><|im_end|>\n"
+//           (consecutive results in one user turn, each its <tool_response>, as Qwen's)
+//   llama2  a user turn of "<tool_response>\nRESULT\n</tool_response>" (consecutive
+//           results joined by "\n")
+// The functions a request declares go in the system prompt: chatml as Qwen's / Hermes'
+// "# Tools" section (one JSON definition a line inside <tools></tools>, after the system
+// message's text, in a system message of its own when there is none); plain as a
+// "Tools: ..." line after the first system line (first when there is none); llama2 the
+// same line inside <<SYS>>.
 #pragma once
 
 #include <optional>
@@ -19,15 +33,35 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+#include "server/grammar/tool_calls.h"
 
 namespace attnserve::http {
 
+// A call an assistant made, as the client sends it back.
+struct ChatToolCall {
+  std::string id;         // the client's handle ("call_..."); not rendered
+  std::string name;
+  std::string arguments;  // JSON text, as generated
+};
+
 struct ChatMessage {
-  std::string role;  // "system" ("developer" is read as system), "user" or "assistant"
+  // "system" ("developer" is read as system), "user", "assistant" or "tool".
+  std::string role;
   std::string content;
+  std::vector<ChatToolCall> tool_calls = {};  // assistant: after the content
+  std::string tool_call_id = {};              // tool: the call it answers; not rendered
 };
 
 enum class ChatTemplateKind { kPlain, kChatml, kLlama2 };
+
+// The tool-call envelope a template writes calls in: chatml hermes, plain and llama2 plain.
+grammar::ToolCallFormat ToolCallFormatOf(ChatTemplateKind kind);
+
+// A tool definition ({"type": "function", "function": {...}}) as the prompt shows it: JSON
+// in the order given, with Python json.dumps' separators (", " and ": "), as Hugging Face
+// templates' `tojson` writes it.
+std::string ToolDefinitionText(const nlohmann::ordered_json& tool);
 
 // "plain", "chatml", "llama2".
 const char* ChatTemplateName(ChatTemplateKind kind);
@@ -50,11 +84,13 @@ absl::StatusOr<ChatTemplateKind> ChooseChatTemplate(
 absl::StatusOr<ChatTemplateKind> ChatTemplateForDirectory(const std::string& directory,
                                                           absl::string_view tokenizer_kind);
 
-// `messages` rendered with `kind`, ending with the assistant's cue. INVALID_ARGUMENT for
-// an empty list, an unknown role, or (llama2) a system message after the first or two
-// messages of the same side in a row.
+// `messages` rendered with `kind`, ending with the assistant's cue; `tools` (each a
+// ToolDefinitionText) described in the system prompt. INVALID_ARGUMENT for an empty list,
+// an unknown role, or (llama2) a system message after the first or two messages of the
+// same side in a row (tool results are the user's side).
 absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind,
-                                       const std::vector<ChatMessage>& messages);
+                                       const std::vector<ChatMessage>& messages,
+                                       const std::vector<std::string>& tools = {});
 
 // What follows an assistant turn the model generated when the conversation goes on with
 // `messages`: the text a full RenderChat of the whole conversation has after the
@@ -65,7 +101,8 @@ absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind,
 // " </s>" for llama2) is left out. Errors as RenderChat, for the conversation as a whole
 // (llama2: the continuation must start with a user message and hold no system message).
 // Where each assistant turn of `messages` ends in RenderChat(kind, messages): for every
-// assistant message, the rendered text up to the end of its content, and (chatml,
+// assistant message, the rendered text up to the end of its text (content, then tool
+// calls; `tools` as RenderChat's), and (chatml,
 // llama2) that text followed by the template's end-of-turn marker too (a turn that ended
 // on an end-of-sequence token holds it). These are the states a chat client that
 // resends its history may find kept from an earlier turn (prefix_cache.h). Empty when
@@ -74,7 +111,8 @@ absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind,
 // length squared.
 std::vector<std::string> AssistantTurnEnds(ChatTemplateKind kind,
                                            const std::vector<ChatMessage>& messages,
-                                           size_t max_turns = 8);
+                                           size_t max_turns = 8,
+                                           const std::vector<std::string>& tools = {});
 
 absl::StatusOr<std::string> RenderAfterAssistant(ChatTemplateKind kind,
                                                  const std::vector<ChatMessage>& messages,

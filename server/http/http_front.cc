@@ -398,11 +398,25 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
     if (!model.ok()) return Fail(route_name, model.status(), res);
     auto kind = TemplateOf((*model)->name);
     if (!kind.ok()) return Fail(route_name, kind.status(), res, (*model)->name);
-    auto text = RenderChat(*kind, request->messages);
+    if (request->tools.constraint.has_value()) {
+      // The calls in the model's own envelope; its answer is read back in the same one.
+      if (generate.sampling().has_constraint()) {
+        return Fail(route_name,
+                    InvalidParam("response_format", "cannot be combined with tools (unless "
+                                                    "tool_choice is \"none\")"),
+                    res, (*model)->name);
+      }
+      v1::ToolCallConstraint calls = *request->tools.constraint;
+      request->tool_format = ToolCallFormatOf(*kind);
+      calls.set_format(grammar::ToolCallFormatName(*request->tool_format));
+      *generate.mutable_sampling()->mutable_constraint()->mutable_tool_calls() = std::move(calls);
+    }
+    auto text = RenderChat(*kind, request->messages, request->tools.definitions);
     if (!text.ok()) return Fail(route_name, text.status(), res, (*model)->name);
     generate.set_text(*std::move(text));
     if (generate.session_id().empty() && prefix_cache_) {
-      auto kept = StartKeptChat(*tenant, *model, *kind, request->messages, &generate);
+      auto kept = StartKeptChat(*tenant, *model, *kind, request->messages,
+                                request->tools.definitions, &generate);
       if (!kept.ok()) return Fail(route_name, kept.status(), res, (*model)->name);
       chat = *std::move(kept);
     }
@@ -454,7 +468,7 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
 absl::StatusOr<std::shared_ptr<HttpFront::KeptChat>> HttpFront::StartKeptChat(
     const std::string& tenant, const std::shared_ptr<const catalogue::ServedModel>& model,
     ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
-    v1::GenerateRequest* generate) {
+    const std::vector<std::string>& tools, v1::GenerateRequest* generate) {
   auto chat = std::make_shared<KeptChat>();
   // Keyed by what the state belongs to (weights, config, attention), not the model's
   // name: a replica on other weights of the same name misses instead of failing.
@@ -470,7 +484,7 @@ absl::StatusOr<std::shared_ptr<HttpFront::KeptChat>> HttpFront::StartKeptChat(
   // previous call kept, and each candidate costs an encode of the history so far.
   // (Up to two ends per assistant message: with and without its end-of-turn marker.)
   constexpr size_t kMaxCandidates = 8;
-  std::vector<std::string> ends = AssistantTurnEnds(kind, messages, kMaxCandidates / 2);
+  std::vector<std::string> ends = AssistantTurnEnds(kind, messages, kMaxCandidates / 2, tools);
   std::vector<size_t> lengths;
   for (const std::string& end : ends) {
     auto end_ids = model->tokenizer->Encode(end, /*continuation=*/false);

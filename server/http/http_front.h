@@ -165,11 +165,12 @@ class HttpFront {
     std::shared_ptr<OwnSession> session;
   };
   // Looks the prompt up, makes the turn's session (imported or new) and sets
-  // `generate`'s session and prompt ids (the part not in the state).
+  // `generate`'s session and prompt ids (the part not in the state). `tools`: the
+  // definitions the prompt was rendered with.
   absl::StatusOr<std::shared_ptr<KeptChat>> StartKeptChat(
       const std::string& tenant, const std::shared_ptr<const catalogue::ServedModel>& model,
       ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
-      v1::GenerateRequest* generate);
+      const std::vector<std::string>& tools, v1::GenerateRequest* generate);
   // After the turn (its session released): keeps the state if it ended cleanly, then
   // closes the session.
   void KeepChat(KeptChat& chat, const scheduler::TurnResult& result);

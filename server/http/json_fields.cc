@@ -53,6 +53,52 @@ int32_t ClampToInt32(int64_t v) {
   return int32_t(v);
 }
 
+namespace {
+
+bool IsEmptyList(const json& v) { return v.is_array() && v.empty(); }
+
+// An assistant message's tool_calls (`list`, at `param`) into `out`: each {id, type
+// "function", function {name, arguments}}, arguments a string (the JSON text as the
+// answer gave it).
+absl::Status ReadToolCalls(const json& list, const std::string& param,
+                           std::vector<ChatToolCall>* out) {
+  if (!list.is_array()) return WrongType(param, "a list of tool calls");
+  for (size_t j = 0; j < list.size(); ++j) {
+    const std::string call = absl::StrCat(param, "[", j, "]");
+    const json& c = list[j];
+    if (!c.is_object()) return WrongType(call, "an object");
+    for (const auto& [key, value] : c.items()) {
+      if (key != "id" && key != "type" && key != "function") {
+        return InvalidParam(absl::StrCat(call, ".", key.substr(0, 40)),
+                            "unrecognized member (not served here)");
+      }
+    }
+    const json* id = Field(c, "id");
+    if (id == nullptr || !id->is_string()) return WrongType(call + ".id", "a string");
+    if (const json* type = Field(c, "type"); type != nullptr && *type != "function") {
+      return InvalidParam(call + ".type", "only \"function\" calls are supported");
+    }
+    const json* f = Field(c, "function");
+    if (f == nullptr || !f->is_object()) return WrongType(call + ".function", "an object");
+    for (const auto& [key, value] : f->items()) {
+      if (key != "name" && key != "arguments") {
+        return InvalidParam(absl::StrCat(call, ".function.", key.substr(0, 40)),
+                            "unrecognized member (not served here)");
+      }
+    }
+    const json* name = Field(*f, "name");
+    const json* arguments = Field(*f, "arguments");
+    if (name == nullptr || !name->is_string()) return WrongType(call + ".function.name", "a string");
+    if (arguments == nullptr || !arguments->is_string()) {
+      return WrongType(call + ".function.arguments", "a string (the arguments' JSON text)");
+    }
+    out->push_back({id->get<std::string>(), name->get<std::string>(), arguments->get<std::string>()});
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ReadMessageList(const json& list, const std::string& param,
                              std::vector<ChatMessage>* out) {
   for (size_t i = 0; i < list.size(); ++i) {
@@ -66,9 +112,31 @@ absl::Status ReadMessageList(const json& list, const std::string& param,
     const json* role = Field(message, "role");
     if (role == nullptr || !role->is_string()) return WrongType(item + ".role", "a string");
     ChatMessage out_message{role->get<std::string>(), ""};
+    if (const json* calls = Field(message, "tool_calls"); calls != nullptr && !IsEmptyList(*calls)) {
+      if (out_message.role != "assistant") {
+        return InvalidParam(item + ".tool_calls", "only an assistant message makes tool calls");
+      }
+      if (absl::Status s = ReadToolCalls(*calls, item + ".tool_calls", &out_message.tool_calls);
+          !s.ok()) {
+        return s;
+      }
+    }
+    // Tool results are chat messages; the Responses API has items of its own for them.
+    const json* call_id = Field(message, "tool_call_id");
+    if (out_message.role == "tool") {
+      if (param != "messages") {
+        return InvalidParam(item + ".role", "\"tool\" messages are not served here");
+      }
+      if (call_id == nullptr || !call_id->is_string()) {
+        return WrongType(item + ".tool_call_id", "a string (the call this result answers)");
+      }
+      out_message.tool_call_id = call_id->get<std::string>();
+    } else if (call_id != nullptr) {
+      return InvalidParam(item + ".tool_call_id", "only a tool message answers a call");
+    }
     const json* content = Field(message, "content");
     if (content == nullptr) {
-      // Only an assistant message may carry no content (tool calls, which we do not serve).
+      // Only an assistant message may carry no content (it made tool calls).
       if (out_message.role != "assistant") {
         return InvalidParam(item + ".content",
                             absl::StrCat("is required for a '", out_message.role, "' message"));

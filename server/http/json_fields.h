@@ -34,8 +34,10 @@ int32_t ClampToInt32(int64_t v);
 
 // A list of messages ({role, content}) at `param` ("messages", "input"): content is a
 // string or a list of text parts (type "text", "input_text" or "output_text"); only an
-// assistant message may have none. Items with a "type" other than "message" (tool calls
-// and their outputs) are refused, naming the item.
+// assistant message may have none. An assistant message's `tool_calls` ({id, type
+// "function", function {name, arguments}}) and a tool message's `tool_call_id` are read
+// (the request gate lets them through on chat messages only). Items with a "type" other
+// than "message" (Responses' tool calls and their outputs) are refused, naming the item.
 absl::Status ReadMessageList(const nlohmann::json& list, const std::string& param,
                              std::vector<ChatMessage>* out);
 

@@ -145,6 +145,9 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(Route route, const std::string&
   if (absl::Status s = ReadResponseFormat(body, body_text, out.generate.mutable_sampling()); !s.ok()) {
     return s;
   }
+  if (route == Route::kChat) {
+    if (absl::Status s = ReadChatTools(body, body_text, &out.tools); !s.ok()) return s;
+  }
   return out;
 }
 

@@ -9,7 +9,9 @@
 
 #include "absl/status/statusor.h"
 #include "attnserve/v1/attnserve.pb.h"
+#include "server/grammar/tool_calls.h"
 #include "server/http/chat_template.h"
+#include "server/http/chat_tools.h"
 #include "server/http/json_fields.h"
 
 namespace attnserve::http {
@@ -23,6 +25,10 @@ struct OpenAiRequest {
   // caller sets it from x-session-id).
   v1::GenerateRequest generate;
   std::vector<ChatMessage> messages;  // chat
+  ChatTools tools;                    // chat
+  // Chat whose turn runs under a tool-call constraint: the envelope its answer is read
+  // in for calls (set by the front once the model's template is known).
+  std::optional<grammar::ToolCallFormat> tool_format;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
 };

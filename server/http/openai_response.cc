@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/random_id.h"
 #include "server/http/http_errors.h"
 #include "server/http/utf8.h"
 
@@ -73,7 +74,10 @@ OpenAiAnswer::OpenAiAnswer(const OpenAiRequest& request, std::string id, absl::T
       created_(absl::ToUnixSeconds(arrival)),
       model_(std::move(model)),
       stops_(request.generate.sampling().stop().begin(), request.generate.sampling().stop().end()),
-      completion_logprobs_(EmptyCompletionLogprobs()) {}
+      completion_logprobs_(EmptyCompletionLogprobs()),
+      tool_format_(request.route == Route::kChat ? request.tool_format : std::nullopt) {
+  if (tool_format_.has_value() && request.stream) tool_parser_.emplace(*tool_format_);
+}
 
 std::string OpenAiAnswer::PassStops(const std::string& bytes) {
   if (stopped_) return "";
@@ -174,6 +178,47 @@ json OpenAiAnswer::Chunk(const std::string& content, const json& finish_reason) 
   return j;
 }
 
+json OpenAiAnswer::DeltaChunk(json delta, const json& finish_reason) {
+  json j = Envelope("chat.completion.chunk");
+  j["choices"] = json::array({{{"index", 0},
+                               {"delta", std::move(delta)},
+                               {"logprobs", TakeLogprobs()},
+                               {"finish_reason", finish_reason}}});
+  return j;
+}
+
+std::string OpenAiAnswer::ToolChunks(const std::string& text, bool final) {
+  using Kind = grammar::ToolCallStreamParser::Event::Kind;
+  std::vector<grammar::ToolCallStreamParser::Event> events;
+  tool_parser_->Feed(text, &events);
+  if (final) tool_parser_->Finish(&events);
+  std::string out;
+  for (grammar::ToolCallStreamParser::Event& e : events) {
+    json delta;
+    if (e.kind == Kind::kContent) {
+      delta = {{"content", std::move(e.text)}};
+    } else if (e.kind == Kind::kCallStart) {
+      call_ids_.push_back(absl::StrCat("call_", RandomId128()));
+      delta = {{"tool_calls", json::array({{{"index", e.index},
+                                            {"id", call_ids_.back()},
+                                            {"type", "function"},
+                                            {"function", {{"name", std::move(e.text)},
+                                                          {"arguments", ""}}}}})}};
+    } else if (e.kind == Kind::kArguments) {
+      delta = {{"tool_calls", json::array({{{"index", e.index},
+                                            {"function", {{"arguments", std::move(e.text)}}}}})}};
+    } else {
+      continue;  // kCallEnd: the client knows a call is whole from the next one or the end
+    }
+    out += SseEvent(Dump(DeltaChunk(std::move(delta), nullptr)));
+  }
+  return out;
+}
+
+std::string OpenAiAnswer::ToolFinishReason(const std::string& reason, size_t calls) const {
+  return reason == "stop" && calls > 0 ? "tool_calls" : reason;
+}
+
 json OpenAiAnswer::Usage(const scheduler::TurnResult& r) const {
   const int64_t prompt = cached_tokens_ + r.prompt_tokens;
   return {{"prompt_tokens", prompt},
@@ -195,6 +240,7 @@ std::string OpenAiAnswer::Start() {
 std::string OpenAiAnswer::Tokens(std::vector<scheduler::TokenEvent> tokens) {
   const std::string text = Absorb(std::move(tokens), /*final=*/false);
   if (text.empty()) return "";  // logprob entries wait for the character's last byte
+  if (tool_parser_) return ToolChunks(text, /*final=*/false);
   return SseEvent(Dump(Chunk(text, nullptr)));
 }
 
@@ -204,12 +250,15 @@ std::string OpenAiAnswer::Finish(const scheduler::TurnResult& result) {
   if (!reason.has_value()) return SseEvent(Dump(ErrorBody(error)));
   std::string out;
   const std::string rest = Absorb({}, /*final=*/true);
+  if (tool_parser_) out += ToolChunks(rest, /*final=*/true);
   const bool pending_logprobs =
       logprobs_ && (route_ == Route::kChat ? !chat_logprobs_.empty()
                                            : !completion_logprobs_["tokens"].empty());
-  if (!rest.empty() || pending_logprobs) out += SseEvent(Dump(Chunk(rest, nullptr)));
+  if ((!rest.empty() && !tool_parser_) || pending_logprobs) {
+    out += SseEvent(Dump(Chunk(tool_parser_ ? "" : rest, nullptr)));
+  }
   // The last choice chunk: chat's empty delta, completions' empty text.
-  out += SseEvent(Dump(Chunk("", *reason)));
+  out += SseEvent(Dump(Chunk("", tool_parser_ ? ToolFinishReason(*reason, call_ids_.size()) : *reason)));
   if (include_usage_) {
     json j = Envelope(route_ == Route::kChat ? "chat.completion.chunk" : "text_completion");
     j["choices"] = json::array();
@@ -232,6 +281,21 @@ json OpenAiAnswer::Body(const scheduler::TurnResult& result, const std::string& 
   if (route_ == Route::kChat) {
     j = {{"id", id_}, {"object", "chat.completion"}, {"created", created_}, {"model", model_}};
     choice["message"] = {{"role", "assistant"}, {"content", content_}};
+    if (tool_format_.has_value()) {
+      grammar::ParsedAnswer a = grammar::ParseToolCalls(*tool_format_, content_);
+      if (!a.calls.empty()) {
+        json calls = json::array();
+        for (grammar::ToolCall& c : a.calls) {
+          calls.push_back({{"id", absl::StrCat("call_", RandomId128())},
+                           {"type", "function"},
+                           {"function", {{"name", std::move(c.name)},
+                                         {"arguments", std::move(c.arguments)}}}});
+        }
+        choice["message"]["content"] = a.content.empty() ? json(nullptr) : json(a.content);
+        choice["message"]["tool_calls"] = std::move(calls);
+        choice["finish_reason"] = ToolFinishReason(finish_reason, a.calls.size());
+      }
+    }
   } else {
     j = {{"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", model_}};
     choice["text"] = content_;

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "server/grammar/tool_calls.h"
 #include "server/http/openai_request.h"
 #include "server/scheduler/turn.h"
 
@@ -33,6 +34,14 @@ nlohmann::json Timings(const scheduler::TurnResult& result, absl::Duration total
 // As in the OpenAI API, a stop string is not part of the content: the turn ends after
 // the token that completes it (the scheduler's rule, the same as gRPC's), and the text
 // here ends before it. Bytes that may begin a stop string are held until they do not.
+//
+// A chat turn under a tool-call constraint (OpenAiRequest::tool_format) is read for calls
+// in its envelope (grammar::ToolCallStreamParser): the text before the first call is
+// `content` (null when there is none and calls follow), each call a `tool_calls` entry
+// {id "call_...", type "function", function {name, arguments}} with the arguments' exact
+// text, and a turn that ended normally after a call finishes with "tool_calls". Streamed,
+// a call's first delta carries index, id, type, function.name and arguments "", later
+// deltas pieces of arguments (as the SDKs accumulate them).
 class OpenAiAnswer {
  public:
   // `id` is "chatcmpl-..." or "cmpl-...", `arrival` when the request came (`created`, and
@@ -70,6 +79,11 @@ class OpenAiAnswer {
   std::string PassStops(const std::string& bytes);
   nlohmann::json Envelope(const char* object) const;
   nlohmann::json Chunk(const std::string& content, const nlohmann::json& finish_reason);
+  nlohmann::json DeltaChunk(nlohmann::json delta, const nlohmann::json& finish_reason);
+  // Chunks for `text` read by the tool-call parser (`final`: the answer is over).
+  std::string ToolChunks(const std::string& text, bool final);
+  // "tool_calls" for a turn that stopped after a call, else `reason`.
+  std::string ToolFinishReason(const std::string& reason, size_t calls) const;
   nlohmann::json Usage(const scheduler::TurnResult& result) const;
   nlohmann::json TakeLogprobs();  // the entries gathered since the last chunk
 
@@ -91,6 +105,9 @@ class OpenAiAnswer {
   nlohmann::json chat_logprobs_ = nlohmann::json::array();
   nlohmann::json completion_logprobs_;
   size_t text_offset_ = 0;  // completions: bytes of text before the next token
+  const std::optional<grammar::ToolCallFormat> tool_format_;
+  std::optional<grammar::ToolCallStreamParser> tool_parser_;  // streaming with tools
+  std::vector<std::string> call_ids_;  // streamed calls' ids, by index
 };
 
 // "data: TEXT\n\n".

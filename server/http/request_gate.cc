@@ -56,6 +56,12 @@ std::vector<FieldRule> CommonRules() {
       {"service_tier",
        NoOpWhen([](const json& v) { return v == "auto" || v == "default"; },
                 "only \"auto\" or \"default\" is served here")},
+  };
+}
+
+// Where tools are not served yet (completions, responses): accepted only empty.
+std::vector<FieldRule> NoToolRules() {
+  return {
       {"tools", NoOpWhen(IsEmpty, kNoTools)},
       {"parallel_tool_calls", NoOpWhen(Any, "")},  // meaningful only with tools
   };
@@ -78,6 +84,8 @@ std::vector<FieldRule> ChatRules(bool chat) {
   // Read (and every member of it checked) by ReadResponseFormat (response_format.h).
   rules.push_back({"response_format", Honoured});
   if (!chat) {
+    const std::vector<FieldRule> no_tools = NoToolRules();
+    rules.insert(rules.end(), no_tools.begin(), no_tools.end());
     rules.push_back({"prompt", Honoured});
     rules.push_back({"echo", NoOpWhen(IsFalse, "echo is not supported")});
     rules.push_back({"best_of", NoOpWhen([](const json& v) { return v == 1; },
@@ -90,7 +98,10 @@ std::vector<FieldRule> ChatRules(bool chat) {
       {"messages", Honoured},
       {"max_completion_tokens", Honoured},
       {"top_logprobs", Honoured},
-      {"tool_choice", NoOpWhen([](const json& v) { return v == "none" || v == "auto"; }, kNoTools)},
+      // Read (and every member checked) by ReadChatTools (chat_tools.h).
+      {"tools", Honoured},
+      {"tool_choice", Honoured},
+      {"parallel_tool_calls", Honoured},
       {"functions", NoOpWhen(IsEmpty, kNoTools)},
       {"function_call", NoOpWhen([](const json& v) { return v == "none" || v == "auto"; }, kNoTools)},
       {"store", NoOpWhen(IsFalse, "storing chat completions is not supported (use /v1/responses)")},
@@ -104,6 +115,8 @@ std::vector<FieldRule> ChatRules(bool chat) {
 
 std::vector<FieldRule> ResponsesRules() {
   std::vector<FieldRule> rules = CommonRules();
+  const std::vector<FieldRule> no_tools = NoToolRules();
+  rules.insert(rules.end(), no_tools.begin(), no_tools.end());
   const std::vector<FieldRule> more = {
       {"input", Honoured},
       {"instructions", Honoured},
@@ -168,7 +181,8 @@ absl::Status CheckFields(const json& body, RequestKind kind) {
 
 // Fields of one message or input item other than role, type and content: accepted only
 // where they carry nothing (an SDK echoing back an assistant message sends them empty).
-absl::Status CheckMessageFields(const json& message, const std::string& item) {
+// `tools`: a chat message, whose tool_calls and tool_call_id the decoder reads.
+absl::Status CheckMessageFields(const json& message, const std::string& item, bool tools) {
   // An item of another type (a tool call, its output) is the decoder's to refuse by type.
   if (const json* type = Field(message, "type"); type != nullptr && *type != "message") {
     return absl::OkStatus();
@@ -183,6 +197,11 @@ absl::Status CheckMessageFields(const json& message, const std::string& item) {
         empty) {
       continue;
     }
+    if (tools && key == "tool_calls" && value.is_array() && value.size() > L::kMaxToolCalls) {
+      return InvalidParam(absl::StrCat(item, ".tool_calls"),
+                          absl::StrCat("must have at most ", L::kMaxToolCalls, " calls"));
+    }
+    if (tools && (key == "tool_calls" || key == "tool_call_id")) continue;
     if (key == "tool_calls" || key == "function_call" || key == "tool_call_id") {
       return InvalidParam(absl::StrCat(item, ".", key), kNoTools);
     }
@@ -219,7 +238,9 @@ absl::Status CheckMessages(const json& body, const char* param) {
   }
   for (size_t i = 0; i < list->size(); ++i) {
     if (!(*list)[i].is_object()) continue;
-    if (absl::Status s = CheckMessageFields((*list)[i], absl::StrCat(param, "[", i, "]")); !s.ok()) {
+    const bool tools = std::string_view(param) == "messages";
+    if (absl::Status s = CheckMessageFields((*list)[i], absl::StrCat(param, "[", i, "]"), tools);
+        !s.ok()) {
       return s;
     }
   }
@@ -233,6 +254,10 @@ absl::Status CheckCounts(const json& body) {
   }
   for (const char* param : {"messages", "input", "items"}) {
     if (absl::Status s = CheckMessages(body, param); !s.ok()) return s;
+  }
+  if (const json* tools = Field(body, "tools"); tools != nullptr && tools->is_array() &&
+                                                tools->size() > L::kMaxTools) {
+    return InvalidParam("tools", absl::StrCat("must have at most ", L::kMaxTools, " tools"));
   }
   if (const json* stop = Field(body, "stop"); stop != nullptr && stop->is_array() &&
                                               stop->size() > L::kMaxStopStrings) {

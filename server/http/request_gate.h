@@ -28,6 +28,8 @@ struct RequestShapeLimits {
   static constexpr size_t kMaxMetadataKeyChars = 64;
   static constexpr size_t kMaxMetadataValueChars = 512;
   static constexpr size_t kMaxFields = 64;           // members of the body object
+  static constexpr size_t kMaxTools = 128;           // tools (OpenAI's limit)
+  static constexpr size_t kMaxToolCalls = 128;       // tool_calls of one message
 };
 
 // What a body is for: decides which fields it may name.
@@ -51,8 +53,8 @@ int JsonNestingDepth(std::string_view text, int limit);
 //     (naming the field), metadata over OpenAI's limits (naming it);
 //   INVALID_ARGUMENT naming the field (the OpenAI error's param) for a field the server
 //     does not honour: one it does not know ("unrecognized request argument"), or one it
-//     knows but does not implement with a value that would change the answer (tools with
-//     tool_choice, a non-zero penalty, logit_bias, ...).
+//     knows but does not implement with a value that would change the answer (tools
+//     outside chat completions, a non-zero penalty, logit_bias, ...).
 //     Such fields at their no-op values (tools: [], frequency_penalty: 0, user: "...")
 //     are accepted, as SDKs send them. response_format and text are the decoders'
 //     (response_format.h), which refuse any member they do not honour.

@@ -203,6 +203,11 @@ TEST(ParseToolCallsTest, ACallCutShortKeepsWhatWasWritten) {
   EXPECT_EQ(a.calls[0].name, "get_weather");
   const size_t args = kParisCall.find("{\"city");
   EXPECT_EQ(a.calls[0].arguments, kParisCall.substr(args, 60 - args));
+  // Cut inside the closing tag: the arguments are whole.
+  a = ParseToolCalls(ToolCallFormat::kHermes, kParisCall.substr(0, kParisCall.size() - 4));
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_FALSE(a.complete);
+  EXPECT_EQ(a.calls[0].arguments, R"({"city": "Paris", "celsius": true})");
   // Cut inside the name: no call yet, the bytes are content.
   a = ParseToolCalls(ToolCallFormat::kHermes, kParisCall.substr(0, 25));
   EXPECT_TRUE(a.calls.empty());

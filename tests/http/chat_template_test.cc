@@ -59,10 +59,110 @@ TEST(RenderChatTest, Llama2PutsTheSystemInsideTheFirstInstruction) {
 
 TEST(RenderChatTest, RefusesWhatATemplateCannotSay) {
   EXPECT_THAT(RenderChat(ChatTemplateKind::kPlain, {}).status().message(), HasSubstr("messages"));
-  EXPECT_THAT(RenderChat(ChatTemplateKind::kPlain, {{"tool", "x"}}).status().message(),
-              HasSubstr("\"tool\""));
+  EXPECT_THAT(RenderChat(ChatTemplateKind::kPlain, {{"function", "x"}}).status().message(),
+              HasSubstr("\"function\""));
   EXPECT_FALSE(RenderChat(ChatTemplateKind::kLlama2, {{"user", "a"}, {"user", "b"}}).ok());
   EXPECT_FALSE(RenderChat(ChatTemplateKind::kLlama2, {{"user", "a"}, {"assistant", "b"}}).ok());
+}
+
+// --- tools ---
+
+const std::string kWeatherTool =
+    R"({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}})";
+const std::string kCall = R"({"city": "Paris"})";
+
+// A tool loop: the question, the assistant's call, its result, the answer.
+std::vector<ChatMessage> ToolLoop(const std::string& content) {
+  return {{"user", "Weather?"},
+          {"assistant", content, {{"call_1", "get_weather", kCall}}},
+          {"tool", "sunny", {}, "call_1"},
+          {"assistant", "Sunny."}};
+}
+
+TEST(RenderChatTest, ChatmlToolsAsQwenWritesThem) {
+  // Qwen2.5's template: the tools section after the system text, the call in its
+  // envelope, the result as a user turn of <tool_response>.
+  std::vector<ChatMessage> m = {{"system", "Be brief."}};
+  for (const ChatMessage& x : ToolLoop("")) m.push_back(x);
+  auto text = RenderChat(ChatTemplateKind::kChatml, m, {kWeatherTool});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text,
+            "<|im_start|>system\nBe brief.\n\n# Tools\n\nYou may call one or more functions to "
+            "assist with the user query.\n\nYou are provided with function signatures within "
+            "<tools></tools> XML tags:\n<tools>\n" + kWeatherTool +
+            "\n</tools>\n\nFor each function call, return a json object with function name and "
+            "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+            "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+            "<|im_start|>user\nWeather?<|im_end|>\n"
+            "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+            "{\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n"
+            "<|im_start|>assistant\nSunny.<|im_end|>\n<|im_start|>assistant\n");
+  // Without a system message the section is a system message of its own; consecutive
+  // results share one user turn.
+  std::vector<ChatMessage> two = ToolLoop("");
+  two.insert(two.begin() + 3, ChatMessage{"tool", "windy", {}, "call_2"});
+  auto grouped = RenderChat(ChatTemplateKind::kChatml, two, {kWeatherTool, kWeatherTool});
+  ASSERT_TRUE(grouped.ok()) << grouped.status();
+  EXPECT_TRUE(absl::StartsWith(*grouped, "<|im_start|>system\n# Tools\n\n")) << *grouped;
+  EXPECT_THAT(*grouped, HasSubstr("<tools>\n" + kWeatherTool + "\n" + kWeatherTool + "\n</tools>"));
+  EXPECT_THAT(*grouped, HasSubstr("<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n"
+                                  "<tool_response>\nwindy\n</tool_response><|im_end|>\n"));
+}
+
+TEST(RenderChatTest, PlainAndLlama2ToolsInThePlainEnvelope) {
+  auto plain = RenderChat(ChatTemplateKind::kPlain, ToolLoop("Let me see. "), {kWeatherTool});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(*plain,
+            "Tools: to call a function, answer <tool_call>{\"name\": NAME, \"arguments\": "
+            "ARGUMENTS}</tool_call>. The functions: " + kWeatherTool + "\nUser: Weather?\n"
+            "Assistant: Let me see. <tool_call>{\"name\": \"get_weather\", \"arguments\": "
+            "{\"city\": \"Paris\"}}</tool_call>\nTool: sunny\nAssistant: Sunny.\nAssistant: ");
+  auto llama2 = RenderChat(ChatTemplateKind::kLlama2,
+                           {{"user", "Weather?"},
+                            {"assistant", "", {{"call_1", "get_weather", kCall}}},
+                            {"tool", "sunny", {}, "call_1"},
+                            {"tool", "windy", {}, "call_2"}},
+                           {kWeatherTool});
+  ASSERT_TRUE(llama2.ok()) << llama2.status();
+  EXPECT_EQ(*llama2,
+            "[INST] <<SYS>>\nTools: to call a function, answer <tool_call>{\"name\": NAME, "
+            "\"arguments\": ARGUMENTS}</tool_call>. The functions: " + kWeatherTool +
+            "\n<</SYS>>\n\nWeather? [/INST] <tool_call>{\"name\": \"get_weather\", "
+            "\"arguments\": {\"city\": \"Paris\"}}</tool_call> </s><s>[INST] <tool_response>\n"
+            "sunny\n</tool_response>\n<tool_response>\nwindy\n</tool_response> [/INST]");
+}
+
+// The guarantee prefix caching rests on: the prompt of the call's turn plus what the model
+// generated (content, then the calls as WriteToolCalls writes them) starts the next
+// turn's prompt, and AssistantTurnEnds names exactly that point. (llama2 renders an
+// answer after a space, as SentencePiece's first piece of it carries one.)
+TEST(RenderChatTest, AToolCallTurnRendersAsWhatTheModelGenerated) {
+  for (ChatTemplateKind kind :
+       {ChatTemplateKind::kPlain, ChatTemplateKind::kChatml, ChatTemplateKind::kLlama2}) {
+    std::vector<ChatMessage> loop = ToolLoop("On it.\n");
+    loop.pop_back();  // ending on the result: llama2 renders no history ending with an answer
+    auto first = RenderChat(kind, {loop[0]}, {kWeatherTool});
+    auto whole = RenderChat(kind, loop, {kWeatherTool});
+    ASSERT_TRUE(first.ok() && whole.ok()) << ChatTemplateName(kind);
+    const std::string generated = std::string(kind == ChatTemplateKind::kLlama2 ? " " : "") +
+        "On it.\n" + grammar::WriteToolCalls(ToolCallFormatOf(kind), {{"get_weather", kCall}});
+    EXPECT_TRUE(absl::StartsWith(*whole, *first + generated)) << ChatTemplateName(kind);
+    const std::vector<std::string> ends = AssistantTurnEnds(kind, loop, 8, {kWeatherTool});
+    ASSERT_FALSE(ends.empty()) << ChatTemplateName(kind);
+    EXPECT_EQ(ends[0], *first + generated) << ChatTemplateName(kind);
+    // The continuation after the call's turn, as a stored response renders it.
+    auto after = RenderAfterAssistant(kind, {loop[2]}, /*ended_with_eos=*/false);
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(*first + generated + *after, *whole) << ChatTemplateName(kind);
+  }
+}
+
+TEST(ToolDefinitionTextTest, KeepsTheOrderWithPythonSeparators) {
+  const auto tool = nlohmann::ordered_json::parse(
+      R"({"type":"function","function":{"name":"f","parameters":{"b":1,"a":[true,null,"é"]}}})");
+  EXPECT_EQ(ToolDefinitionText(tool),
+            R"({"type": "function", "function": {"name": "f", "parameters": {"b": 1, "a": [true, null, "é"]}}})");
 }
 
 TEST(ChooseChatTemplateTest, ConfigNameWinsThenJinjaThenBytes) {

@@ -100,17 +100,16 @@ TEST(RequestGateTest, RefusesFieldsItWouldIgnore) {
   const std::string tool =
       R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])";
   const std::vector<Case> cases = {
-      {RequestKind::kChat,
-       absl::StrCat(R"({"messages":[],"tools":)", tool, R"(,"tool_choice":"required"})"), "tools"},
-      {RequestKind::kChat, R"({"messages":[],"tool_choice":"required"})", "tool_choice"},
+      {RequestKind::kCompletions, absl::StrCat(R"({"prompt":"a","tools":)", tool, "}"), "tools"},
+      {RequestKind::kResponses, R"({"input":"a","tool_choice":"required"})", "tool_choice"},
       {RequestKind::kChat, R"({"messages":[],"frequency_penalty":0.5})", "frequency_penalty"},
       {RequestKind::kChat, R"({"messages":[],"logit_bias":{"50256":-100}})", "logit_bias"},
       {RequestKind::kChat, R"({"messages":[],"no_such_field":1})", "no_such_field"},
       {RequestKind::kChat, R"({"messages":[{"role":"user","content":"x","name":"bob"}]})",
        "messages[0].name"},
-      {RequestKind::kChat,
-       R"({"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function"}]}]})",
-       "messages[0].tool_calls"},
+      {RequestKind::kResponses,
+       R"({"input":[{"role":"assistant","tool_calls":[{"id":"c","type":"function"}]}]})",
+       "input[0].tool_calls"},
       {RequestKind::kCompletions, R"({"prompt":"a","echo":true})", "echo"},
       {RequestKind::kCompletions, R"({"prompt":"a","suffix":"z"})", "suffix"},
       {RequestKind::kResponses, absl::StrCat(R"({"input":"a","tools":)", tool, "}"), "tools"},
@@ -124,13 +123,10 @@ TEST(RequestGateTest, RefusesFieldsItWouldIgnore) {
     EXPECT_EQ(ParamOf(r.status()), c.param) << c.body << ": " << r.status();
   }
   // Through the decoders the HTTP routes call, the same.
-  auto chat = ParseOpenAiRequest(
-      Route::kChat,
-      absl::StrCat(R"({"messages":[{"role":"user","content":"x"}],"tools":)", tool,
-                   R"(,"tool_choice":"required"})"),
-      1);
-  EXPECT_EQ(ParamOf(chat.status()), "tools");
-  EXPECT_THAT(chat.status().message(), HasSubstr("not supported"));
+  auto completion = ParseOpenAiRequest(
+      Route::kCompletions, absl::StrCat(R"({"prompt":"x","tools":)", tool, "}"), 1);
+  EXPECT_EQ(ParamOf(completion.status()), "tools");
+  EXPECT_THAT(completion.status().message(), HasSubstr("not supported"));
 }
 
 TEST(RequestGateTest, AcceptsTheNoOpValuesSdksSend) {

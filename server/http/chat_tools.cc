@@ -1,0 +1,139 @@
+#include "server/http/chat_tools.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "server/grammar/tool_calls.h"
+#include "server/http/chat_template.h"
+#include "server/http/json_fields.h"
+
+namespace attnserve::http {
+namespace {
+
+using nlohmann::json;
+
+// OK if every member of `object` is one of `allowed`; else names the first other one.
+absl::Status OnlyMembers(const json& object, const std::string& param,
+                         std::initializer_list<const char*> allowed) {
+  for (const auto& [key, value] : object.items()) {
+    bool known = false;
+    for (const char* a : allowed) known = known || key == a;
+    if (!known) {
+      return InvalidParam(absl::StrCat(param, ".", key.size() <= 40 ? key : key.substr(0, 40) + "..."),
+                          "unrecognized member (not served here)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// tools[i] (`tool`, `ordered` the same in declared order) into `out`.
+absl::Status ReadTool(const json& tool, const nlohmann::ordered_json& ordered, size_t i,
+                      v1::ToolCallConstraint* out) {
+  const std::string param = absl::StrCat("tools[", i, "]");
+  if (!tool.is_object()) return WrongType(param, "a tool object");
+  if (absl::Status s = OnlyMembers(tool, param, {"type", "function"}); !s.ok()) return s;
+  const json* type = Field(tool, "type");
+  if (type == nullptr || *type != "function") {
+    return InvalidParam(param + ".type", "only \"function\" tools are supported");
+  }
+  const json* function = Field(tool, "function");
+  if (function == nullptr || !function->is_object()) {
+    return WrongType(param + ".function", "an object with the function's name");
+  }
+  const std::string fparam = param + ".function";
+  if (absl::Status s = OnlyMembers(*function, fparam, {"name", "description", "parameters", "strict"});
+      !s.ok()) {
+    return s;
+  }
+  const json* name = Field(*function, "name");
+  if (name == nullptr || !name->is_string()) return WrongType(fparam + ".name", "a string");
+  if (absl::Status s = grammar::CheckFunctionName(name->get<std::string>()); !s.ok()) {
+    return InvalidParam(fparam + ".name", std::string(s.message()));
+  }
+  if (const json* d = Field(*function, "description"); d != nullptr && !d->is_string()) {
+    return WrongType(fparam + ".description", "a string");
+  }
+  if (const json* s = Field(*function, "strict"); s != nullptr && !s->is_boolean()) {
+    return WrongType(fparam + ".strict", "true or false");
+  }
+  v1::FunctionTool* f = out->add_functions();
+  f->set_name(name->get<std::string>());
+  if (const json* p = Field(*function, "parameters")) {
+    if (!p->is_object()) return WrongType(fparam + ".parameters", "a JSON Schema (an object)");
+    f->set_parameters_schema(ordered["function"]["parameters"].dump());
+  }
+  return absl::OkStatus();
+}
+
+// tool_choice into `c` (its functions read); false in *constrain for "none".
+absl::Status ReadToolChoice(const json& body, bool have_tools, v1::ToolCallConstraint* c,
+                            bool* constrain) {
+  *constrain = have_tools;
+  const json* choice = Field(body, "tool_choice");
+  if (choice == nullptr || *choice == "auto") {
+    c->set_choice(v1::ToolCallConstraint::CHOICE_AUTO);
+    return absl::OkStatus();
+  }
+  if (*choice == "none") {
+    *constrain = false;
+    return absl::OkStatus();
+  }
+  if (*choice == "required") {
+    if (!have_tools) return InvalidParam("tool_choice", "\"required\" needs tools");
+    c->set_choice(v1::ToolCallConstraint::CHOICE_REQUIRED);
+    return absl::OkStatus();
+  }
+  constexpr char kShape[] =
+      "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+      "{\"name\": ...}}";
+  if (!choice->is_object()) return InvalidParam("tool_choice", kShape);
+  if (absl::Status s = OnlyMembers(*choice, "tool_choice", {"type", "function"}); !s.ok()) return s;
+  const json* function = Field(*choice, "function");
+  if (Field(*choice, "type") == nullptr || (*choice)["type"] != "function" || function == nullptr ||
+      !function->is_object()) {
+    return InvalidParam("tool_choice", kShape);
+  }
+  if (absl::Status s = OnlyMembers(*function, "tool_choice.function", {"name"}); !s.ok()) return s;
+  const json* name = Field(*function, "name");
+  if (name == nullptr || !name->is_string()) return WrongType("tool_choice.function.name", "a string");
+  bool declared = false;
+  for (const v1::FunctionTool& f : c->functions()) declared = declared || f.name() == *name;
+  if (!declared) {
+    return InvalidParam("tool_choice.function.name", "names no function among the tools");
+  }
+  c->set_choice(v1::ToolCallConstraint::CHOICE_NAMED);
+  c->set_function_name(name->get<std::string>());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ReadChatTools(const json& body, std::string_view body_text, ChatTools* out) {
+  const json* tools = Field(body, "tools");
+  if (tools != nullptr && !tools->is_array()) return WrongType("tools", "a list of tools");
+  const bool have_tools = tools != nullptr && !tools->empty();
+  v1::ToolCallConstraint c;
+  if (have_tools) {
+    // The gate parsed these bytes already: they are JSON with this list.
+    const nlohmann::ordered_json ordered =
+        nlohmann::ordered_json::parse(body_text, nullptr, /*allow_exceptions=*/false)["tools"];
+    std::set<std::string> names;
+    for (size_t i = 0; i < tools->size(); ++i) {
+      if (absl::Status s = ReadTool((*tools)[i], ordered[i], i, &c); !s.ok()) return s;
+      if (!names.insert(c.functions(int(i)).name()).second) {
+        return InvalidParam(absl::StrCat("tools[", i, "].function.name"),
+                            "is declared by an earlier tool too");
+      }
+      out->definitions.push_back(ToolDefinitionText(ordered[i]));
+    }
+  }
+  bool constrain = false;
+  if (absl::Status s = ReadToolChoice(body, have_tools, &c, &constrain); !s.ok()) return s;
+  bool parallel = true;
+  if (absl::Status s = ReadBool(body, "parallel_tool_calls", &parallel); !s.ok()) return s;
+  c.set_parallel(parallel);
+  if (constrain) out->constraint = std::move(c);
+  return absl::OkStatus();
+}
+
+}  // namespace attnserve::http

@@ -1,0 +1,46 @@
+// Tools on chat completions (server/grammar/tool_calls.h, server/DESIGN.md §12): the
+// request's `tools`, `tool_choice` and `parallel_tool_calls` read into the definitions
+// the chat template shows the model and the turn's SamplingParams.constraint, which
+// admission compiles (refusing, naming the schema keyword and its path, a function's
+// parameters it cannot honour exactly).
+//
+//   tools                [{"type": "function", "function": {"name", "description"?,
+//                          "parameters"?, "strict"?}}]; parameters absent: any object;
+//                          strict true or false: the schema is enforced either way
+//   tool_choice          "auto" (default): free text or calls, constrained from the
+//                          envelope's opening tag; "required": one call or more from the
+//                          first token; {"type": "function", "function": {"name"}}: that
+//                          function; "none": no call (the tools are still described)
+//   parallel_tool_calls  true (default): one call or more; false: one
+//
+// Any other member, or a value of another shape, is refused naming it.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "attnserve/v1/attnserve.pb.h"
+#include "nlohmann/json.hpp"
+
+namespace attnserve::http {
+
+struct ChatTools {
+  // Each tool as the prompt shows it (ToolDefinitionText), in the request's order.
+  std::vector<std::string> definitions;
+  // The calls the answer may make (format unset: the front sets the model's); nullopt
+  // with no tools or tool_choice "none".
+  std::optional<v1::ToolCallConstraint> constraint;
+};
+
+// Reads `body`'s tool fields (`body_text`: the same body's bytes, read again to keep the
+// order in which parameters declare their properties). INVALID_ARGUMENT with the param
+// payload naming the member for a tool that is not a function, a member not served, a
+// name that is not an OpenAI function name or given twice, a tool_choice naming no
+// declared tool, or "required" / a named function with no tools.
+absl::Status ReadChatTools(const nlohmann::json& body, std::string_view body_text,
+                           ChatTools* out);
+
+}  // namespace attnserve::http

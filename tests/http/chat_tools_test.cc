@@ -1,0 +1,239 @@
+// Tools on chat completions without a server: the request's tools, tool_choice and
+// parallel_tool_calls read into the prompt's definitions and the turn's constraint (and
+// every shape not served refused, naming it); tool calls and results in the history; the
+// answer's tool_calls, whole and streamed as the SDKs accumulate them.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "server/http/json_fields.h"
+#include "server/http/openai_request.h"
+#include "server/http/openai_response.h"
+
+namespace attnserve::http {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+std::string ParamOf(const absl::Status& s) {
+  auto p = s.GetPayload(kParamPayload);
+  return p.has_value() ? std::string(*p) : "";
+}
+
+const char kTools[] =
+    R"("tools":[{"type":"function","function":{"name":"get_weather","description":"Weather",
+        "parameters":{"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"integer"}},
+        "required":["zeta","alpha"],"additionalProperties":false},"strict":true}},
+       {"type":"function","function":{"name":"ping"}}])";
+
+absl::StatusOr<OpenAiRequest> Chat(const std::string& more) {
+  return ParseOpenAiRequest(
+      Route::kChat, absl::StrCat(R"({"messages":[{"role":"user","content":"x"}],)", more, "}"), 1);
+}
+
+TEST(ChatToolsTest, AutoByDefaultWithTheParametersInDeclaredOrder) {
+  auto r = Chat(kTools);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->tools.constraint.has_value());
+  const v1::ToolCallConstraint& c = *r->tools.constraint;
+  EXPECT_EQ(c.choice(), v1::ToolCallConstraint::CHOICE_AUTO);
+  EXPECT_TRUE(c.parallel());
+  ASSERT_EQ(c.functions_size(), 2);
+  EXPECT_EQ(c.functions(0).name(), "get_weather");
+  EXPECT_EQ(c.functions(0).parameters_schema(),
+            R"({"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"integer"}},"required":["zeta","alpha"],"additionalProperties":false})");
+  EXPECT_EQ(c.functions(1).parameters_schema(), "");  // any object
+  ASSERT_EQ(r->tools.definitions.size(), 2u);
+  EXPECT_EQ(r->tools.definitions[1], R"({"type": "function", "function": {"name": "ping"}})");
+  EXPECT_THAT(r->tools.definitions[0],
+              HasSubstr(R"("properties": {"zeta": {"type": "string"}, "alpha": {"type": "integer"}})"));
+  EXPECT_FALSE(r->generate.sampling().has_constraint());  // the front sets it with the format
+}
+
+TEST(ChatToolsTest, RequiredNamedNoneAndParallel) {
+  auto required = Chat(absl::StrCat(kTools, R"(,"tool_choice":"required","parallel_tool_calls":false)"));
+  ASSERT_TRUE(required.ok()) << required.status();
+  EXPECT_EQ(required->tools.constraint->choice(), v1::ToolCallConstraint::CHOICE_REQUIRED);
+  EXPECT_FALSE(required->tools.constraint->parallel());
+  auto named = Chat(absl::StrCat(kTools, R"(,"tool_choice":{"type":"function","function":{"name":"ping"}})"));
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->tools.constraint->choice(), v1::ToolCallConstraint::CHOICE_NAMED);
+  EXPECT_EQ(named->tools.constraint->function_name(), "ping");
+  // none: no calls, the tools still described.
+  auto none = Chat(absl::StrCat(kTools, R"(,"tool_choice":"none")"));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->tools.constraint.has_value());
+  EXPECT_EQ(none->tools.definitions.size(), 2u);
+  auto empty = Chat(R"("tools":[],"tool_choice":"auto")");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_FALSE(empty->tools.constraint.has_value());
+}
+
+TEST(ChatToolsTest, RefusalsNameTheMember) {
+  const std::string f = R"({"type":"function","function":{"name":"f"}})";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("tools":[{"type":"code_interpreter"}])", "tools[0].type"},
+      {R"("tools":{"a":1})", "tools"},
+      {R"("tools":[{"type":"function","function":{"name":"f","examples":[]}}])", "tools[0].function.examples"},
+      {R"("tools":[{"type":"function","function":{"name":"f"},"cache":true}])", "tools[0].cache"},
+      {R"("tools":[{"type":"function","function":{"name":"f g"}}])", "tools[0].function.name"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":"{}"}}])", "tools[0].function.parameters"},
+      {R"("tools":[{"type":"function","function":{"name":"f","strict":"yes"}}])", "tools[0].function.strict"},
+      {absl::StrCat(R"("tools":[)", f, ",", f, "]"), "tools[1].function.name"},
+      {absl::StrCat(R"("tools":[)", f, R"(],"tool_choice":{"type":"function","function":{"name":"g"}})"),
+       "tool_choice.function.name"},
+      {absl::StrCat(R"("tools":[)", f, R"(],"tool_choice":"any")"), "tool_choice"},
+      {absl::StrCat(R"("tools":[)", f, R"(],"tool_choice":{"type":"allowed_tools","mode":"auto"})"), "tool_choice.mode"},
+      {R"("tool_choice":"required")", "tool_choice"},
+      {absl::StrCat(R"("tools":[)", f, R"(],"parallel_tool_calls":"yes")"), "parallel_tool_calls"},
+      {R"("functions":[{"name":"f"}])", "functions"},
+  };
+  for (const auto& [more, param] : cases) {
+    auto r = Chat(more);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << more;
+    EXPECT_EQ(ParamOf(r.status()), param) << more << ": " << r.status();
+  }
+  std::string many = R"("tools":[)";
+  for (int i = 0; i < 129; ++i) absl::StrAppend(&many, i ? "," : "", R"({"type":"function","function":{"name":"f)", i, R"("}})");
+  EXPECT_EQ(ParamOf(Chat(many + "]").status()), "tools");
+}
+
+TEST(ChatToolsTest, HistoryCarriesCallsAndResults) {
+  auto r = ParseOpenAiRequest(Route::kChat, R"({"messages":[
+      {"role":"user","content":"Weather?"},
+      {"role":"assistant","content":null,"refusal":null,"tool_calls":[
+         {"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"zeta\": \"a\"}"}}]},
+      {"role":"tool","tool_call_id":"call_1","content":[{"type":"text","text":"sunny"}]}]})", 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->messages.size(), 3u);
+  ASSERT_EQ(r->messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r->messages[1].tool_calls[0].id, "call_1");
+  EXPECT_EQ(r->messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r->messages[1].tool_calls[0].arguments, R"({"zeta": "a"})");
+  EXPECT_EQ(r->messages[2].role, "tool");
+  EXPECT_EQ(r->messages[2].tool_call_id, "call_1");
+  EXPECT_EQ(r->messages[2].content, "sunny");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"role":"tool","content":"x"})", "messages[0].tool_call_id"},
+      {R"({"role":"user","content":"x","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]})",
+       "messages[0].tool_calls"},
+      {R"({"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{}}}]})",
+       "messages[0].tool_calls[0].function.arguments"},
+      {R"({"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}}]})",
+       "messages[0].tool_calls[0].id"},
+      {R"({"role":"user","content":"x","tool_call_id":"c"})", "messages[0].tool_call_id"},
+  };
+  for (const auto& [message, param] : bad) {
+    auto b = ParseOpenAiRequest(Route::kChat, absl::StrCat(R"({"messages":[)", message, "]}"), 1);
+    EXPECT_EQ(ParamOf(b.status()), param) << message << ": " << b.status();
+  }
+}
+
+scheduler::TokenEvent Token(std::string bytes) {
+  scheduler::TokenEvent t;
+  t.id = 1;
+  t.bytes = std::move(bytes);
+  return t;
+}
+
+scheduler::TurnResult Stopped(int64_t tokens) {
+  scheduler::TurnResult r;
+  r.reason = scheduler::FinishReason::kStop;
+  r.prompt_tokens = 3;
+  r.generated_tokens = tokens;
+  return r;
+}
+
+const std::string kAnswer =
+    "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"zeta\": \"a\", "
+    "\"alpha\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n"
+    "</tool_call>";
+
+TEST(ToolAnswerTest, TheBodyCarriesTheCallsWithTheirArgumentsAsWritten) {
+  auto request = Chat(kTools);
+  ASSERT_TRUE(request.ok());
+  request->tool_format = grammar::ToolCallFormat::kHermes;
+  OpenAiAnswer answer(*request, "chatcmpl-1", absl::FromUnixSeconds(1700000000), "m");
+  for (size_t i = 0; i < kAnswer.size(); i += 5) answer.Add({Token(kAnswer.substr(i, 5))});
+  const json body = answer.Body(Stopped(20), "stop");
+  const json& choice = body["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["content"], "Checking.\n");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 2u);
+  const json& call = choice["message"]["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_NE(call["id"], choice["message"]["tool_calls"][1]["id"]);
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(call["function"]["arguments"], "{\"zeta\": \"a\", \"alpha\": 1}");
+  EXPECT_EQ(choice["message"]["tool_calls"][1]["function"]["arguments"], "{}");
+  // Calls alone: content null. Cut short by max_tokens: "length", the call as written.
+  OpenAiAnswer only(*request, "chatcmpl-2", absl::FromUnixSeconds(1700000000), "m");
+  only.Add({Token(kAnswer.substr(10, 60))});
+  const json cut = only.Body(Stopped(9), "length");
+  EXPECT_EQ(cut["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(cut["choices"][0]["message"]["content"], nullptr);
+  EXPECT_EQ(cut["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"zeta\": \"a");
+  // No call: a plain answer.
+  OpenAiAnswer text(*request, "chatcmpl-3", absl::FromUnixSeconds(1700000000), "m");
+  text.Add({Token("Sunny.")});
+  const json plain = text.Body(Stopped(2), "stop");
+  EXPECT_EQ(plain["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(plain["choices"][0]["message"]["content"], "Sunny.");
+  EXPECT_FALSE(plain["choices"][0]["message"].contains("tool_calls"));
+}
+
+TEST(ToolAnswerTest, StreamedAsTheSdksAccumulateThem) {
+  auto request = Chat(absl::StrCat(kTools, R"(,"stream":true)"));
+  ASSERT_TRUE(request.ok());
+  request->tool_format = grammar::ToolCallFormat::kHermes;
+  OpenAiAnswer answer(*request, "chatcmpl-1", absl::FromUnixSeconds(1700000000), "m");
+  std::string events = answer.Start();
+  for (size_t i = 0; i < kAnswer.size(); i += 3) events += answer.Tokens({Token(kAnswer.substr(i, 3))});
+  events += answer.Finish(Stopped(30));
+  std::vector<json> deltas;
+  json last;
+  for (absl::string_view e : absl::StrSplit(events, "\n\n", absl::SkipEmpty())) {
+    ASSERT_EQ(e.substr(0, 6), "data: ");
+    if (e == "data: [DONE]") continue;
+    last = json::parse(e.substr(6));
+    deltas.push_back(last["choices"][0]["delta"]);
+    if (!last["choices"][0]["finish_reason"].is_null()) {
+      EXPECT_EQ(last["choices"][0]["finish_reason"], "tool_calls");
+    }
+  }
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "tool_calls");
+  std::string content;
+  std::vector<json> calls;
+  for (const json& d : deltas) {
+    if (d.contains("content")) content += d["content"].get<std::string>();
+    if (!d.contains("tool_calls")) continue;
+    ASSERT_EQ(d["tool_calls"].size(), 1u);
+    const json& t = d["tool_calls"][0];
+    const size_t index = t["index"].get<size_t>();
+    if (index == calls.size()) {
+      // The first delta of a call: index, id, type, name and empty arguments.
+      EXPECT_EQ(t["type"], "function");
+      EXPECT_EQ(t["function"]["arguments"], "");
+      EXPECT_TRUE(t["id"].is_string());
+      calls.push_back(t);
+      continue;
+    }
+    ASSERT_EQ(index + 1, calls.size());
+    EXPECT_FALSE(t.contains("id"));
+    EXPECT_FALSE(t["function"].contains("name"));
+    calls[index]["function"]["arguments"] =
+        calls[index]["function"]["arguments"].get<std::string>() + t["function"]["arguments"].get<std::string>();
+  }
+  EXPECT_EQ(content, "Checking.\n");
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(calls[0]["function"]["arguments"], "{\"zeta\": \"a\", \"alpha\": 1}");
+  EXPECT_EQ(calls[1]["function"]["name"], "ping");
+  EXPECT_EQ(calls[1]["function"]["arguments"], "{}");
+}
+
+}  // namespace
+}  // namespace attnserve::http
