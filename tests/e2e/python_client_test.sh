@@ -4,7 +4,8 @@
 # server: its streamed bytes must equal the C++ client's for the same greedy and seeded
 # requests, its multi-turn chat must equal `attnserve_client chat` and close its session,
 # a turn on a session created by the C++ client must move that session, and errors must
-# come back as the status codes (and exit codes) the C++ client reports.
+# come back as the status codes (and exit codes) the C++ client reports. A turn under
+# SamplingParams.constraint answers JSON that python3-jsonschema finds valid.
 # client/python/attnserve_client.py, the script the package replaced, prints the same.
 # Usage: python_client_test.sh SERVER_BINARY CLIENT_BINARY
 set -euo pipefail
@@ -102,6 +103,43 @@ echo "  $(cat "$work/err.py")"
 rc=0
 pyc generate 2>/dev/null || rc=$?
 [ "$rc" -eq 2 ] || fail "missing --prompt: exit $rc, expected 2"
+
+step "SamplingParams.constraint: JSON under a schema (python3-jsonschema validates it); a keyword outside the subset refused by name"
+PYTHONPATH="$repo/client/python" "$py" - "$addr" <<'PY' || fail "constrained generate"
+import json, sys
+import grpc, jsonschema
+import attnserve
+from attnserve.v1 import attnserve_pb2 as pb
+
+schema = {"type": "object", "additionalProperties": False,
+          "properties": {"book": {"enum": ["Genesis", "Exodus"]}, "chapter": {"type": "integer"},
+                         "verses": {"type": "array", "items": {"type": "integer"},
+                                    "minItems": 1, "maxItems": 3},
+                         "note": {"type": ["string", "null"], "maxLength": 10}},
+          "required": ["book", "chapter", "verses", "note"]}
+with attnserve.Client(sys.argv[1]) as client:
+    finished = 0
+    for seed in range(1, 7):
+        turn = client.generate("In the beginning", temperature=1.0, seed=seed, max_tokens=600,
+                               constraint=pb.Constraint(json_schema=json.dumps(schema)))
+        turn.result()
+        # Every text of this grammar is under 600 bytes (bounded whitespace and strings,
+        # at most 16 digits): each turn ends because the value is complete.
+        if turn.finish_reason != "stop":
+            sys.exit(f"seed {seed}: finish_reason {turn.finish_reason}: {turn.text!r}")
+        jsonschema.validate(json.loads(turn.text), schema)
+        finished += 1
+    print(f"  {finished} answers valid under the schema, e.g. {turn.text.decode()!r}")
+    bad = dict(schema, properties=dict(schema["properties"], chapter={"type": "integer", "minimum": 1}))
+    try:
+        client.generate("x", constraint=pb.Constraint(json_schema=json.dumps(bad))).result()
+        sys.exit("a schema with minimum was served")
+    except attnserve.Error as e:
+        if e.code != grpc.StatusCode.INVALID_ARGUMENT or "'minimum'" not in e.details \
+                or "/properties/chapter" not in e.details:
+            sys.exit(f"minimum: {e}")
+        print(f"  {e}")
+PY
 
 [ "$(cxx health)" = SERVING ] || fail "the server is no longer SERVING"
 echo "python_client_test: all checks passed"
