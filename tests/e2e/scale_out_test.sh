@@ -27,6 +27,13 @@
 #     run through the proxy and a held turn is in flight (it finishes while Redis is
 #     down): clients exit 0, transcripts equal the reference, every session stored before
 #     is still in Redis.
+#  5. A hybrid model (make_hybrid_gguf.py --chat's granitehybrid: Mamba-2 and attention
+#     layers) served beside the default: a chat client resending its whole history
+#     through HAProxy's HTTP frontend (turns spread over the replicas) finds the state the
+#     last turn kept, whichever replica kept it, and answers as the memory-only server
+#     prefilling everything; the same messages as a conversation answer the same
+#     (tests/openai/sdk_check.mjs prefix); the replicas' attnserve_prompt_tokens_total
+#     grows by only the uncached tokens, on more than one replica.
 # No step depends on how fast the engine is: every turn that must outlive an event is
 # held open by its reader, and every wait is for the thing itself (a finish line, a
 # paused turn, a drain report), never a sleep.
@@ -41,6 +48,7 @@ test_name=scale_out_test logs="haproxy r1 r2 r3 redis"
 work=$(mktemp -d)
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/session_lib.sh"
+source "$repo/tests/node/node.sh"  # Node 20 or later first on PATH (part 5)
 redis_pid="" haproxy_pid="" ref_pid="" pids=() bg_pids=()
 cleanup() {
   local pid
@@ -54,6 +62,8 @@ command -v haproxy >/dev/null ||
   fail "haproxy not found: deploy/install.sh installs Debian's 'haproxy' (2.6)"
 command -v redis-server >/dev/null ||
   fail "redis-server not found: deploy/install.sh installs Debian's 'redis-server'"
+[ -d "$repo/tests/openai/node_modules/openai" ] ||
+  fail "tests/openai/node_modules/openai is missing: deploy/install.sh installs it (npm ci)"
 start=$SECONDS
 mkfifo "$work/never"  # nobody writes it: `read -t` on it sleeps without starting a process
 python_stubs "$work/stubs"  # for held_turn.py
@@ -196,29 +206,33 @@ generated_counts() {
 # references generate that many at a constant cost per token.
 held_tokens=40000
 models_dir=$(cd "$(dirname "$0")/../../deploy/models" && pwd)
-model_flags=(--model_dirs="$models_dir/kjv-taylor2")
-ref_addr=127.0.0.1:$(free_port)
+hybrid=granitehybrid-chat-f32
+"$py" "$repo/tests/gguf/make_hybrid_gguf.py" --chat "$work/gguf" "$hybrid" | sed "s/^/  /" ||
+  fail "make_hybrid_gguf.py --chat"
+model_flags=(--model_dirs="$models_dir/kjv-taylor2,$work/gguf/$hybrid.gguf")
+ref_addr=127.0.0.1:$(free_port) ref_http=127.0.0.1:$(free_port)
 start_named ref "$ref_addr" "127.0.0.1:$(free_port)" --max_generated_tokens=200000 \
-  "${model_flags[@]}"
+  --http_listen="$ref_http" "${model_flags[@]}"
 ref_pid=$started_pid
 
 redis_port=$(free_port)
 redis_flags=(--appendonly yes --appendfsync always)
 start_redis "$redis_port" "${redis_flags[@]}"
-grpc=() metrics=()
+grpc=() metrics=() http=()
 server_flags=(--session_store="redis://127.0.0.1:$redis_port" --persist=each_turn
   --lease_ttl=2s --shutdown_grace=1s --max_generated_tokens=200000 "${model_flags[@]}")
 for i in 1 2 3; do
-  grpc[i]=127.0.0.1:$(free_port) metrics[i]=127.0.0.1:$(free_port)
-  start_named "r$i" "${grpc[i]}" "${metrics[i]}" "${server_flags[@]}"
+  grpc[i]=127.0.0.1:$(free_port) metrics[i]=127.0.0.1:$(free_port) http[i]=127.0.0.1:$(free_port)
+  start_named "r$i" "${grpc[i]}" "${metrics[i]}" --http_listen="${http[i]}" "${server_flags[@]}"
   pids[i]=$started_pid
 done
 
-proxy=127.0.0.1:$(free_port)
+proxy=127.0.0.1:$(free_port) proxy_http=127.0.0.1:$(free_port)
 socket=$work/haproxy.sock
-step "starting haproxy $(haproxy -v | head -n 1 | awk '{print $3}') on $proxy with $haproxy_cfg"
+step "starting haproxy $(haproxy -v | head -n 1 | awk '{print $3}') on $proxy (HTTP $proxy_http) with $haproxy_cfg"
 ATTNSERVE_PROXY_BIND=$proxy HAPROXY_STATS_BIND=127.0.0.1:$(free_port) HAPROXY_RUNTIME_API=$socket \
   ATTNSERVE_S1=${grpc[1]} ATTNSERVE_S2=${grpc[2]} ATTNSERVE_S3=${grpc[3]} \
+  ATTNSERVE_PROXY_HTTP_BIND=$proxy_http ATTNSERVE_H1=${http[1]} ATTNSERVE_H2=${http[2]} ATTNSERVE_H3=${http[3]} \
   haproxy -f "$haproxy_cfg" >"$work/haproxy.log" 2>&1 &
 haproxy_pid=$!
 
@@ -275,7 +289,7 @@ restart_replica() {
   pids[i]=""
   [ "$exit_status" -eq 0 ] || logs=r$i fail "r$i exited with $exit_status after SIGTERM"
   { grep "drain: saved" "$work/r$i.log" || true; } | tail -n 1 | sed "s/^/$test_name:     r$i /"
-  start_named "r$i" "${grpc[i]}" "${metrics[i]}" "${server_flags[@]}"
+  start_named "r$i" "${grpc[i]}" "${metrics[i]}" --http_listen="${http[i]}" "${server_flags[@]}"
   pids[i]=$started_pid
   wait_states "$all_up" 20
   step "  r$i: back and up in HAProxy after $((SECONDS - t0)) s"
@@ -436,7 +450,7 @@ for s in $(seq 1 "$kill_count"); do
   same_output "session $id (home r${home_of[$id]}) turn 3 after the SIGKILL" "kill.$s.3" "kill.$s.ref.3"
 done
 step "  turn 3 of all $kill_count sessions continued from turn 2 through the proxy ($((SECONDS - kill_t0)) s)"
-start_named "r$victim" "${grpc[victim]}" "${metrics[victim]}" "${server_flags[@]}"
+start_named "r$victim" "${grpc[victim]}" "${metrics[victim]}" --http_listen="${http[victim]}" "${server_flags[@]}"
 pids[victim]=$started_pid
 wait_states "$all_up" 20
 for s in $(seq 1 "$kill_count"); do
@@ -579,6 +593,32 @@ for id in "${convs[@]}" "${kill_ids[@]}" "$race" "${rconvs[@]}" "$long_id"; do
 done
 [ "$missing" -eq 0 ] || fail "$missing sessions are missing from Redis after its restart"
 step "  every session of parts 1-4 is still in Redis"
+
+# ============ 5. a hybrid chat resending its history through the proxy ==================
+step "5. a chat on $hybrid resending its history through HAProxy's HTTP frontend"
+prompt_counts() {
+  local i out=()
+  for i in 1 2 3; do
+    out+=("$(metric_of "${metrics[i]}" attnserve_prompt_tokens_total "model=\"$hybrid\"")")
+  done
+  echo "${out[*]}"
+}
+read -r -a before <<<"$(prompt_counts)"
+node "$repo/tests/openai/sdk_check.mjs" prefix "http://$proxy_http" "$hybrid" "http://$proxy_http" "http://$ref_http" \
+  >"$work/prefix.out" 2>&1 || { cat "$work/prefix.out"; fail "sdk_check prefix through the proxy"; }
+sed "s/^/$test_name:   /" "$work/prefix.out"
+read -r -a after <<<"$(prompt_counts)"
+read -r _ _ want_a _ want_b < <(grep "^prefilled A" "$work/prefix.out") || fail "prefix printed no prefilled line"
+grown=0 total=0 spread=""
+for i in 1 2 3; do
+  d=$((after[i - 1] - before[i - 1]))
+  total=$((total + d)) spread+="r$i $d, "
+  [ "$d" -eq 0 ] || grown=$((grown + 1))
+done
+[ "$total" -eq $((want_a + want_b)) ] ||
+  fail "the replicas prefilled $total prompt tokens of $hybrid (${spread%, }); the calls prefilled $((want_a + want_b))"
+[ "$grown" -ge 2 ] || fail "the proxy sent every turn of the chat to one replica (${spread%, })"
+step "  prompt tokens prefilled, uncached only: ${spread%, }"
 
 for i in 1 2 3; do
   if grep -q "over this server's unsaved state" "$work/r$i.log"; then
