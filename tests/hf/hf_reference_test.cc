@@ -179,7 +179,7 @@ struct Reference {
   double ablated_diff = -1;
   at::Tensor logits;       // (T, V) over the prompt
   at::Tensor logits_full;  // (T + n, V) over prompt + continuation
-  at::Tensor logits_full_q8_0;  // the same with the matrices rounded to Q8_0 (one directory)
+  at::Tensor logits_full_q8_0;  // the same with the matrices rounded to Q8_0 (qwen2, hybrids)
   std::vector<int32_t> Full() const {
     std::vector<int32_t> ids = prompt;
     ids.insert(ids.end(), greedy.begin(), greedy.end());
@@ -659,6 +659,48 @@ TEST(HfHybridLayouts, RefusesWhatIsNotServed) {
         << model.status().message();
   }
   std::filesystem::remove_all(work);
+}
+
+// LoadOptions::quantize on the hybrids: every matrix (the recurrent layers' in_proj and
+// out_proj, Granite's gate and up rows cut from input_linear, the short conv's) and the
+// embedding packed as Q8_0. The LibTorch paths dequantize and run fp32: PyTorch's logits on
+// the same Q8_0-rounded weights (hybrid_reference.py's logits_full_q8_0) within kTolerance.
+// The fused path also takes activations to 8 bits: printed beside them.
+TEST(HfHybridLayouts, Q8_0EqualsPyTorchOnTheRoundedWeights) {
+  const std::string root = HybridOutDir();
+  ASSERT_FALSE(root.empty());
+  at::set_num_threads(1);
+  for (const HybridDir& d : kHybridDirs) {
+    const std::string dir = (std::filesystem::path(root) / "models" / d.name).string();
+    const Reference ref = LoadReference(root, d.name);
+    ASSERT_TRUE(ref.logits_full_q8_0.defined()) << d.name;
+    LoadOptions options;
+    options.quantize = "q8_0";
+    setenv("ATTNSERVE_REFERENCE_STEP", "1", 1);
+    auto reference = Model::Load(dir, options);
+    unsetenv("ATTNSERVE_REFERENCE_STEP");
+    auto fused = Model::Load(dir, options);
+    ASSERT_TRUE(reference.ok() && fused.ok()) << d.name;
+    EXPECT_EQ((*reference)->WeightTypes(), "Q8_0 100%") << d.name;
+    const std::vector<int32_t> full = ref.Full();
+    const std::string name = std::string(d.name) + " q8_0";
+    auto check = [&](const std::string& path, const at::Tensor& got, double bound) {
+      const double diff = MaxAbsDiff(got, ref.logits_full_q8_0);
+      Report::Add(name, path, diff);
+      EXPECT_LT(diff, bound) << name << " " << path;
+    };
+    check("Forward vs rounded", (*reference)->Forward(AsBatch(full))[0], kTolerance);
+    auto state = (*reference)->NewState();
+    auto logits = (*reference)->Prefill(*state, full);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    check("Prefill(reference) vs rounded", *logits, kTolerance);
+    state = (*fused)->NewState();
+    logits = (*fused)->Prefill(*state, full);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    check("Prefill(fused) vs rounded", *logits, 1e9);  // printed
+    // The rounding shows: PyTorch's fp32 and rounded logits are far apart.
+    EXPECT_GT(MaxAbsDiff(ref.logits_full_q8_0, ref.logits_full), 100 * kTolerance) << name;
+  }
 }
 
 // A hybrid model is not written back as a Llama directory.

@@ -34,8 +34,9 @@ What the files' math says, and this forward computes (float64 throughout):
 Directories (OUT/models/NAME; byte tokenizer: tokenizer_class AttnServeByteTokenizer,
 vocab 320, BOS 256, EOS 257), each with OUT/reference/NAME/reference.json (the prompt's ids,
 a greedy continuation of 40 tokens by full recomputation, top-1 margins) and
-reference.safetensors (fp32 logits of the prompt and of prompt + continuation), the
-format make_reference.py writes:
+reference.safetensors (fp32 logits of the prompt and of prompt + continuation, and of the
+latter with every matrix and the embedding rounded as ggml's Q8_0 rounds them:
+logits_full_q8_0), the format make_reference.py writes:
 
   mamba2             2 Mamba-2 layers (8 heads of 16, state 16, conv 4 with bias), untied,
                      time_step_limit [0.0, Infinity] as Python's json writes it, chunk 16
@@ -96,7 +97,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, HERE)
-from make_reference import read_safetensors, write_safetensors  # noqa: E402
+from make_reference import q8_0_rounded, read_safetensors, write_safetensors  # noqa: E402
 
 FIXED_TEXT = "In the beginning God created the heaven and the earth. Café ☕"
 GREEDY_TOKENS = 40
@@ -453,6 +454,11 @@ def record(name, hf, weights, out_dir):
             break
     full = forward(torch.tensor(ids), w, hf).float().contiguous()
     logits_prompt = full[:len(prompt)].contiguous()
+    # Every matrix and the embedding (the 2-D tensors) rounded as ggml's Q8_0 rounds them:
+    # what LoadOptions::quantize = "q8_0" serves.
+    rounded = {k: (q8_0_rounded(t) if t.dim() == 2 else t.float()).to(DT)
+               for k, t in weights.items()}
+    full_q8_0 = forward(torch.tensor(ids), rounded, hf).float().contiguous()
     continuation = ids[len(prompt):]
     cont_bytes = bytes(i for i in continuation if i < 256)
     ref = {
@@ -470,13 +476,15 @@ def record(name, hf, weights, out_dir):
             "min_margin": round(min(margins), 6),
         },
         "logits": {"file": "reference.safetensors", "prompt": "logits", "full": "logits_full",
+                   "full_q8_0": "logits_full_q8_0",
                    "dtype": "F32", "shape_prompt": list(logits_prompt.shape),
                    "shape_full": list(full.shape),
                    "range": round(float(full.max() - full.min()), 4)},
     }
     os.makedirs(out_dir, exist_ok=True)
     write_safetensors(os.path.join(out_dir, "reference.safetensors"),
-                      {"logits": logits_prompt, "logits_full": full})
+                      {"logits": logits_prompt, "logits_full": full,
+                       "logits_full_q8_0": full_q8_0})
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         json.dump(ref, f, indent=1, ensure_ascii=False)
         f.write("\n")
