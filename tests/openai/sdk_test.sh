@@ -3,7 +3,9 @@
 # into tests/openai/node_modules) and curl, on the real attnserve_server binary with the
 # shipped default model: models, chat and completions streamed and not (the same text as
 # gRPC Generate), every error class the SDK raises for the condition that should raise it,
-# API keys, a busy session (held by a gRPC turn) refused with 409, a client that goes away
+# API keys, structured outputs (every constrained answer validated by Ajv; the SDK's
+# chat.completions.parse and responses.parse with zod; Vercel's AI SDK's Output.object and
+# generateObject), a busy session (held by a gRPC turn) refused with 409, a client that goes away
 # freeing its session, every stream slot taken (429 + retry-after while /health and
 # /v1/models answer), a flood of 200 streams against 2 slots, SSE framing byte for byte,
 # the request metrics of HTTP routes, and the Responses API: stored responses continued
@@ -34,6 +36,8 @@ logs="a b c r1 r2"
 
 [ -d "$here/node_modules/openai" ] ||
   fail "$here/node_modules/openai is missing: deploy/install.sh installs it (npm ci)"
+[ -d "$repo/tests/vercel/node_modules/ai" ] ||
+  fail "$repo/tests/vercel/node_modules/ai is missing: deploy/install.sh installs it (npm ci)"
 command -v curl >/dev/null || fail "curl is missing: deploy/install.sh installs it"
 sdk() { node "$here/sdk_check.mjs" "$@" || fail "sdk_check $1"; }
 
@@ -82,6 +86,12 @@ step "models, completions and chat, streamed and not"
 sdk basic "http://$a_http" "$model" "$work/grpc.txt"
 step "errors the SDK raises"
 sdk errors "http://$a_http" "$model"
+
+step "structured outputs: Ajv validates every constrained answer; the SDK's parse helpers"
+node "$here/structured_check.mjs" ajv "http://$a_http" "$model" || fail "structured_check ajv"
+node "$here/structured_check.mjs" sdk "http://$a_http" "$model" || fail "structured_check sdk"
+step "structured outputs through Vercel's AI SDK ($(node -p "require('$repo/tests/vercel/node_modules/ai/package.json').version"))"
+node "$repo/tests/vercel/vercel_check.mjs" object "http://$a_http" "$model" || fail "vercel_check object"
 
 step "a session busy with a gRPC turn: 409 on HTTP"
 busy=$("$client_bin" --server="$a_addr" sessions create) || fail "sessions create"
