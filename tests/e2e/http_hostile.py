@@ -4,8 +4,9 @@ Each check is one attack from issue 29 and what a serious server answers instead
   - bodies nested 100,000 deep (metadata, a message field, conversation items): 400, and
     the server lives on;
   - a chat of 60,000 empty assistant messages: 400 at once, naming messages;
-  - fields the server would ignore (tools with tool_choice "required", response_format
-    json_schema, text.format, an unknown field): 400 naming the field, never 200;
+  - fields the server would ignore (tools on /v1/responses, a description in
+    response_format or text.format, a schema keyword outside the supported subset, in a
+    format or a tool's parameters, an unknown field): 400 naming the field, never 200;
   - 80 connections from one address, and then from 80 addresses, each sending a header
     line every 2 s: /health keeps answering within 2 s, and the slow connections are
     closed once --http_request_timeout has passed.
@@ -104,17 +105,34 @@ def many_messages(port):
 
 def ignored_fields(port):
     tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    bad_tool = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "patternProperties": {"a": {}}}}}]
     user = [{"role": "user", "content": "In the beginning"}]
     cases = [
         ("/v1/chat/completions",
-         {"messages": user, "tools": tool, "tool_choice": "required", "max_tokens": 2}, "tools"),
+         {"messages": user, "tools": bad_tool, "tool_choice": "required", "max_tokens": 2}, "tools"),
+        ("/v1/chat/completions",
+         {"messages": user, "tools": tool, "tool_choice": "required", "max_tokens": 2,
+          "frequency_penalty": 1}, "frequency_penalty"),
+        ("/v1/responses", {"input": "hi", "tools": tool, "max_output_tokens": 2}, "tools"),
         ("/v1/chat/completions",
          {"messages": user, "max_tokens": 2, "response_format":
-          {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}},
+          {"type": "json_schema", "json_schema": {"name": "x", "description": "d",
+                                                  "schema": {"type": "object"}}}},
+         "response_format.json_schema.description"),
+        ("/v1/chat/completions",
+         {"messages": user, "max_tokens": 2, "response_format":
+          {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+              "type": "object", "properties": {"a": {"type": "object", "patternProperties": {}}}}}}},
          "response_format"),
         ("/v1/responses",
          {"input": "hi", "max_output_tokens": 2, "text":
-          {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}}, "text"),
+          {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"},
+                      "description": "d"}}}, "text.format.description"),
+        ("/v1/responses",
+         {"input": "hi", "max_output_tokens": 2, "text":
+          {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object", "not": {}}}}},
+         "text.format"),
         ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "frobnicate": True}, "frobnicate"),
         ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "presence_penalty": 1.5},
          "presence_penalty"),
