@@ -126,11 +126,15 @@ HfSource RecurrentHfSource(const HfLayout& layout, const std::string& name,
   if (rest == "wq") return at(layer + "self_attn.q_proj.weight");
   if (rest == "wk") return at(layer + "self_attn.k_proj.weight");
   if (rest == "wv") return at(layer + "self_attn.v_proj.weight");
-  if (rest == "wo") return at(layer + (lfm2 ? "self_attn.out_proj.weight" : "self_attn.o_proj.weight"));
+  if (rest == "wo") {
+    return at(layer + (lfm2 ? "self_attn.out_proj.weight" : "self_attn.o_proj.weight"));
+  }
   if (rest == "q_norm") return at(layer + "self_attn.q_layernorm.weight");
   if (rest == "k_norm") return at(layer + "self_attn.k_layernorm.weight");
   if (rest == "w_gate" || rest == "w_up") {
-    if (lfm2) return at(layer + (rest == "w_gate" ? "feed_forward.w1.weight" : "feed_forward.w3.weight"));
+    if (lfm2) {
+      return at(layer + (rest == "w_gate" ? "feed_forward.w1.weight" : "feed_forward.w3.weight"));
+    }
     HfSource s{layer + "shared_mlp.input_linear.weight", {2 * rows, shape[1]}};
     s.row_begin = rest == "w_gate" ? 0 : rows;  // chunk(2): silu(first half) * second
     return s;
