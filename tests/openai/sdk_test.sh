@@ -16,6 +16,11 @@
 # resending its history reuses the state an earlier turn kept (cached_tokens), on either
 # replica, with the text of a full prefill and of a conversation's turns, and each replica's
 # attnserve_prompt_tokens_total grows by only what was not cached.
+# Tool calls (tools_check.mjs, tests/vercel/tools_check.mjs; every call's arguments
+# validated by Ajv or the tool's zod schema): a loop whose answer after the results reuses
+# the call's whole state on the other replica and equals a full prefill, a named function
+# through runTools, streamed calls through the SDK's stream helper, Vercel's generateText
+# with toolChoice "required" and a named tool; on the default model and a ChatML one.
 # The same Responses, conversation and resent-chat checks again on two hybrid models served
 # beside the default (make_hybrid_gguf.py --chat: granitehybrid, Mamba-2 and attention
 # layers; lfm2, short convolutions and attention; byte vocabularies so a resent answer
@@ -62,6 +67,14 @@ prefix_check() {
   [ $((r1_now - r1_before)) -eq "$want_a" ] && [ $((r2_now - r2_before)) -eq "$want_b" ] ||
     fail "$1: attnserve_prompt_tokens_total grew by $((r1_now - r1_before)) on r1 and $((r2_now - r2_before)) on r2; the calls prefilled $want_a and $want_b"
   step "$1: attnserve_prompt_tokens_total grew by $want_a on r1 and $want_b on r2: the uncached tokens only"
+}
+
+# tools_check MODEL: tool calls through the openai SDK on r1 and r2 (a: the fresh server,
+# the full-prefill oracle) and through Vercel's AI SDK on r1.
+tools_check() {
+  node "$here/tools_check.mjs" "http://$r1_http" "$1" "http://$r2_http" "http://$a_http" ||
+    fail "tools_check $1"
+  node "$repo/tests/vercel/tools_check.mjs" "http://$r1_http" "$1" || fail "vercel tools_check $1"
 }
 
 # A: the default, no keys. B: API keys. C: two stream slots.
@@ -208,6 +221,8 @@ sdk conversation_busy "http://$r2_http" "$conv" 2
 curl -sf -X DELETE "http://$r1_http/v1/conversations/$conv" >/dev/null || fail "delete $conv"
 step "a chat client resending its history: the kept state on either replica"
 prefix_check "$model"
+step "tool calls: a loop across the replicas, a named function, streamed calls (openai SDK), Vercel's AI SDK"
+tools_check "$model"
 
 python_stubs "$work/stubs"
 for h in $hybrids; do
@@ -220,6 +235,10 @@ for h in $hybrids; do
   sdk conversations "http://$r1_http" "$h" "http://$r2_http"
   step "$h: a chat client resending its history: the kept state on either replica"
   prefix_check "$h"
+  if [ "$h" = granitehybrid-chat-f32 ]; then
+    step "$h: tool calls in the ChatML (Hermes) envelope"
+    tools_check "$h"
+  fi
 done
 # Nothing but stored responses and kept chat states is left in the store: each turn's
 # own session is closed once its state is recorded.
