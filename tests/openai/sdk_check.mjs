@@ -360,9 +360,19 @@ async function flood(n) {
     }
   })();
   const outcomes = await Promise.all(Array.from({ length: n }, async () => {
-    const r = await fetch(`${base}/v1/chat/completions`, {
-      method: "POST", headers: { "content-type": "application/json" }, body, signal: AbortSignal.timeout(300_000),
-    }).catch((e) => fail(`a request of the flood got no answer: ${e}`));
+    let r;
+    try {
+      r = await fetch(`${base}/v1/chat/completions`, {
+        method: "POST", headers: { "content-type": "application/json" }, body, signal: AbortSignal.timeout(300_000),
+      });
+    } catch (e) {
+      // A connection over --http_max_connections_per_peer must send its request within
+      // 0.25 s of its accept (the spare threads keep /health answerable) and is closed
+      // otherwise: on a loaded machine 200 clients at once may be that slow. A closed
+      // connection is that refusal; a request left waiting (the timeout) is not.
+      if (e.name === "TimeoutError" || e.cause?.name === "TimeoutError") fail(`a request of the flood got no answer: ${e}`);
+      return "closed";
+    }
     const text = await r.text();
     if (r.status === 200) {
       expect(text.endsWith("data: [DONE]\n\n"), `a stream of the flood ended without [DONE]: ${JSON.stringify(text.slice(-200))}`);
@@ -378,7 +388,9 @@ async function flood(n) {
   const count = (k) => outcomes.filter((o) => o === k).length;
   expect(count("streamed") > 0, "no stream of the flood was served");
   expect(count("429") + count("503") > 0, `all ${n} streams were admitted: the flood did not exceed the slots`);
-  console.log(`flood of ${n}: ${count("streamed")} streamed, ${count("429")} x 429, ${count("503")} x 503; ` +
+  expect(count("closed") < n / 4, `${count("closed")} of ${n} connections closed unanswered`);
+  console.log(`flood of ${n}: ${count("streamed")} streamed, ${count("429")} x 429, ${count("503")} x 503, ` +
+              `${count("closed")} closed before their request arrived; ` +
               `/health answered ${healthChecks} times, slowest ${healthWorst} ms`);
   console.log("flood: PASS");
 }
