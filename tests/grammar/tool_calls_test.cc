@@ -263,5 +263,50 @@ TEST(ToolCallStreamParserTest, PiecesSayWhatTheWholeSays) {
   EXPECT_EQ(whole.calls[1].arguments, R"( {"zone": "UTC"} )");
 }
 
+// Answers sampled from the grammar itself (a random byte among those the matcher accepts,
+// ending where it may): read back, each is its calls exactly (written again they give the
+// same text), every call a declared function whose arguments parse as JSON.
+TEST(ToolCallsGrammarTest, SampledAnswersReadBackAsTheirCalls) {
+  std::mt19937 rng(11);
+  for (ToolCallFormat format : {ToolCallFormat::kHermes, ToolCallFormat::kPlain}) {
+    ToolCallSpec spec = Spec(ToolChoice::kRequired, /*parallel=*/true, format);
+    spec.functions.push_back({"any", nullptr});
+    auto c = CompileToolCalls(spec);
+    ASSERT_TRUE(c.ok()) << c.status();
+    int sampled = 0;
+    for (int trial = 0; trial < 40; ++trial) {
+      Matcher m(c->grammar);
+      std::string text;
+      while (text.size() < 2000 && !m.MustEnd()) {
+        if (m.CanEnd() && rng() % 4 == 0) break;
+        std::vector<char> allowed;
+        for (int b = 0; b < 256; ++b) {
+          if (m.Accepts(std::string(1, char(b)))) allowed.push_back(char(b));
+        }
+        ASSERT_FALSE(allowed.empty()) << text;
+        // Favour closing what is open, so that most answers finish.
+        char next = allowed[rng() % allowed.size()];
+        for (char b : allowed) {
+          if ((b == '}' || b == ']' || b == '"') && rng() % 3 == 0) next = b;
+        }
+        ASSERT_TRUE(m.Accept(std::string(1, next)).ok());
+        text += next;
+      }
+      if (!m.CanEnd()) continue;  // cut at the length bound
+      ++sampled;
+      const ParsedAnswer a = ParseToolCalls(format, text);
+      EXPECT_TRUE(a.complete) << text;
+      EXPECT_EQ(a.content, "") << text;
+      ASSERT_FALSE(a.calls.empty()) << text;
+      EXPECT_EQ(WriteToolCalls(format, a.calls), text);
+      for (const ToolCall& call : a.calls) {
+        EXPECT_TRUE(call.name == "get_weather" || call.name == "get_time" || call.name == "any") << text;
+        EXPECT_TRUE(json::accept(call.arguments)) << call.arguments;
+      }
+    }
+    EXPECT_GE(sampled, 20) << ToolCallFormatName(format);
+  }
+}
+
 }  // namespace
 }  // namespace attnserve::grammar
