@@ -1,5 +1,6 @@
-// What the page keeps in the browser besides the API key (api.js): the sampling settings,
-// and the figures the page measured for each answer (first token, tokens/s), which the
+// What the page keeps in the browser besides the API key (api.js): the sampling settings
+// (the answer format is not kept: a schema left from another day would constrain answers
+// unseen), and the figures the page measured for each answer (first token, tokens/s), which the
 // server does not record.
 import { apiKey } from "./api.js";
 
@@ -17,6 +18,7 @@ export function loadSettings() {
     // No storage, or a value from another version: the defaults stand.
   }
   $("api-key").value = apiKey();
+  $("json-schema").addEventListener("input", checkSchemaField);
 }
 
 export function saveSettings() {
@@ -42,7 +44,43 @@ export function sampling(newSeed) {
     top_p: number("top-p", 1),
     max_output_tokens: Math.max(1, Math.round(number("max-tokens", 200))),
     seed,
+    ...answerFormat(),
   };
+}
+
+// The JSON Schema field as the request's text.format (the Responses API's structured
+// outputs); nothing when it is empty. Text that is not JSON is sent as it is (a string
+// where the schema goes), so the server's refusal is what the page shows, as for a schema
+// it cannot enforce; the hint under the field says so as it is typed.
+function answerFormat() {
+  const text = $("json-schema").value.trim();
+  if (text === "") return {};
+  let schema = text;
+  try {
+    schema = JSON.parse(text);
+  } catch {
+    // Refused by the server, naming text.format.schema.
+  }
+  return { text: { format: { type: "json_schema", name: "playground", schema, strict: true } } };
+}
+
+const SCHEMA_HINT = "Empty: free text. Else every answer is JSON valid under this schema " +
+  "(OpenAI's strict subset; the server refuses, naming it, a keyword it cannot enforce).";
+
+// Marks the JSON Schema field invalid while its text is not JSON.
+function checkSchemaField() {
+  const field = $("json-schema");
+  const text = field.value.trim();
+  let problem = "";
+  if (text !== "") {
+    try {
+      JSON.parse(text);
+    } catch (e) {
+      problem = `Not JSON: ${e.message}`;
+    }
+  }
+  field.setAttribute("aria-invalid", problem ? "true" : "false");
+  $("json-schema-hint").textContent = problem || SCHEMA_HINT;
 }
 
 export function figures(responseId) {

@@ -287,7 +287,8 @@ async function main() {
         sessionStorage.setItem("seeded", "1");
       }
     });
-    const k = await open(keyed, `${baseKeys}/`, "keys", ["status of 401"]);
+    // 400: the schema the server refuses, below.
+    const k = await open(keyed, `${baseKeys}/`, "keys", ["status of 401", "status of 400"]);
     const refused = await api(baseKeys, "GET", "/v1/models", undefined, "not-a-key");
     expect(refused.status === 401 && refused.json.error?.message, `the server's refusal: ${JSON.stringify(refused)}`);
     await k.locator("#error").waitFor({ timeout: 30_000 });
@@ -304,6 +305,39 @@ async function main() {
     expect((await k.locator("#api-key").inputValue()) === key, "the key is not kept across a reload");
     expect(await k.getByTestId("conversation").count() === 1, "the keyed tenant's conversation is not listed");
     log("a valid key: kept in the browser, the chat works, the tenant's conversation is listed");
+    expectNoProblems();
+
+    step = "a JSON Schema constrains the answer; one the server cannot enforce shows its refusal";
+    const schema = {
+      type: "object",
+      properties: { tribe: { enum: ["Judah", "Levi"] }, count: { type: "integer" }, ok: { type: "boolean" } },
+      required: ["tribe", "count", "ok"],
+      additionalProperties: false,
+    };
+    await k.getByTestId("json-schema").fill("{\"type\": ");
+    expect((await k.getByTestId("json-schema").getAttribute("aria-invalid")) === "true",
+           "text that is not JSON is not marked invalid");
+    await k.getByTestId("json-schema").fill(JSON.stringify(schema, null, 2));
+    // The longest text this grammar allows (bounded whitespace, 16 digits) is under 400 bytes.
+    const json = await turn(k, "Count the tribes", "400");
+    let value;
+    try {
+      value = JSON.parse(json);
+    } catch (e) {
+      fail(`the answer under the schema is not JSON: ${JSON.stringify(json)}`);
+    }
+    expect(["Judah", "Levi"].includes(value.tribe) && Number.isInteger(value.count) &&
+           typeof value.ok === "boolean" && Object.keys(value).length === 3,
+           `the answer does not follow the schema: ${json}`);
+    await k.getByTestId("json-schema").fill(JSON.stringify({ type: "object", patternProperties: {} }));
+    await k.getByTestId("prompt").fill("Count them again");
+    await k.getByTestId("prompt").press("Enter");
+    await k.locator("#error").waitFor({ timeout: 30_000 });
+    const refusal = await k.locator("#error .error-message").textContent();
+    expect(refusal.includes("patternProperties"), `the refusal shown: "${refusal}"`);
+    await turnEnded(k);
+    await k.getByTestId("json-schema").fill("");
+    log(`a JSON Schema: the answer ${JSON.stringify(value)}; refused: "${refusal}"`);
     expectNoProblems();
 
     if (hybrid) {
