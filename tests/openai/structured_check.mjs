@@ -11,8 +11,9 @@
 //                                                 counted and must be few
 //   node structured_check.mjs sdk BASE MODEL      chat.completions.parse with zodResponseFormat,
 //                                                 responses.parse with zodTextFormat (stored,
-//                                                 the format echoed), and refusals naming the
-//                                                 keyword (BadRequestError, param)
+//                                                 the format echoed), both streamed too, and
+//                                                 refusals naming the keyword
+//                                                 (BadRequestError, param)
 //
 // BASE is http://HOST:PORT. Sampling is random (temperature > 0) with fixed seeds.
 import Ajv from "ajv";
@@ -251,6 +252,30 @@ async function sdkCommand(model) {
            `Ajv refuses ${message.content}: ${JSON.stringify(sent.errors)}`);
     console.log(`chat.completions.parse (seed ${seed}): ${message.content}`);
   }
+
+  // Streamed: the SDK accumulates the deltas and parses the whole.
+  const chatStream = openai.chat.completions.stream({
+    model, seed: 8, temperature: 1.0, max_completion_tokens: 600,
+    messages: [{ role: "user", content: "Give the record of the elder as JSON." }],
+    response_format: zodResponseFormat(Record, "record"),
+  });
+  let deltas = 0;
+  chatStream.on("content.delta", () => deltas++);
+  const streamed = (await chatStream.finalChatCompletion()).choices[0];
+  expect(streamed.finish_reason === "stop" && streamed.message.parsed !== null &&
+         sent(JSON.parse(streamed.message.content)),
+         `chat.completions.stream: ${streamed.finish_reason} ${streamed.message.content}`);
+  const responseStream = openai.responses.stream({
+    model, temperature: 1.0, max_output_tokens: 600,
+    input: "Give the record of the elder as JSON.",
+    text: { format: zodTextFormat(Record, "record") },
+  });
+  const streamedResponse = await responseStream.finalResponse();
+  expect(streamedResponse.status === "completed" && streamedResponse.output_parsed !== null &&
+         sent(JSON.parse(streamedResponse.output_text)),
+         `responses.stream: ${streamedResponse.status} ${streamedResponse.output_text}`);
+  console.log(`streamed: chat.completions.stream in ${deltas} deltas, responses.stream: ` +
+              `${streamedResponse.output_text.length} characters, both parsed`);
 
   const response = await openai.responses.parse({
     model, temperature: 1.0, max_output_tokens: 600,
