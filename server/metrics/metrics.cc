@@ -35,6 +35,12 @@ const Histogram::BucketBoundaries kTimeToFirstTokenBuckets = {
 const Histogram::BucketBoundaries kInterTokenLatencyBuckets = {
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5};
 
+// A constrained step's token mask (server/grammar): a cache lookup and a pass over the
+// logits row (tens of microseconds), or a walk of the vocabulary's trie for a state not
+// seen before (up to about a millisecond for a 50k vocabulary).
+const Histogram::BucketBoundaries kConstraintMaskBuckets = {
+    0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05};
+
 // A whole turn: from a rejected or one-token request (ms) to a long generation
 // (minutes).
 const Histogram::BucketBoundaries kRequestDurationBuckets = {
@@ -95,6 +101,13 @@ struct Families {
                 .Name("attnserve_inter_token_latency_seconds")
                 .Help("Seconds between consecutive generated tokens of "
                       "one turn.")
+                .Register(r)),
+        constraint_mask(
+            prometheus::BuildHistogram()
+                .Name("attnserve_constraint_mask_seconds")
+                .Help("Seconds a constrained turn's step spends masking the logits to "
+                      "what its grammar allows (response_format, tools), one "
+                      "observation per sampled token.")
                 .Register(r)),
         request_duration(
             prometheus::BuildHistogram()
@@ -188,6 +201,7 @@ struct Families {
   Family<Counter>& generated_tokens;
   Family<Histogram>& time_to_first_token;
   Family<Histogram>& inter_token_latency;
+  Family<Histogram>& constraint_mask;
   Family<Histogram>& request_duration;
   Family<Histogram>& batch_size;
   Family<Gauge>& running_turns;
@@ -216,6 +230,8 @@ ModelMetrics::ModelMetrics(Families& f, const std::string& model,
           ModelLabels(model, attention), kTimeToFirstTokenBuckets)),
       inter_token_latency_(f.inter_token_latency.Add(
           ModelLabels(model, attention), kInterTokenLatencyBuckets)),
+      constraint_mask_(f.constraint_mask.Add(ModelLabels(model, attention),
+                                             kConstraintMaskBuckets)),
       request_duration_(f.request_duration.Add(ModelLabels(model, attention),
                                                kRequestDurationBuckets)),
       batch_size_(
@@ -237,6 +253,9 @@ void ModelMetrics::ObserveTimeToFirstToken(absl::Duration d) {
 }
 void ModelMetrics::ObserveInterTokenLatency(absl::Duration d) {
   inter_token_latency_.Observe(absl::ToDoubleSeconds(d));
+}
+void ModelMetrics::ObserveConstraintMask(absl::Duration d) {
+  constraint_mask_.Observe(absl::ToDoubleSeconds(d));
 }
 void ModelMetrics::ObserveRequestDuration(absl::Duration d) {
   request_duration_.Observe(absl::ToDoubleSeconds(d));

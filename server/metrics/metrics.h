@@ -43,6 +43,7 @@ class ModelMetrics {
   // Histograms, recorded in seconds.
   void ObserveTimeToFirstToken(absl::Duration d);
   void ObserveInterTokenLatency(absl::Duration d);
+  void ObserveConstraintMask(absl::Duration d);  // one constrained step's token mask
   void ObserveRequestDuration(absl::Duration d);
   void ObserveBatchSize(int n);  // sessions in one engine step for this model
 
@@ -61,6 +62,7 @@ class ModelMetrics {
   prometheus::Counter& generated_tokens_;
   prometheus::Histogram& time_to_first_token_;
   prometheus::Histogram& inter_token_latency_;
+  prometheus::Histogram& constraint_mask_;
   prometheus::Histogram& request_duration_;
   prometheus::Histogram& batch_size_;
   prometheus::Gauge& running_turns_;

@@ -410,8 +410,12 @@ void Scheduler::Emit(Turn& t, float* logits, int64_t vocab) {
     // The text's first bytes may differ from a token's mid-text bytes (SentencePiece
     // drops the first piece's leading space): that step checks id by id.
     std::function<std::string(int32_t)> peek = [&](int32_t id) { return t.decoder->Peek(id); };
+    const absl::Time mask_start = absl::Now();
     absl::Status masked_ok = t.constraint->ApplyMask(logits, vocab, vocabulary,
                                                      t.decoder->at_start() ? &peek : nullptr);
+    if (t.metrics && t.constraint->active()) {
+      t.metrics->ObserveConstraintMask(absl::Now() - mask_start);
+    }
     if (!masked_ok.ok()) {
       Finish(t, FinishReason::kError, masked_ok);
       return;

@@ -39,12 +39,12 @@ echo
 "$build/tests/bench/grammar_bench" --bytes
 echo
 
-addr=127.0.0.1:$(free_port) http=127.0.0.1:$(free_port)
-start_server "$addr" "127.0.0.1:$(free_port)" --http_listen="$http" \
+addr=127.0.0.1:$(free_port) http=127.0.0.1:$(free_port) metrics=127.0.0.1:$(free_port)
+start_server "$addr" "$metrics" --http_listen="$http" \
   --model_dirs="$gguf,$default_model" --threads=1 >&2
-"$py" - "$http" "$runs" "$tokens" "$repo/tests/bench/grammar_bench.cc" <<'PY'
+"$py" - "$http" "$runs" "$tokens" "$repo/tests/bench/grammar_bench.cc" "$metrics" <<'PY'
 import http.client, json, re, statistics, sys, time
-host, runs, tokens, source = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+host, runs, tokens, source, metrics = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 # The schemas grammar_bench compiles, read from its source so both parts use the same.
 text = open(source).read()
 schemas = {name: json.loads(re.search(r'k%s = R"\((.*?)\)";' % key, text, re.S).group(1))
@@ -116,6 +116,26 @@ for model in models_served():
         print(f"| {model} | {name} | {mf:.2f} | {mc:.2f} | {100 * (mc / mf - 1):+.1f}% | "
               f"{statistics.median(tt_free):.1f} | {first[0]:.1f} | {statistics.median(tt_cons):.1f} | "
               f"{statistics.median(chunks):.0f} | {valid}/{runs} |")
+# The server's own account: every constrained step's mask time (attnserve_constraint_mask_seconds)
+# against the time between tokens (attnserve_inter_token_latency_seconds, free and constrained
+# turns together), per model, over the whole run.
+c = http.client.HTTPConnection(metrics, timeout=60)
+c.request("GET", "/metrics")
+families = {}
+for line in c.getresponse().read().decode().splitlines():
+    m = re.match(r'(attnserve_(constraint_mask|inter_token_latency)_seconds_(sum|count))\{(.*?)\} (\S+)', line)
+    if m:
+        model = re.search(r'model="([^"]*)"', m.group(4)).group(1)
+        families[(model, m.group(2), m.group(3))] = float(m.group(5))
+print("\n### The server's own account (/metrics, the whole run)\n")
+print("| model | masks | mean mask µs | steps | mean inter-token ms | mask / step |")
+print("|---|---|---|---|---|---|")
+for model in first_constrained:
+    mc, ms = families.get((model, "constraint_mask", "count"), 0), families.get((model, "constraint_mask", "sum"), 0)
+    ic, isum = families.get((model, "inter_token_latency", "count"), 0), families.get((model, "inter_token_latency", "sum"), 0)
+    if mc and ic:
+        print(f"| {model} | {mc:.0f} | {1e6 * ms / mc:.0f} | {ic:.0f} | {1e3 * isum / ic:.2f} | "
+              f"{100 * (ms / mc) / (isum / ic):.2f}% |")
 print("\nFirst constrained request on each model (its vocabulary's trie built, once per process), "
       "TTFT ms: " + ", ".join(f"{m} {t:.1f}" for m, t in first_constrained.items()))
 PY

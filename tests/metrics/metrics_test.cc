@@ -174,6 +174,7 @@ TEST(Metrics, EveryFamilyHasHelpTypeAndModelLabels) {
       {"attnserve_generated_tokens_total", "counter"},
       {"attnserve_time_to_first_token_seconds", "histogram"},
       {"attnserve_inter_token_latency_seconds", "histogram"},
+      {"attnserve_constraint_mask_seconds", "histogram"},
       {"attnserve_request_duration_seconds", "histogram"},
       {"attnserve_batch_size", "histogram"},
       {"attnserve_running_turns", "gauge"},
