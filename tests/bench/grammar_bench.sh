@@ -62,7 +62,7 @@ def models_served():
 
 def answer(model, prompt, schema, seed):
     body = {"model": model, "prompt": prompt, "max_tokens": tokens, "stream": True,
-            "temperature": 1.0, "seed": seed}
+            "stream_options": {"include_usage": True}, "temperature": 1.0, "seed": seed}
     if schema is not None:
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": "bench", "schema": schema}}
@@ -70,26 +70,31 @@ def answer(model, prompt, schema, seed):
     r = request("/v1/completions", body)
     if r.status != 200:
         raise SystemExit(f"{r.status}: {r.read()[:300]!r}")
-    stamps, out, finish = [], "", None
+    stamps, out, finish, generated = [], "", None, None
     for line in r:
         line = line.decode().strip()
         if not line.startswith("data: ") or line == "data: [DONE]":
             continue
         chunk = json.loads(line[6:])
         piece = chunk["choices"][0].get("text", "") if chunk.get("choices") else ""
+        if chunk.get("usage"):
+            generated = chunk["usage"]["completion_tokens"]
         if chunk.get("choices") and chunk["choices"][0].get("finish_reason"):
             finish = chunk["choices"][0]["finish_reason"]
         if piece:
             stamps.append(time.perf_counter())
             out += piece
     ttft = (stamps[0] - t0) * 1000 if stamps else float("nan")
-    per = (stamps[-1] - stamps[0]) * 1000 / (len(stamps) - 1) if len(stamps) > 1 else float("nan")
-    return ttft, per, len(stamps), out, finish
+    # Per token, not per chunk: a chunk may hold several tokens (bytes of one UTF-8
+    # character held until it is whole). The first chunk carries at least the first token.
+    n = generated if generated else len(stamps)
+    per = (stamps[-1] - stamps[0]) * 1000 / (n - 1) if len(stamps) > 1 and n > 1 else float("nan")
+    return ttft, per, n, out, finish
 
 print("### Constrained answers end to end (medians of %d; ms; temperature 1, %d tokens at most)\n"
       % (runs, tokens))
 print("| model | schema | decode ms/token free | constrained | overhead | TTFT free | "
-      "TTFT first request of the schema (compile, cold masks) | TTFT later | chunks/answer | "
+      "TTFT first request of the schema (compile, cold masks) | TTFT later | tokens/answer | "
       "complete (stop; JSON.parse-able) |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 first_constrained = {}
