@@ -18,10 +18,12 @@ std::string Shown(const std::string& name) {
   return name.size() <= 40 ? name : name.substr(0, 40) + "...";
 }
 
-// OK if every member of `object` is one of `allowed`; else names the first other one.
+// OK if every member of `object` is one of `allowed` or null (as if absent, like every
+// field here); else names the first other one.
 absl::Status OnlyMembers(const json& object, const std::string& param,
                          std::initializer_list<const char*> allowed) {
   for (const auto& [key, value] : object.items()) {
+    if (value.is_null()) continue;
     bool known = false;
     for (const char* a : allowed) known = known || key == a;
     if (!known) {

@@ -65,6 +65,10 @@ TEST(ResponseFormatTest, JsonObjectAndTextAndAbsent) {
   auto object = Chat(R"({"type":"json_object"})");
   ASSERT_TRUE(object.ok()) << object.status();
   EXPECT_TRUE(object->generate.sampling().constraint().json_object());
+  auto null_members = Chat(
+      R"({"type":"json_schema","json_schema":{"name":"p","description":null,"schema":{}}})");
+  ASSERT_TRUE(null_members.ok()) << null_members.status();  // null is as if absent
+  EXPECT_EQ(null_members->generate.sampling().constraint().json_schema(), "{}");
   for (const std::string& free : {R"({"type":"text"})", "null"}) {
     auto text = Chat(free);
     ASSERT_TRUE(text.ok()) << text.status();
