@@ -154,7 +154,10 @@ ConstraintCache::Stats ConstraintCache::stats() const {
 }
 
 ConstraintCache& SharedConstraintCache() {
-  static ConstraintCache* cache = new ConstraintCache(64);
+  // Each grammar keeps its token masks (up to Grammar::MaskCache::kMaxBytes, 64 MiB), so
+  // the entries bound the memory as well: 16 x 64 MiB at worst. An application sends a
+  // few schemas again and again; 16 holds them.
+  static ConstraintCache* cache = new ConstraintCache(16);
   return *cache;
 }
 

@@ -60,8 +60,8 @@ class ConstraintCache {
   Stats stats_;
 };
 
-// The process's cache (64 constraints), shared by the gRPC and HTTP edges through
-// admission.
+// The process's cache (16 constraints, each grammar with its token masks), shared by the
+// gRPC and HTTP edges through admission.
 ConstraintCache& SharedConstraintCache();
 
 }  // namespace attnserve::service
