@@ -26,24 +26,34 @@ absl::Status OnlyMembers(const json& object, const std::string& param,
   return absl::OkStatus();
 }
 
-// tools[i] (`tool`, `ordered` the same in declared order) into `out`.
+// tools[i] (`tool`, `ordered` the same in declared order) into `out`; `flat`: the
+// Responses API's shape, the function's members beside `type`.
 absl::Status ReadTool(const json& tool, const nlohmann::ordered_json& ordered, size_t i,
-                      v1::ToolCallConstraint* out) {
+                      bool flat, v1::ToolCallConstraint* out) {
   const std::string param = absl::StrCat("tools[", i, "]");
   if (!tool.is_object()) return WrongType(param, "a tool object");
-  if (absl::Status s = OnlyMembers(tool, param, {"type", "function"}); !s.ok()) return s;
   const json* type = Field(tool, "type");
   if (type == nullptr || *type != "function") {
     return InvalidParam(param + ".type", "only \"function\" tools are supported");
   }
-  const json* function = Field(tool, "function");
-  if (function == nullptr || !function->is_object()) {
-    return WrongType(param + ".function", "an object with the function's name");
-  }
-  const std::string fparam = param + ".function";
-  if (absl::Status s = OnlyMembers(*function, fparam, {"name", "description", "parameters", "strict"});
-      !s.ok()) {
-    return s;
+  const json* function = &tool;
+  std::string fparam = param;
+  if (flat) {
+    if (absl::Status s = OnlyMembers(tool, param, {"type", "name", "description", "parameters", "strict"});
+        !s.ok()) {
+      return s;
+    }
+  } else {
+    if (absl::Status s = OnlyMembers(tool, param, {"type", "function"}); !s.ok()) return s;
+    function = Field(tool, "function");
+    if (function == nullptr || !function->is_object()) {
+      return WrongType(param + ".function", "an object with the function's name");
+    }
+    fparam = param + ".function";
+    if (absl::Status s = OnlyMembers(*function, fparam, {"name", "description", "parameters", "strict"});
+        !s.ok()) {
+      return s;
+    }
   }
   const json* name = Field(*function, "name");
   if (name == nullptr || !name->is_string()) return WrongType(fparam + ".name", "a string");
@@ -60,14 +70,15 @@ absl::Status ReadTool(const json& tool, const nlohmann::ordered_json& ordered, s
   f->set_name(name->get<std::string>());
   if (const json* p = Field(*function, "parameters")) {
     if (!p->is_object()) return WrongType(fparam + ".parameters", "a JSON Schema (an object)");
-    f->set_parameters_schema(ordered["function"]["parameters"].dump());
+    f->set_parameters_schema((flat ? ordered : ordered["function"])["parameters"].dump());
   }
   return absl::OkStatus();
 }
 
-// tool_choice into `c` (its functions read); false in *constrain for "none".
-absl::Status ReadToolChoice(const json& body, bool have_tools, v1::ToolCallConstraint* c,
-                            bool* constrain) {
+// tool_choice into `c` (its functions read); false in *constrain for "none". `flat`:
+// the Responses API's {"type": "function", "name": ...}.
+absl::Status ReadToolChoice(const json& body, bool have_tools, bool flat,
+                            v1::ToolCallConstraint* c, bool* constrain) {
   *constrain = have_tools;
   const json* choice = Field(body, "tool_choice");
   if (choice == nullptr || *choice == "auto") {
@@ -83,24 +94,29 @@ absl::Status ReadToolChoice(const json& body, bool have_tools, v1::ToolCallConst
     c->set_choice(v1::ToolCallConstraint::CHOICE_REQUIRED);
     return absl::OkStatus();
   }
-  constexpr char kShape[] =
-      "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
-      "{\"name\": ...}}";
-  if (!choice->is_object()) return InvalidParam("tool_choice", kShape);
-  if (absl::Status s = OnlyMembers(*choice, "tool_choice", {"type", "function"}); !s.ok()) return s;
-  const json* function = Field(*choice, "function");
+  const char* shape =
+      flat ? "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": ...}"
+           : "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+             "{\"name\": ...}}";
+  if (!choice->is_object()) return InvalidParam("tool_choice", shape);
+  if (absl::Status s = OnlyMembers(*choice, "tool_choice", {"type", flat ? "name" : "function"});
+      !s.ok()) {
+    return s;
+  }
+  const json* function = flat ? choice : Field(*choice, "function");
   if (Field(*choice, "type") == nullptr || (*choice)["type"] != "function" || function == nullptr ||
       !function->is_object()) {
-    return InvalidParam("tool_choice", kShape);
+    return InvalidParam("tool_choice", shape);
   }
-  if (absl::Status s = OnlyMembers(*function, "tool_choice.function", {"name"}); !s.ok()) return s;
+  const std::string nparam = flat ? "tool_choice.name" : "tool_choice.function.name";
+  if (!flat) {
+    if (absl::Status s = OnlyMembers(*function, "tool_choice.function", {"name"}); !s.ok()) return s;
+  }
   const json* name = Field(*function, "name");
-  if (name == nullptr || !name->is_string()) return WrongType("tool_choice.function.name", "a string");
+  if (name == nullptr || !name->is_string()) return WrongType(nparam, "a string");
   bool declared = false;
   for (const v1::FunctionTool& f : c->functions()) declared = declared || f.name() == *name;
-  if (!declared) {
-    return InvalidParam("tool_choice.function.name", "names no function among the tools");
-  }
+  if (!declared) return InvalidParam(nparam, "names no function among the tools");
   c->set_choice(v1::ToolCallConstraint::CHOICE_NAMED);
   c->set_function_name(name->get<std::string>());
   return absl::OkStatus();
@@ -109,6 +125,10 @@ absl::Status ReadToolChoice(const json& body, bool have_tools, v1::ToolCallConst
 }  // namespace
 
 absl::Status ReadChatTools(const json& body, std::string_view body_text, ChatTools* out) {
+  return ReadTools(body, body_text, /*flat=*/false, out);
+}
+
+absl::Status ReadTools(const json& body, std::string_view body_text, bool flat, ChatTools* out) {
   const json* tools = Field(body, "tools");
   if (tools != nullptr && !tools->is_array()) return WrongType("tools", "a list of tools");
   const bool have_tools = tools != nullptr && !tools->empty();
@@ -119,16 +139,24 @@ absl::Status ReadChatTools(const json& body, std::string_view body_text, ChatToo
         nlohmann::ordered_json::parse(body_text, nullptr, /*allow_exceptions=*/false)["tools"];
     std::set<std::string> names;
     for (size_t i = 0; i < tools->size(); ++i) {
-      if (absl::Status s = ReadTool((*tools)[i], ordered[i], i, &c); !s.ok()) return s;
+      if (absl::Status s = ReadTool((*tools)[i], ordered[i], i, flat, &c); !s.ok()) return s;
       if (!names.insert(c.functions(int(i)).name()).second) {
         return InvalidParam(absl::StrCat("tools[", i, "].function.name"),
                             "is declared by an earlier tool too");
       }
-      out->definitions.push_back(ToolDefinitionText(ordered[i]));
+      if (flat) {
+        // The prompt shows every tool in the chat shape, as the templates expect it.
+        nlohmann::ordered_json function = ordered[i];
+        function.erase("type");
+        out->definitions.push_back(ToolDefinitionText(
+            nlohmann::ordered_json{{"type", "function"}, {"function", std::move(function)}}));
+      } else {
+        out->definitions.push_back(ToolDefinitionText(ordered[i]));
+      }
     }
   }
   bool constrain = false;
-  if (absl::Status s = ReadToolChoice(body, have_tools, &c, &constrain); !s.ok()) return s;
+  if (absl::Status s = ReadToolChoice(body, have_tools, flat, &c, &constrain); !s.ok()) return s;
   bool parallel = true;
   if (absl::Status s = ReadBool(body, "parallel_tool_calls", &parallel); !s.ok()) return s;
   c.set_parallel(parallel);

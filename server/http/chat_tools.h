@@ -43,4 +43,11 @@ struct ChatTools {
 absl::Status ReadChatTools(const nlohmann::json& body, std::string_view body_text,
                            ChatTools* out);
 
+// The same for /v1/responses, whose shapes are flat: tools [{"type": "function", "name",
+// "description"?, "parameters"?, "strict"?}] and tool_choice {"type": "function",
+// "name"}; errors name "tools[i].name", "tool_choice.name". The definitions are shown to
+// the model in the chat shape.
+absl::Status ReadTools(const nlohmann::json& body, std::string_view body_text, bool flat,
+                       ChatTools* out);
+
 }  // namespace attnserve::http

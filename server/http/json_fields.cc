@@ -102,63 +102,72 @@ absl::Status ReadToolCalls(const json& list, const std::string& param,
 absl::Status ReadMessageList(const json& list, const std::string& param,
                              std::vector<ChatMessage>* out) {
   for (size_t i = 0; i < list.size(); ++i) {
-    const json& message = list[i];
-    const std::string item = absl::StrCat(param, "[", i, "]");
-    if (!message.is_object()) return WrongType(item, "an object");
-    if (const json* type = Field(message, "type"); type != nullptr && *type != "message") {
-      return InvalidParam(item + ".type", absl::StrCat("only message items are supported (not ",
-                                                       type->dump(), ")"));
+    ChatMessage message;
+    if (absl::Status s = ReadMessage(list[i], absl::StrCat(param, "[", i, "]"), param, &message);
+        !s.ok()) {
+      return s;
     }
-    const json* role = Field(message, "role");
-    if (role == nullptr || !role->is_string()) return WrongType(item + ".role", "a string");
-    ChatMessage out_message{role->get<std::string>(), ""};
-    if (const json* calls = Field(message, "tool_calls"); calls != nullptr && !IsEmptyList(*calls)) {
-      if (out_message.role != "assistant") {
-        return InvalidParam(item + ".tool_calls", "only an assistant message makes tool calls");
-      }
-      if (absl::Status s = ReadToolCalls(*calls, item + ".tool_calls", &out_message.tool_calls);
-          !s.ok()) {
-        return s;
-      }
-    }
-    // Tool results are chat messages; the Responses API has items of its own for them.
-    const json* call_id = Field(message, "tool_call_id");
-    if (out_message.role == "tool") {
-      if (param != "messages") {
-        return InvalidParam(item + ".role", "\"tool\" messages are not served here");
-      }
-      if (call_id == nullptr || !call_id->is_string()) {
-        return WrongType(item + ".tool_call_id", "a string (the call this result answers)");
-      }
-      out_message.tool_call_id = call_id->get<std::string>();
-    } else if (call_id != nullptr) {
-      return InvalidParam(item + ".tool_call_id", "only a tool message answers a call");
-    }
-    const json* content = Field(message, "content");
-    if (content == nullptr) {
-      // Only an assistant message may carry no content (it made tool calls).
-      if (out_message.role != "assistant") {
-        return InvalidParam(item + ".content",
-                            absl::StrCat("is required for a '", out_message.role, "' message"));
-      }
-    } else if (content->is_string()) {
-      out_message.content = content->get<std::string>();
-    } else if (content->is_array()) {
-      for (const json& part : *content) {
-        const json* type = part.is_object() ? Field(part, "type") : nullptr;
-        const json* text = part.is_object() ? Field(part, "text") : nullptr;
-        const bool text_part = type != nullptr && (*type == "text" || *type == "input_text" ||
-                                                   *type == "output_text");
-        if (!text_part || text == nullptr || !text->is_string()) {
-          return InvalidParam(item + ".content", "only text content parts are supported");
-        }
-        out_message.content += text->get<std::string>();
-      }
-    } else {
-      return WrongType(item + ".content", "a string or a list of text parts");
-    }
-    out->push_back(std::move(out_message));
+    out->push_back(std::move(message));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ReadMessage(const json& message, const std::string& item, const std::string& param,
+                         ChatMessage* out) {
+  if (!message.is_object()) return WrongType(item, "an object");
+  if (const json* type = Field(message, "type"); type != nullptr && *type != "message") {
+    return InvalidParam(item + ".type", absl::StrCat("only message items are supported (not ",
+                                                     type->dump(), ")"));
+  }
+  const json* role = Field(message, "role");
+  if (role == nullptr || !role->is_string()) return WrongType(item + ".role", "a string");
+  ChatMessage out_message{role->get<std::string>(), ""};
+  if (const json* calls = Field(message, "tool_calls"); calls != nullptr && !IsEmptyList(*calls)) {
+    if (out_message.role != "assistant") {
+      return InvalidParam(item + ".tool_calls", "only an assistant message makes tool calls");
+    }
+    if (absl::Status s = ReadToolCalls(*calls, item + ".tool_calls", &out_message.tool_calls);
+        !s.ok()) {
+      return s;
+    }
+  }
+  // Tool results are chat messages; the Responses API has items of its own for them.
+  const json* call_id = Field(message, "tool_call_id");
+  if (out_message.role == "tool") {
+    if (param != "messages") {
+      return InvalidParam(item + ".role", "\"tool\" messages are not served here");
+    }
+    if (call_id == nullptr || !call_id->is_string()) {
+      return WrongType(item + ".tool_call_id", "a string (the call this result answers)");
+    }
+    out_message.tool_call_id = call_id->get<std::string>();
+  } else if (call_id != nullptr) {
+    return InvalidParam(item + ".tool_call_id", "only a tool message answers a call");
+  }
+  const json* content = Field(message, "content");
+  if (content == nullptr) {
+    // Only an assistant message may carry no content (it made tool calls).
+    if (out_message.role != "assistant") {
+      return InvalidParam(item + ".content",
+                          absl::StrCat("is required for a '", out_message.role, "' message"));
+    }
+  } else if (content->is_string()) {
+    out_message.content = content->get<std::string>();
+  } else if (content->is_array()) {
+    for (const json& part : *content) {
+      const json* type = part.is_object() ? Field(part, "type") : nullptr;
+      const json* text = part.is_object() ? Field(part, "text") : nullptr;
+      const bool text_part = type != nullptr && (*type == "text" || *type == "input_text" ||
+                                                 *type == "output_text");
+      if (!text_part || text == nullptr || !text->is_string()) {
+        return InvalidParam(item + ".content", "only text content parts are supported");
+      }
+      out_message.content += text->get<std::string>();
+    }
+  } else {
+    return WrongType(item + ".content", "a string or a list of text parts");
+  }
+  *out = std::move(out_message);
   return absl::OkStatus();
 }
 

@@ -40,5 +40,8 @@ int32_t ClampToInt32(int64_t v);
 // than "message" (Responses' tool calls and their outputs) are refused, naming the item.
 absl::Status ReadMessageList(const nlohmann::json& list, const std::string& param,
                              std::vector<ChatMessage>* out);
+// One message of such a list: `item` names it in errors ("input[3]"), `param` the list.
+absl::Status ReadMessage(const nlohmann::json& message, const std::string& item,
+                         const std::string& param, ChatMessage* out);
 
 }  // namespace attnserve::http
