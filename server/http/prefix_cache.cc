@@ -60,8 +60,9 @@ std::string PrefixCache::Encode(const PrefixKey& key, absl::Span<const int32_t> 
   return out;
 }
 
-std::optional<std::string> PrefixCache::Match(const std::string& record, const PrefixKey& key,
-                                              absl::Span<const int32_t> ids) {
+std::optional<std::string_view> PrefixCache::Match(const std::string& record,
+                                                   const PrefixKey& key,
+                                                   absl::Span<const int32_t> ids) {
   if (record.size() < kMagicBytes + 8 || record.compare(0, kMagicBytes, kMagic) != 0) {
     return std::nullopt;
   }
@@ -83,7 +84,7 @@ std::optional<std::string> PrefixCache::Match(const std::string& record, const P
     if (int32_t(stored) != id) return std::nullopt;
     at += 4;
   }
-  return record.substr(at);
+  return std::string_view(record).substr(at);
 }
 
 std::optional<PrefixCache::Hit> PrefixCache::Lookup(const PrefixKey& key,
@@ -97,7 +98,8 @@ std::optional<PrefixCache::Hit> PrefixCache::Lookup(const PrefixKey& key,
     auto record = checkpoints_->Get(key.tenant, KeyOf(key, prefix));
     if (!record.ok()) continue;
     if (auto state = Match(**record, key, prefix)) {
-      return Hit{length, std::make_shared<const std::string>(*std::move(state))};
+      const size_t offset = size_t(state->data() - (*record)->data());
+      return Hit{length, snapshot::SnapshotBytes(*std::move(record), offset)};
     }
   }
   return std::nullopt;

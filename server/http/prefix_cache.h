@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "server/snapshot/snapshot_bytes.h"
 #include "server/store/checkpoint_store.h"
 
 namespace attnserve::http {
@@ -47,7 +48,8 @@ class PrefixCache {
 
   struct Hit {
     size_t tokens = 0;  // ids[0:tokens] are in `state`
-    std::shared_ptr<const std::string> state;  // a session snapshot
+    // A session snapshot: the stored record's tail, shared with the store, not copied.
+    snapshot::SnapshotBytes state;
   };
   // The longest of `lengths` (each at most ids.size()) whose prefix of `ids` was kept
   // under `key`; nullopt if none. A store that cannot be read is a miss (the turn then
@@ -65,9 +67,10 @@ class PrefixCache {
   // little-endian), then the state.
   static std::string Encode(const PrefixKey& key, absl::Span<const int32_t> ids,
                             const std::string& state);
-  // The state of a record whose key and ids are exactly these; nullopt otherwise.
-  static std::optional<std::string> Match(const std::string& record, const PrefixKey& key,
-                                          absl::Span<const int32_t> ids);
+  // The state of a record whose key and ids are exactly these (a view into `record`: the
+  // bytes after the ids); nullopt otherwise.
+  static std::optional<std::string_view> Match(const std::string& record, const PrefixKey& key,
+                                               absl::Span<const int32_t> ids);
 
  private:
   store::CheckpointStore* const checkpoints_;

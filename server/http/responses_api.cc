@@ -139,11 +139,12 @@ std::string EncodeResponseRecord(const ResponseRecord& record) {
   uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) out.push_back(char((n >> (8 * i)) & 0xff));
   out += header;
-  if (record.state) out += *record.state;
+  if (record.state) out += record.state.view();
   return out;
 }
 
-absl::StatusOr<ResponseRecord> DecodeResponseRecord(const std::string& bytes) {
+absl::StatusOr<ResponseRecord> DecodeResponseRecord(std::shared_ptr<const std::string> owned) {
+  const std::string& bytes = *owned;
   auto bad = [](absl::string_view why) {
     return absl::DataLossError(absl::StrCat("stored response: ", why));
   };
@@ -166,7 +167,7 @@ absl::StatusOr<ResponseRecord> DecodeResponseRecord(const std::string& bytes) {
   } catch (const json::exception& e) {
     return bad(absl::StrCat("header: ", e.what()));
   }
-  r.state = std::make_shared<const std::string>(bytes.substr(start + n));
+  r.state = snapshot::SnapshotBytes(std::move(owned), start + n);
   return r;
 }
 
@@ -186,7 +187,7 @@ absl::StatusOr<StoredResponse> ReadStoredResponse(store::CheckpointStore& respon
   }
   if (absl::IsNotFound(bytes.status())) return not_found();
   if (!bytes.ok()) return bytes.status();
-  auto record = DecodeResponseRecord(**bytes);
+  auto record = DecodeResponseRecord(*std::move(bytes));
   if (!record.ok()) return out.key == id ? not_found() : record.status();
   if (record->tenant != tenant) return not_found();
   out.record = *std::move(record);

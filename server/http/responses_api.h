@@ -21,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "server/http/chat_template.h"
 #include "server/scheduler/turn.h"
+#include "server/snapshot/snapshot_bytes.h"
 #include "server/store/checkpoint_store.h"
 
 namespace attnserve::http {
@@ -68,15 +69,17 @@ struct ResponseRecord {
   // The turn ended on an end-of-sequence token (in the state, not in the text).
   bool ended_with_eos = false;
   nlohmann::json response;  // the response object GET answers
-  std::shared_ptr<const std::string> state;  // the session's snapshot after it
+  // The session's snapshot after it (read back: the record's tail, shared, not copied).
+  snapshot::SnapshotBytes state;
 };
 
 // "attnserve-response/1\n", the header's length (8 bytes, little-endian), the header
 // (JSON: everything but the state), the state's snapshot bytes. The snapshot is verified
 // on import like any other; the header's integrity is the store's.
 std::string EncodeResponseRecord(const ResponseRecord& record);
-// DATA_LOSS naming what is wrong for bytes that are not a record.
-absl::StatusOr<ResponseRecord> DecodeResponseRecord(const std::string& bytes);
+// DATA_LOSS naming what is wrong for bytes that are not a record. The state is a view
+// into `bytes`.
+absl::StatusOr<ResponseRecord> DecodeResponseRecord(std::shared_ptr<const std::string> bytes);
 
 // A stored response as read back, and the store key it was found under (for Delete).
 struct StoredResponse {

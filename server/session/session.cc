@@ -55,7 +55,7 @@ void Session::PublishProgress() {
 absl::StatusOr<std::shared_ptr<const std::string>> Session::Snapshot() {
   if (!state_ && restore_ && restore_->info.pending_token == pending_token_ &&
       restore_->info.ttl == ttl_ && restore_->info.owner == owner_) {
-    return restore_->bytes;  // unchanged since it was loaded
+    return restore_->bytes.Whole();  // unchanged since it was loaded
   }
   if (restore_) {
     if (absl::Status s = Materialize(); !s.ok()) return s;

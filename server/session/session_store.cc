@@ -412,7 +412,7 @@ absl::StatusOr<std::shared_ptr<const std::string>> SessionStore::Export(
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Import(
-    std::string_view tenant, std::shared_ptr<const std::string> bytes, absl::Duration ttl) {
+    std::string_view tenant, snapshot::SnapshotBytes bytes, absl::Duration ttl) {
   if (options_.catalogue == nullptr) {
     return absl::FailedPreconditionError("this server has no model catalogue to import into");
   }

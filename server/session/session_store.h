@@ -181,7 +181,7 @@ class SessionStore {
   // snapshot's TTL (or the default). Nothing is charged, created or written when
   // verification or admission fails. May wait on the store.
   absl::StatusOr<std::shared_ptr<Session>> Import(std::string_view tenant,
-                                                  std::shared_ptr<const std::string> bytes,
+                                                  snapshot::SnapshotBytes bytes,
                                                   absl::Duration ttl);
   // A new session of `tenant` holding a copy of `id`'s state and pending token; the
   // original is untouched. ttl <= 0: the original's. May wait.

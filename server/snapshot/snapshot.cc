@@ -189,10 +189,10 @@ absl::StatusOr<std::string> SnapshotOwner(std::string_view bytes) {
   return std::string(bytes.substr(at, owner_bytes));
 }
 
-absl::StatusOr<VerifiedSnapshot> VerifySnapshot(std::shared_ptr<const std::string> owned,
+absl::StatusOr<VerifiedSnapshot> VerifySnapshot(SnapshotBytes owned,
                                                 const ModelCatalogue& catalogue,
                                                 uint64_t max_bytes) {
-  const std::string_view bytes = *owned;
+  const std::string_view bytes = owned.view();
   auto total = SnapshotTotalBytes(bytes, max_bytes);
   if (!total.ok()) return total.status();
   if (bytes.size() < *total) {
@@ -334,7 +334,8 @@ absl::StatusOr<std::unique_ptr<model::DecodeState>> RestoreSnapshotState(
       // see it (UBSan, found by tests/fuzz/snapshot_fuzz).
       at::Tensor t = at::empty(shapes[i].second, at::kFloat);
       if (t.numel() > 0) {
-        std::memcpy(t.data_ptr<float>(), snapshot.bytes->data() + offsets[i], t.nbytes());
+        std::memcpy(t.data_ptr<float>(), snapshot.bytes.view().data() + offsets[i],
+                    t.nbytes());
       }
       tensors.emplace_back(shapes[i].first, std::move(t));
     }

@@ -15,6 +15,7 @@
 #include "server/model/model.h"
 #include "server/catalogue/model_catalogue.h"
 #include "server/common/tenant.h"
+#include "server/snapshot/snapshot_bytes.h"
 
 namespace attnserve::snapshot {
 
@@ -47,7 +48,7 @@ std::string EncodeSnapshot(const catalogue::ServedModel& model, const model::Dec
 // A snapshot checked completely (size, checksum, model, every section and shape), not
 // yet turned into tensors.
 struct VerifiedSnapshot {
-  std::shared_ptr<const std::string> bytes;
+  SnapshotBytes bytes;
   std::shared_ptr<const catalogue::ServedModel> model;
   // info.position counts the tokens in the state only (not the pending token).
   SnapshotInfo info;
@@ -72,7 +73,7 @@ absl::StatusOr<std::string> SnapshotOwner(std::string_view bytes);
 // INVALID_ARGUMENT (not a snapshot, version, limit, sections), DATA_LOSS (truncated,
 // trailing bytes, checksum), FAILED_PRECONDITION (no served model has its fingerprint).
 // Makes no tensors: any thread may call it.
-absl::StatusOr<VerifiedSnapshot> VerifySnapshot(std::shared_ptr<const std::string> bytes,
+absl::StatusOr<VerifiedSnapshot> VerifySnapshot(SnapshotBytes bytes,
                                                 const catalogue::ModelCatalogue& catalogue,
                                                 uint64_t max_bytes);
 

@@ -96,19 +96,28 @@ TEST(ResponseRecordTest, RoundTripsAndRefusesWhatIsNotOne) {
   r.ended_with_eos = true;
   r.response = {{"id", "resp_1"}, {"output", json::array()}};
   r.state = std::make_shared<const std::string>(std::string("\0snapshot\xff", 10));
-  const std::string bytes = EncodeResponseRecord(r);
-  auto back = DecodeResponseRecord(bytes);
+  const auto stored = std::make_shared<const std::string>(EncodeResponseRecord(r));
+  const std::string& bytes = *stored;
+  auto back = DecodeResponseRecord(stored);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->tenant, "alice");
   EXPECT_EQ(back->model, "m");
   EXPECT_EQ(back->position, 42);
   EXPECT_TRUE(back->ended_with_eos);
   EXPECT_EQ(back->response, r.response);
-  EXPECT_EQ(*back->state, *r.state);
+  EXPECT_EQ(back->state.view(), r.state.view());
+  // The state read back is the record's tail, not a copy of it (a state of tens of MiB
+  // is read at every turn of a conversation).
+  EXPECT_EQ(back->state.view().data(), bytes.data() + bytes.size() - 10);
+  EXPECT_EQ(*back->state.Whole(), std::string("\0snapshot\xff", 10));
   for (size_t cut : {size_t(0), size_t(5), size_t(25), size_t(40)}) {
-    EXPECT_FALSE(DecodeResponseRecord(bytes.substr(0, cut)).ok()) << cut;
+    EXPECT_FALSE(
+        DecodeResponseRecord(std::make_shared<const std::string>(bytes.substr(0, cut))).ok())
+        << cut;
   }
-  EXPECT_THAT(DecodeResponseRecord("snapshot bytes").status().message(),
+  EXPECT_THAT(DecodeResponseRecord(std::make_shared<const std::string>("snapshot bytes"))
+                  .status()
+                  .message(),
               HasSubstr("not a response record"));
   EXPECT_TRUE(IsResponseId("resp_" + std::string(32, 'a')));
   EXPECT_FALSE(IsResponseId("resp_" + std::string(32, 'A')));
@@ -177,7 +186,12 @@ TEST(PrefixCacheTest, AHitNeedsTheSameKeyAndEveryId) {
   auto hit = cache.Lookup(alice, ids, {2, 4, 6});
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(hit->tokens, 4u);
-  EXPECT_EQ(*hit->state, "state after 4");
+  EXPECT_EQ(hit->state.view(), "state after 4");
+  // The hit's state is the stored record's tail, not a copy of it.
+  auto kept =
+      checkpoints.Get("alice", PrefixCache::KeyOf(alice, absl::MakeConstSpan(ids).subspan(0, 4)));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(hit->state.view().data(), (*kept)->data() + (*kept)->size() - state->size());
   // Another tenant, model fingerprint or template, or other ids: no hit.
   EXPECT_FALSE(cache.Lookup({"bob", "m", "plain"}, ids, {4}).has_value());
   EXPECT_FALSE(cache.Lookup({"alice", "n", "plain"}, ids, {4}).has_value());

@@ -116,6 +116,29 @@ TEST_F(SnapshotTest, OverheadIsUnderOneKibAndKvCachesWriteOnlyTheirUsedLength) {
   }
 }
 
+TEST_F(SnapshotTest, ASnapshotAtTheTailOfARecordVerifiesAndRestoresInPlace) {
+  // A stored record (a kept chat state, a stored response) carries the snapshot after
+  // its own header: verified and restored from there, not copied out first. An odd
+  // header length leaves every payload unaligned.
+  auto m = Model("softmax");
+  auto original = StateAfter(*m, 19);
+  auto whole = Encode(*m, *original);
+  auto record = std::make_shared<const std::string>("record header" + *whole);
+  const SnapshotBytes tail(record, 13);
+  EXPECT_EQ(tail.view(), *whole);
+  auto verified = VerifySnapshot(tail, *catalogue_, kMaxBytes);
+  ASSERT_TRUE(verified.ok()) << verified.status();
+  EXPECT_EQ(verified->bytes.view().data(), record->data() + 13);
+  EXPECT_EQ(*verified->bytes.Whole(), *whole);  // a string of its own when exported
+  auto restored = RestoreSnapshotState(*verified);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  at::Tensor pa = m->model->Prefill(*original, {1, 2, 3, 4, 5}).value();
+  at::Tensor pb = m->model->Prefill(**restored, {1, 2, 3, 4, 5}).value();
+  EXPECT_TRUE(at::equal(pa, pb));
+  // The header is not part of the snapshot: the whole record does not verify.
+  EXPECT_FALSE(VerifySnapshot(record, *catalogue_, kMaxBytes).ok());
+}
+
 TEST_F(SnapshotTest, SameSessionGivesTheSameBytes) {
   auto m = Model("taylor");
   auto a = StateAfter(*m, 12), b = StateAfter(*m, 12);
