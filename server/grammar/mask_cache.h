@@ -1,7 +1,8 @@
 // Grammar::MaskCache: the token masks of states seen before, per vocabulary, so that a
 // state that recurs (inside a string, between properties) costs a lookup. Shared by every
-// turn on the grammar; thread-safe. Bounded: past max_bytes it is cleared whole (a
-// grammar's live states are few; a cleared cache refills in a few steps).
+// turn on the grammar; thread-safe. Bounded: past kMaxBytes (16 MiB: ~2,600 masks over a
+// 50k vocabulary, ~860 over 150k) it is cleared whole (a grammar's live states are few;
+// a cleared cache refills in a few steps).
 #pragma once
 
 #include <cstddef>
@@ -19,7 +20,7 @@ namespace attnserve::grammar {
 
 class Grammar::MaskCache {
  public:
-  static constexpr size_t kMaxBytes = size_t(64) << 20;
+  static constexpr size_t kMaxBytes = size_t(16) << 20;
 
   std::shared_ptr<const TokenMask> Find(const Vocabulary* vocabulary, const StackSet& state);
   void Put(const Vocabulary* vocabulary, const StackSet& state,

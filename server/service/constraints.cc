@@ -154,8 +154,8 @@ ConstraintCache::Stats ConstraintCache::stats() const {
 }
 
 ConstraintCache& SharedConstraintCache() {
-  // Each grammar keeps its token masks (up to Grammar::MaskCache::kMaxBytes, 64 MiB), so
-  // the entries bound the memory as well: 16 x 64 MiB at worst. An application sends a
+  // Each grammar keeps its token masks (up to Grammar::MaskCache::kMaxBytes, 16 MiB), so
+  // the entries bound the memory as well: 16 x 16 MiB at worst. An application sends a
   // few schemas again and again; 16 holds them.
   static ConstraintCache* cache = new ConstraintCache(16);
   return *cache;
