@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "nlohmann/json.hpp"
 #include "server/http/chat_template.h"
 #include "server/http/conversations_api.h"
 #include "server/http/openai_request.h"
@@ -45,6 +46,16 @@ void CheckMessages(const std::vector<http::ChatMessage>& messages, const char* w
   }
 }
 
+// An accepted json_schema format reaches admission as JSON text (response_format.h takes
+// it from the body's text a second time, to keep the members' order).
+void CheckSchemaText(const v1::SamplingParams& sampling, const char* what) {
+  if (sampling.constraint().kind_case() != v1::Constraint::kJsonSchema) return;
+  const auto schema = nlohmann::ordered_json::parse(sampling.constraint().json_schema(), nullptr,
+                                                    /*allow_exceptions=*/false);
+  FUZZ_CHECK(!schema.is_discarded() && (schema.is_object() || schema.is_boolean()),
+             "%s: schema text %.200s", what, sampling.constraint().json_schema().c_str());
+}
+
 void Run(uint8_t selector, const std::string& body) {
   switch (selector % 5) {
     case 0:
@@ -56,6 +67,7 @@ void Run(uint8_t selector, const std::string& body) {
       CheckMessages(r->messages, "chat");
       FUZZ_CHECK(size_t(r->generate.sampling().stop_size()) <= RequestShapeLimits::kMaxStopStrings,
                  "%d stop strings accepted", r->generate.sampling().stop_size());
+      CheckSchemaText(r->generate.sampling(), "response_format");
       return;
     }
     case 2: {
@@ -66,6 +78,7 @@ void Run(uint8_t selector, const std::string& body) {
       FUZZ_CHECK(r->metadata.size() <= RequestShapeLimits::kMaxMetadataKeys,
                  "%zu metadata keys accepted", r->metadata.size());
       (void)r->metadata.dump();  // what a stored response does with it
+      CheckSchemaText(r->generate.sampling(), "text.format");
       return;
     }
     case 3: {
