@@ -31,7 +31,8 @@ bool IsString(const json& v) { return v.is_string(); }
 bool Any(const json&) { return true; }
 
 constexpr char kNoTools[] =
-    "tools and tool calls are not supported by this server yet (give no tools)";
+    "is not supported here (tools are served on /v1/chat/completions and /v1/responses as "
+    "tools and tool_choice)";
 constexpr char kNoPenalty[] = "penalties are not supported (only 0)";
 
 struct FieldRule {
@@ -59,7 +60,7 @@ std::vector<FieldRule> CommonRules() {
   };
 }
 
-// Where tools are not served yet (completions, responses): accepted only empty.
+// Where tools are not served (completions): accepted only empty.
 std::vector<FieldRule> NoToolRules() {
   return {
       {"tools", NoOpWhen(IsEmpty, kNoTools)},
@@ -115,8 +116,6 @@ std::vector<FieldRule> ChatRules(bool chat) {
 
 std::vector<FieldRule> ResponsesRules() {
   std::vector<FieldRule> rules = CommonRules();
-  const std::vector<FieldRule> no_tools = NoToolRules();
-  rules.insert(rules.end(), no_tools.begin(), no_tools.end());
   const std::vector<FieldRule> more = {
       {"input", Honoured},
       {"instructions", Honoured},
@@ -125,7 +124,10 @@ std::vector<FieldRule> ResponsesRules() {
       {"conversation", Honoured},
       {"metadata", Honoured},
       {"max_output_tokens", Honoured},
-      {"tool_choice", NoOpWhen([](const json& v) { return v == "none" || v == "auto"; }, kNoTools)},
+      // Read (and every member checked) by ReadTools (chat_tools.h).
+      {"tools", Honoured},
+      {"tool_choice", Honoured},
+      {"parallel_tool_calls", Honoured},
       {"text", Honoured},  // ReadTextFormat (response_format.h) reads and checks it
       {"truncation", NoOpWhen([](const json& v) { return v == "disabled"; },
                               "only truncation \"disabled\" is served (a prompt over the "

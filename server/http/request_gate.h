@@ -54,7 +54,7 @@ int JsonNestingDepth(std::string_view text, int limit);
 //   INVALID_ARGUMENT naming the field (the OpenAI error's param) for a field the server
 //     does not honour: one it does not know ("unrecognized request argument"), or one it
 //     knows but does not implement with a value that would change the answer (tools
-//     outside chat completions, a non-zero penalty, logit_bias, ...).
+//     on completions, a non-zero penalty, logit_bias, ...).
 //     Such fields at their no-op values (tools: [], frequency_penalty: 0, user: "...")
 //     are accepted, as SDKs send them. response_format and text are the decoders'
 //     (response_format.h), which refuse any member they do not honour.

@@ -23,6 +23,44 @@ using nlohmann::json;
 constexpr char kRecordMagic[] = "attnserve-response/1\n";
 constexpr size_t kMagicBytes = sizeof(kRecordMagic) - 1;
 
+// The string member `key` of `item`, or an error naming it.
+absl::Status StringMember(const json& item, const std::string& param, const char* key,
+                          std::string* out) {
+  const json* v = Field(item, key);
+  if (v == nullptr || !v->is_string()) return WrongType(absl::StrCat(param, ".", key), "a string");
+  *out = v->get<std::string>();
+  return absl::OkStatus();
+}
+
+// A function_call item (the assistant's call, as a response's output gave it) or a
+// function_call_output item (its result) at `param` into `input`.
+absl::Status ReadFunctionItem(const json& item, const std::string& param, bool call,
+                              std::vector<ChatMessage>* input) {
+  for (const auto& [key, value] : item.items()) {
+    const bool known = key == "type" || key == "id" || key == "status" || key == "call_id" ||
+                       (call ? key == "name" || key == "arguments" : key == "output");
+    if (!known) {
+      return InvalidParam(absl::StrCat(param, ".", key.substr(0, 40)),
+                          "unrecognized member (not served here)");
+    }
+  }
+  std::string call_id;
+  if (absl::Status s = StringMember(item, param, "call_id", &call_id); !s.ok()) return s;
+  if (!call) {
+    std::string output;
+    if (absl::Status s = StringMember(item, param, "output", &output); !s.ok()) return s;
+    input->push_back({"tool", std::move(output), {}, std::move(call_id)});
+    return absl::OkStatus();
+  }
+  ChatToolCall c{std::move(call_id), "", ""};
+  if (absl::Status s = StringMember(item, param, "name", &c.name); !s.ok()) return s;
+  if (absl::Status s = StringMember(item, param, "arguments", &c.arguments); !s.ok()) return s;
+  // A call follows its turn's text (the message item before it) in the same turn.
+  if (input->empty() || input->back().role != "assistant") input->push_back({"assistant", ""});
+  input->back().tool_calls.push_back(std::move(c));
+  return absl::OkStatus();
+}
+
 absl::Status ReadInput(const json& body, ResponsesRequest* out) {
   const json* input = Field(body, "input");
   if (input == nullptr) return InvalidParam("input", "is required");
@@ -33,7 +71,23 @@ absl::Status ReadInput(const json& body, ResponsesRequest* out) {
   if (!input->is_array() || input->empty()) {
     return WrongType("input", "a string or a non-empty list of message items");
   }
-  return ReadMessageList(*input, "input", &out->input);
+  for (size_t i = 0; i < input->size(); ++i) {
+    const json& item = (*input)[i];
+    const std::string param = absl::StrCat("input[", i, "]");
+    const json* type = item.is_object() ? Field(item, "type") : nullptr;
+    if (type != nullptr && (*type == "function_call" || *type == "function_call_output")) {
+      out->function_items = true;
+      if (absl::Status s = ReadFunctionItem(item, param, *type == "function_call", &out->input);
+          !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    ChatMessage m;
+    if (absl::Status s = ReadMessage(item, param, "input", &m); !s.ok()) return s;
+    out->input.push_back(std::move(m));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ReadSampling(const json& body, uint64_t random_seed, ResponsesRequest* out) {
@@ -118,6 +172,17 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body_t
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = ReadTools(body, body_text, /*flat=*/true, &out.tools); !s.ok()) return s;
+  if (const json* tools = Field(body, "tools")) out.tools_echo = *tools;
+  if (const json* choice = Field(body, "tool_choice")) out.tool_choice_echo = *choice;
+  if (absl::Status s = ReadBool(body, "parallel_tool_calls", &out.parallel_tool_calls); !s.ok()) {
+    return s;
+  }
+  if (out.conversation.has_value() && (!out.tools.definitions.empty() || out.function_items)) {
+    return InvalidParam(out.function_items ? "input" : "tools",
+                        "tools and function items are not served in a conversation (use "
+                        "previous_response_id)");
+  }
   return out;
 }
 
@@ -201,7 +266,9 @@ ResponsesAnswer::ResponsesAnswer(const ResponsesRequest& request, std::string id
       message_id_(absl::StrCat("msg_", RandomId128())),
       created_at_(created_at),
       model_(std::move(model)),
-      cached_tokens_(cached_tokens) {}
+      cached_tokens_(cached_tokens) {
+  if (request_.tool_format.has_value()) tool_parser_.emplace(*request_.tool_format);
+}
 
 json ResponsesAnswer::Object(const std::string& status) const {
   return {{"id", id_},
@@ -215,7 +282,7 @@ json ResponsesAnswer::Object(const std::string& status) const {
           {"max_output_tokens", request_.max_output_tokens},
           {"model", model_},
           {"output", json::array()},
-          {"parallel_tool_calls", false},
+          {"parallel_tool_calls", request_.parallel_tool_calls},
           {"conversation", request_.conversation.has_value()
                                ? json{{"id", *request_.conversation}}
                                : json(nullptr)},
@@ -225,8 +292,8 @@ json ResponsesAnswer::Object(const std::string& status) const {
           {"store", request_.store},
           {"temperature", request_.temperature},
           {"text", request_.text},
-          {"tool_choice", "auto"},
-          {"tools", json::array()},
+          {"tool_choice", request_.tool_choice_echo},
+          {"tools", request_.tools_echo},
           {"top_p", request_.top_p},
           {"truncation", "disabled"},
           {"usage", nullptr},
@@ -255,6 +322,7 @@ std::string ResponsesAnswer::Event(const char* type, json data) {
 std::string ResponsesAnswer::Start() {
   std::string out = Event("response.created", {{"response", Object("in_progress")}});
   out += Event("response.in_progress", {{"response", Object("in_progress")}});
+  if (tool_parser_) return out;  // items are added as the answer shows what they are
   out += Event("response.output_item.added", {{"output_index", 0}, {"item", Item("in_progress")}});
   out += Event("response.content_part.added",
                {{"item_id", message_id_},
@@ -284,7 +352,92 @@ std::string ResponsesAnswer::Delta() {
 
 std::string ResponsesAnswer::Tokens(std::vector<scheduler::TokenEvent> tokens) {
   Add(std::move(tokens));
-  return Delta();
+  if (!tool_parser_) return Delta();
+  return FeedTools(/*final=*/false);
+}
+
+std::string ResponsesAnswer::FeedTools(bool final) {
+  std::vector<grammar::ToolCallStreamParser::Event> events;
+  tool_parser_->Feed(std::string_view(text_).substr(parsed_), &events);
+  parsed_ = text_.size();
+  if (final) tool_parser_->Finish(&events);
+  return ToolEvents(std::move(events));
+}
+
+std::string ResponsesAnswer::ToolEvents(std::vector<grammar::ToolCallStreamParser::Event> events) {
+  using Kind = grammar::ToolCallStreamParser::Event::Kind;
+  std::string out;
+  for (grammar::ToolCallStreamParser::Event& e : events) {
+    const int index = int(items_.size()) - 1;
+    if (e.kind == Kind::kContent) {
+      if (!message_open_) {
+        items_.push_back({{"id", absl::StrCat("msg_", RandomId128())},
+                          {"type", "message"},
+                          {"status", "in_progress"},
+                          {"role", "assistant"},
+                          {"content", json::array()}});
+        message_open_ = true;
+        const int at = int(items_.size()) - 1;
+        out += Event("response.output_item.added", {{"output_index", at}, {"item", items_.back()}});
+        out += Event("response.content_part.added",
+                     {{"item_id", items_.back()["id"]},
+                      {"output_index", at},
+                      {"content_index", 0},
+                      {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
+        items_.back()["content"].push_back(
+            {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}});
+      }
+      if (e.text.empty()) continue;
+      json& text = items_.back()["content"][0]["text"];
+      text = text.get<std::string>() + e.text;
+      out += Event("response.output_text.delta", {{"item_id", items_.back()["id"]},
+                                                  {"output_index", int(items_.size()) - 1},
+                                                  {"content_index", 0},
+                                                  {"delta", e.text},
+                                                  {"logprobs", json::array()}});
+    } else if (e.kind == Kind::kCallStart) {
+      out += CloseMessage();
+      items_.push_back({{"id", absl::StrCat("fc_", RandomId128())},
+                        {"type", "function_call"},
+                        {"status", "in_progress"},
+                        {"arguments", ""},
+                        {"call_id", absl::StrCat("call_", RandomId128())},
+                        {"name", e.text}});
+      out += Event("response.output_item.added",
+                   {{"output_index", int(items_.size()) - 1}, {"item", items_.back()}});
+    } else if (e.kind == Kind::kArguments) {
+      json& arguments = items_.back()["arguments"];
+      arguments = arguments.get<std::string>() + e.text;
+      out += Event("response.function_call_arguments.delta",
+                   {{"item_id", items_.back()["id"]}, {"output_index", index}, {"delta", e.text}});
+    } else {  // kCallEnd
+      items_.back()["status"] = "completed";
+      out += Event("response.function_call_arguments.done", {{"item_id", items_.back()["id"]},
+                                                             {"output_index", index},
+                                                             {"name", items_.back()["name"]},
+                                                             {"arguments", items_.back()["arguments"]}});
+      out += Event("response.output_item.done", {{"output_index", index}, {"item", items_.back()}});
+    }
+  }
+  return out;
+}
+
+std::string ResponsesAnswer::CloseMessage() {
+  if (!message_open_) return "";
+  message_open_ = false;
+  json& item = items_.back();
+  const int index = int(items_.size()) - 1;
+  item["status"] = "completed";
+  const json& part = item["content"][0];
+  std::string out = Event("response.output_text.done", {{"item_id", item["id"]},
+                                                         {"output_index", index},
+                                                         {"content_index", 0},
+                                                         {"text", part["text"]},
+                                                         {"logprobs", json::array()}});
+  out += Event("response.content_part.done",
+               {{"item_id", item["id"]}, {"output_index", index}, {"content_index", 0}, {"part", part}});
+  out += Event("response.output_item.done", {{"output_index", index}, {"item", item}});
+  return out;
 }
 
 json ResponsesAnswer::Complete(const scheduler::TurnResult& result,
@@ -294,6 +447,22 @@ json ResponsesAnswer::Complete(const scheduler::TurnResult& result,
   json o = Object(incomplete ? "incomplete" : "completed");
   if (incomplete) o["incomplete_details"] = {{"reason", "max_output_tokens"}};
   o["output"] = json::array({Item(incomplete ? "incomplete" : "completed")});
+  if (tool_parser_) {
+    closing_ = FeedTools(/*final=*/true);
+    // No text and no call: an empty message, as a free-text answer would have.
+    if (items_.empty()) closing_ += ToolEvents({{grammar::ToolCallStreamParser::Event::Kind::kContent, -1, ""}});
+    closing_ += CloseMessage();
+    if (items_.back()["status"] == "in_progress") {  // a call cut short by max_output_tokens
+      const int index = int(items_.size()) - 1;
+      items_.back()["status"] = "incomplete";
+      closing_ += Event("response.function_call_arguments.done", {{"item_id", items_.back()["id"]},
+                                                                  {"output_index", index},
+                                                                  {"name", items_.back()["name"]},
+                                                                  {"arguments", items_.back()["arguments"]}});
+      closing_ += Event("response.output_item.done", {{"output_index", index}, {"item", items_.back()}});
+    }
+    o["output"] = items_;
+  }
   o["usage"] = Usage(result, cached_tokens_);
   return o;
 }
@@ -304,6 +473,11 @@ bool ResponsesAnswer::ended_with_eos(const std::vector<int32_t>& eos_ids) const 
 }
 
 std::string ResponsesAnswer::Finish(const json& response) {
+  const bool incomplete = response["status"] == "incomplete";
+  if (tool_parser_) {
+    return closing_ + Event(incomplete ? "response.incomplete" : "response.completed",
+                            {{"response", response}});
+  }
   const json& item = response["output"][0];
   const json& part = item["content"][0];
   std::string out = Delta();  // what Complete's final flush added
@@ -317,7 +491,6 @@ std::string ResponsesAnswer::Finish(const json& response) {
                                               {"content_index", 0},
                                               {"part", part}});
   out += Event("response.output_item.done", {{"output_index", 0}, {"item", item}});
-  const bool incomplete = response["status"] == "incomplete";
   out += Event(incomplete ? "response.incomplete" : "response.completed",
                {{"response", response}});
   return out;

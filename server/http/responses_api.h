@@ -19,7 +19,9 @@
 #include "absl/status/statusor.h"
 #include "attnserve/v1/attnserve.pb.h"
 #include "nlohmann/json.hpp"
+#include "server/grammar/tool_calls.h"
 #include "server/http/chat_template.h"
+#include "server/http/chat_tools.h"
 #include "server/scheduler/turn.h"
 #include "server/snapshot/snapshot_bytes.h"
 #include "server/store/checkpoint_store.h"
@@ -47,13 +49,25 @@ struct ResponsesRequest {
   // `text` as the response repeats it: {"format": {...}} as given (its format read into
   // generate's constraint: response_format.h), {"format": {"type": "text"}} by default.
   nlohmann::json text = {{"format", {{"type", "text"}}}};
+  // tools, tool_choice and parallel_tool_calls (chat_tools.h's flat shapes), and as the
+  // response repeats them.
+  ChatTools tools;
+  nlohmann::json tools_echo = nlohmann::json::array();
+  nlohmann::json tool_choice_echo = "auto";
+  bool parallel_tool_calls = true;
+  bool function_items = false;  // input holds function_call / function_call_output items
+  // The turn runs under a tool-call constraint: the envelope its answer is read in (set
+  // by the front once the model's template is known).
+  std::optional<grammar::ToolCallFormat> tool_format;
 };
 
 // Parses a /v1/responses body. INVALID_ARGUMENT naming the field (with the param payload)
 // for a body that is not a JSON object, a field of the wrong type, an input item that is
-// not a text message, tools (not served), a text.format not served (response_format.h),
-// `conversation` beside previous_response_id or
-// with store false, or max_output_tokens < 1. Fields attnserve does not use are ignored. `seed` absent draws
+// not a text message, a function_call ({call_id, name, arguments}: the assistant's, after
+// its message) or a function_call_output ({call_id, output}: a tool result), tools not
+// served (chat_tools.h), a text.format not served (response_format.h), `conversation`
+// beside previous_response_id, with store false, or with tools or function items (not
+// served in conversations), or max_output_tokens < 1. Fields attnserve does not use are ignored. `seed` absent draws
 // `random_seed`.
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
                                                        uint64_t random_seed);
@@ -105,6 +119,13 @@ absl::StatusOr<StoredResponse> ReadStoredResponse(store::CheckpointStore& respon
 // response.output_text.done, response.content_part.done, response.output_item.done and
 // response.completed (or response.incomplete when max_output_tokens ended it). Text
 // carries whole UTF-8 characters only (utf8.h).
+//
+// Under a tool-call constraint (ResponsesRequest::tool_format) the answer is read for
+// calls (grammar::ToolCallStreamParser): text before the first call is a message item,
+// each call a function_call item {id "fc_...", call_id "call_...", name, arguments as
+// written}, streamed as response.output_item.added, response.function_call_arguments.delta
+// ..., response.function_call_arguments.done and response.output_item.done; a message item
+// is added only once text comes (or empty at the end when nothing did).
 class ResponsesAnswer {
  public:
   // `cached_tokens`: the tokens of the previous response's state, which are input the
@@ -143,7 +164,19 @@ class ResponsesAnswer {
   const int64_t created_at_;
   const std::string model_;
   const int64_t cached_tokens_;
+  // Tool mode: the parser's events as stream events, output items_ kept up to date.
+  std::string ToolEvents(std::vector<grammar::ToolCallStreamParser::Event> events);
+  // Tool mode: text_ not read yet through the parser (`final`: and the end), as events.
+  std::string FeedTools(bool final);
+  // Tool mode: the events closing the open message item ("" if none).
+  std::string CloseMessage();
+
   int sequence_ = 0;
+  std::optional<grammar::ToolCallStreamParser> tool_parser_;  // tool mode
+  nlohmann::json items_ = nlohmann::json::array();  // tool mode: the output so far
+  bool message_open_ = false;  // tool mode: items_.back() is a message taking text
+  std::string closing_;        // tool mode: Complete's events, for Finish
+  size_t parsed_ = 0;          // tool mode: bytes of text_ fed to tool_parser_
   std::string held_;  // bytes of an incomplete character
   std::string text_;  // everything so far
   size_t streamed_ = 0;  // bytes of text_ sent as deltas

@@ -4,7 +4,7 @@ Each check is one attack from issue 29 and what a serious server answers instead
   - bodies nested 100,000 deep (metadata, a message field, conversation items): 400, and
     the server lives on;
   - a chat of 60,000 empty assistant messages: 400 at once, naming messages;
-  - fields the server would ignore (tools on /v1/responses, a description in
+  - fields the server would ignore (tools on /v1/completions, a description in
     response_format or text.format, a schema keyword outside the supported subset, in a
     format or a tool's parameters, an unknown field): 400 naming the field, never 200;
   - 80 connections from one address, and then from 80 addresses, each sending a header
@@ -114,7 +114,8 @@ def ignored_fields(port):
         ("/v1/chat/completions",
          {"messages": user, "tools": tool, "tool_choice": "required", "max_tokens": 2,
           "frequency_penalty": 1}, "frequency_penalty"),
-        ("/v1/responses", {"input": "hi", "tools": tool, "max_output_tokens": 2}, "tools"),
+        ("/v1/responses", {"input": "hi", "tools": [dict(bad_tool[0]["function"], type="function")],
+                           "max_output_tokens": 2}, "tools"),
         ("/v1/chat/completions",
          {"messages": user, "max_tokens": 2, "response_format":
           {"type": "json_schema", "json_schema": {"name": "x", "description": "d",
@@ -133,6 +134,7 @@ def ignored_fields(port):
          {"input": "hi", "max_output_tokens": 2, "text":
           {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object", "not": {}}}}},
          "text.format"),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "tools": tool}, "tools"),
         ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "frobnicate": True}, "frobnicate"),
         ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "presence_penalty": 1.5},
          "presence_penalty"),

@@ -10,6 +10,7 @@
 #include "server/http/json_fields.h"
 #include "server/http/openai_request.h"
 #include "server/http/openai_response.h"
+#include "server/http/responses_api.h"
 
 namespace attnserve::http {
 namespace {
@@ -233,6 +234,104 @@ TEST(ToolAnswerTest, StreamedAsTheSdksAccumulateThem) {
   EXPECT_EQ(calls[0]["function"]["arguments"], "{\"zeta\": \"a\", \"alpha\": 1}");
   EXPECT_EQ(calls[1]["function"]["name"], "ping");
   EXPECT_EQ(calls[1]["function"]["arguments"], "{}");
+}
+
+
+// --- /v1/responses ---
+
+TEST(ResponsesToolsTest, FlatToolsFunctionItemsAndRefusals) {
+  auto r = ParseResponsesRequest(R"({"input":[
+      {"role":"user","content":"Weather?"},
+      {"type":"message","role":"assistant","content":[{"type":"output_text","text":"On it."}]},
+      {"type":"function_call","id":"fc_1","call_id":"call_1","name":"get_weather","arguments":"{}","status":"completed"},
+      {"type":"function_call_output","call_id":"call_1","output":"sunny"}],
+    "tools":[{"type":"function","name":"get_weather","description":"W","parameters":{"type":"object","properties":{"b":{"type":"string"},"a":{"type":"string"}}},"strict":true}],
+    "tool_choice":{"type":"function","name":"get_weather"},"parallel_tool_calls":false})", 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->input.size(), 3u);
+  EXPECT_EQ(r->input[1].content, "On it.");  // the call joins its turn's text
+  ASSERT_EQ(r->input[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r->input[1].tool_calls[0].id, "call_1");
+  EXPECT_EQ(r->input[1].tool_calls[0].arguments, "{}");
+  EXPECT_EQ(r->input[2].role, "tool");
+  EXPECT_EQ(r->input[2].content, "sunny");
+  ASSERT_TRUE(r->tools.constraint.has_value());
+  EXPECT_EQ(r->tools.constraint->choice(), v1::ToolCallConstraint::CHOICE_NAMED);
+  EXPECT_FALSE(r->tools.constraint->parallel());
+  EXPECT_EQ(r->tools.constraint->functions(0).parameters_schema(),
+            R"({"type":"object","properties":{"b":{"type":"string"},"a":{"type":"string"}}})");
+  // Shown to the model in the chat shape.
+  EXPECT_EQ(r->tools.definitions[0].rfind(R"({"type": "function", "function": {"name": "get_weather", )", 0), 0u)
+      << r->tools.definitions[0];
+  EXPECT_EQ(r->tool_choice_echo["name"], "get_weather");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"("input":"x","tools":[{"type":"function","function":{"name":"f"}}])", "tools[0].function"},
+      {R"("input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"g"})", "tool_choice.name"},
+      {R"("input":[{"type":"function_call","call_id":"c","name":"f"}])", "input[0].arguments"},
+      {R"("input":[{"type":"function_call_output","call_id":"c","output":"x","extra":1}])", "input[0].extra"},
+      {R"("input":"x","conversation":"conv_1","tools":[{"type":"function","name":"f"}])", "tools"},
+  };
+  for (const auto& [more, param] : bad) {
+    auto b = ParseResponsesRequest(absl::StrCat("{", more, "}"), 1);
+    EXPECT_EQ(ParamOf(b.status()), param) << more << ": " << b.status();
+  }
+}
+
+// The events of a streamed tool-mode response, in order, and the final output they built.
+TEST(ResponsesToolsTest, StreamsMessageThenFunctionCallItems) {
+  auto request = ParseResponsesRequest(absl::StrCat(R"({"input":"x","stream":true,"tools":[
+      {"type":"function","name":"get_weather"},{"type":"function","name":"ping"}]})"), 1);
+  ASSERT_TRUE(request.ok()) << request.status();
+  request->tool_format = grammar::ToolCallFormat::kHermes;
+  ResponsesAnswer answer(*request, "resp_1", 1700000000, "m", 0);
+  std::string events = answer.Start();
+  for (size_t i = 0; i < kAnswer.size(); i += 4) events += answer.Tokens({Token(kAnswer.substr(i, 4))});
+  const json response = answer.Complete(Stopped(30), "stop");
+  events += answer.Finish(response);
+  std::vector<std::string> types;
+  std::string arguments0;
+  for (absl::string_view e : absl::StrSplit(events, "\n\n", absl::SkipEmpty())) {
+    const size_t data = e.find("\ndata: ");
+    ASSERT_NE(data, absl::string_view::npos);
+    const json j = json::parse(e.substr(data + 7));
+    const std::string type = j["type"];
+    if (types.empty() || types.back() != type) types.push_back(type);
+    if (type == "response.function_call_arguments.delta" && j["output_index"] == 1) {
+      arguments0 += j["delta"].get<std::string>();
+    }
+  }
+  const std::vector<std::string> want = {
+      "response.created", "response.in_progress", "response.output_item.added",
+      "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+      "response.content_part.done", "response.output_item.done", "response.output_item.added",
+      "response.function_call_arguments.delta", "response.function_call_arguments.done",
+      "response.output_item.done", "response.output_item.added",
+      "response.function_call_arguments.delta", "response.function_call_arguments.done",
+      "response.output_item.done", "response.completed"};
+  EXPECT_EQ(types, want);
+  const json& output = response["output"];
+  ASSERT_EQ(output.size(), 3u);
+  EXPECT_EQ(output[0]["type"], "message");
+  EXPECT_EQ(output[0]["content"][0]["text"], "Checking.\n");
+  EXPECT_EQ(output[1]["type"], "function_call");
+  EXPECT_EQ(output[1]["status"], "completed");
+  EXPECT_EQ(output[1]["name"], "get_weather");
+  EXPECT_EQ(output[1]["arguments"], "{\"zeta\": \"a\", \"alpha\": 1}");
+  EXPECT_EQ(output[1]["arguments"], arguments0);
+  EXPECT_EQ(output[1]["call_id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(output[2]["name"], "ping");
+  EXPECT_EQ(response["parallel_tool_calls"], true);
+  EXPECT_EQ(response["tools"].size(), 2u);
+  // Unstreamed, the same output.
+  auto plain = ParseResponsesRequest(R"({"input":"x","tools":[{"type":"function","name":"get_weather"}]})", 1);
+  ASSERT_TRUE(plain.ok());
+  plain->tool_format = grammar::ToolCallFormat::kHermes;
+  ResponsesAnswer whole(*plain, "resp_2", 1700000000, "m", 0);
+  whole.Add({Token(kAnswer.substr(10))});
+  const json only_calls = whole.Complete(Stopped(30), "stop");
+  ASSERT_EQ(only_calls["output"].size(), 2u);
+  EXPECT_EQ(only_calls["output"][0]["type"], "function_call");
+  EXPECT_EQ(only_calls["output"][0]["arguments"], "{\"zeta\": \"a\", \"alpha\": 1}");
 }
 
 }  // namespace

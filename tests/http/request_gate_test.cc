@@ -101,7 +101,7 @@ TEST(RequestGateTest, RefusesFieldsItWouldIgnore) {
       R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])";
   const std::vector<Case> cases = {
       {RequestKind::kCompletions, absl::StrCat(R"({"prompt":"a","tools":)", tool, "}"), "tools"},
-      {RequestKind::kResponses, R"({"input":"a","tool_choice":"required"})", "tool_choice"},
+      {RequestKind::kCompletions, R"({"prompt":"a","tool_choice":"required"})", "tool_choice"},
       {RequestKind::kChat, R"({"messages":[],"frequency_penalty":0.5})", "frequency_penalty"},
       {RequestKind::kChat, R"({"messages":[],"logit_bias":{"50256":-100}})", "logit_bias"},
       {RequestKind::kChat, R"({"messages":[],"no_such_field":1})", "no_such_field"},
@@ -112,7 +112,7 @@ TEST(RequestGateTest, RefusesFieldsItWouldIgnore) {
        "input[0].tool_calls"},
       {RequestKind::kCompletions, R"({"prompt":"a","echo":true})", "echo"},
       {RequestKind::kCompletions, R"({"prompt":"a","suffix":"z"})", "suffix"},
-      {RequestKind::kResponses, absl::StrCat(R"({"input":"a","tools":)", tool, "}"), "tools"},
+      {RequestKind::kChat, R"({"messages":[],"functions":[{"name":"f"}]})", "functions"},
       {RequestKind::kResponses, R"({"input":"a","reasoning":{"effort":"high"}})", "reasoning"},
       {RequestKind::kConversationCreate, R"({"items":[],"extra":1})", "extra"},
       {RequestKind::kConversationFork, R"({"item_id":"x","at":2})", "at"},

@@ -63,10 +63,10 @@ TEST(ParseResponsesRequestTest, RefusalsNameTheField) {
   };
   EXPECT_EQ(param(R"({})"), "input");
   EXPECT_EQ(param(R"({"input":[]})"), "input");
-  EXPECT_EQ(param(R"({"input":[{"type":"function_call_output","call_id":"x"}]})"), "input[0].type");
+  EXPECT_EQ(param(R"({"input":[{"type":"web_search_call","id":"x"}]})"), "input[0].type");
   EXPECT_EQ(param(R"({"input":[{"role":"user","content":[{"type":"input_image"}]}]})"),
             "input[0].content");
-  EXPECT_EQ(param(R"({"input":"x","tools":[{"type":"function"}]})"), "tools");
+  EXPECT_EQ(param(R"({"input":"x","tools":[{"type":"function"}]})"), "tools[0].name");
   EXPECT_EQ(param(R"({"input":"x","conversation":7})"), "conversation");
   EXPECT_EQ(param(R"({"input":"x","conversation":{"name":"c"}})"), "conversation");
   EXPECT_EQ(param(R"({"input":"x","conversation":"conv_1","previous_response_id":"resp_1"})"),

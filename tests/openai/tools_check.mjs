@@ -13,7 +13,10 @@
 //   - a named function with parallel_tool_calls false, through the SDK's runTools;
 //   - streamed tool calls through the SDK's stream helper (chat.completions.stream):
 //     argument deltas accumulate to the unstreamed call's arguments;
-//   - refusals naming the field: a schema keyword not served, an undeclared function.
+//   - refusals naming the field: a schema keyword not served, an undeclared function;
+//   - the Responses API: function_call output items, function_call_output inputs
+//     continuing a response on the other replica (equal to the whole history sent at
+//     once to BASE_C), responses.stream's function-call events.
 import OpenAI from "openai";
 import Ajv from "ajv";
 
@@ -178,7 +181,46 @@ async function refusals() {
   console.log("tools: a schema keyword not served and an undeclared function refused, naming the field");
 }
 
+// The Responses API's function calls: tool_choice "required" on BASE; the results as
+// function_call_output items continuing it (previous_response_id) on BASE_B, whose answer
+// equals BASE_C's for the whole history sent at once (the function_call items as the
+// response gave them); responses.stream's events build the same calls.
+async function responses() {
+  const a = client(base), b = client(baseB), fresh = client(baseC);
+  const tools = TOOLS.map((t) => ({ type: "function", ...t.function }));
+  const request = { model, tools, temperature: 0, max_output_tokens: 300, parallel_tool_calls: false };
+  const first = await a.responses.create({ ...request, input: QUESTION[0].content, tool_choice: "required" });
+  expect(first.status === "completed", `responses: status ${first.status}`);
+  const calls = first.output.filter((item) => item.type === "function_call");
+  expect(calls.length === 1 && calls[0].status === "completed", `responses: output ${JSON.stringify(first.output)}`);
+  checkCalls({ tool_calls: calls.map((c) => ({ id: c.call_id, type: "function", function: { name: c.name, arguments: c.arguments } })) },
+             "responses function_call");
+  const results = calls.map((c) => ({ type: "function_call_output", call_id: c.call_id, output: JSON.stringify({ ok: true }) }));
+  const next = await b.responses.create({ ...request, max_output_tokens: 20, previous_response_id: first.id, input: results });
+  const whole = await fresh.responses.create({
+    ...request, max_output_tokens: 20, store: false,
+    input: [{ role: "user", content: QUESTION[0].content }, ...first.output, ...results] });
+  expect(next.output_text.length > 0 && next.output_text === whole.output_text,
+         `responses: continued ${JSON.stringify(next.output_text)} != whole ${JSON.stringify(whole.output_text)}`);
+  expect(next.usage.input_tokens_details.cached_tokens > 0, `responses: cached ${JSON.stringify(next.usage)}`);
+  console.log(`tools: responses: ${calls[0].name}(${calls[0].arguments}); continued on the other replica with its output: ${JSON.stringify(next.output_text)}, equal to the whole history`);
+  // Streamed: the events build the same call.
+  const stream = a.responses.stream({ ...request, input: QUESTION[0].content, tool_choice: "required" });
+  let deltas = 0, added = 0, done = null;
+  stream.on("response.function_call_arguments.delta", () => ++deltas);
+  stream.on("response.output_item.added", (e) => { if (e.item.type === "function_call") ++added; });
+  stream.on("response.function_call_arguments.done", (e) => { done = e; });
+  const final = await stream.finalResponse();
+  const streamedCalls = final.output.filter((item) => item.type === "function_call");
+  expect(added === 1 && deltas > 1 && done?.arguments === calls[0].arguments,
+         `responses stream: ${added} items added, ${deltas} deltas, done ${JSON.stringify(done)}`);
+  expect(streamedCalls.length === 1 && streamedCalls[0].name === calls[0].name && streamedCalls[0].arguments === calls[0].arguments,
+         `responses stream: ${JSON.stringify(streamedCalls)}`);
+  console.log(`tools: responses.stream: ${deltas} function_call_arguments deltas build the same call`);
+}
+
 const first = await toolLoop();
 await namedRunTools();
 await streamed(first);
 await refusals();
+await responses();
