@@ -2,7 +2,7 @@
 // fork and regenerate. HTTP in api.js, list drawing in view.js; this file owns the state.
 import { ApiError, setApiKey, getJson, postJson, deleteJson, conversationItems } from "./api.js";
 import { formatBytes, messageElement, updateMessage, renderConversations } from "./view.js";
-import { loadSettings, saveSettings, sampling, figures, keepFigures, SETTING_IDS } from "./settings.js";
+import { loadSettings, saveSettings, sampling, toolsRequest, toolsDeclared, figures, keepFigures, SETTING_IDS } from "./settings.js";
 import { streamTurn } from "./turn.js";
 
 const $ = (id) => document.getElementById(id);
@@ -311,7 +311,9 @@ async function send() {
   const text = prompt.value;
   if (state.turn || !text.trim()) return;
   showError("");
-  if (!state.current) {
+  // A turn with tools is not added to a conversation (the server serves tools only
+  // outside one): a first message sent with tools starts none.
+  if (!state.current && !toolsDeclared()) {
     state.current = await createConversation(text.trim().split("\n")[0] || "Untitled");
     history.replaceState(null, "", `#${state.current.id}`);
     drawHeader();
@@ -321,13 +323,26 @@ async function send() {
   await runTurn(text, false);
 }
 
+// The request of one turn: in the open conversation, or, with tools, continuing from the
+// conversation's last kept answer by previous_response_id (the server serves tools only
+// outside a conversation), so the turn is not added to it.
+function turnBody(model, text, newSeed) {
+  const body = { model: model.id, input: text, ...sampling(newSeed) };
+  const tools = toolsRequest();
+  if (!("tools" in tools)) return { ...body, conversation: state.current.id };
+  const last = state.messages.findLast((m) => m.role === "assistant" && m.kept && m.responseId);
+  return { ...body, ...tools, ...(last ? { previous_response_id: last.responseId } : {}) };
+}
+
 // Streams one response in the open conversation; the user message and the answer are
-// drawn at once and the answer grows with each delta.
+// drawn at once and the answer grows with each delta (its text and its function calls).
 async function runTurn(text, newSeed) {
   const model = selectedModel();
   if (!model) throw new ApiError(0, "No model is loaded (see the error above, or the API key).");
-  const user = { role: "user", text, status: "sent", kept: false, stats: {} };
-  const answer = { role: "assistant", text: "", status: "streaming", kept: false, stats: {} };
+  const body = turnBody(model, text, newSeed);
+  const aside = !body.conversation;
+  const user = { role: "user", text, status: "sent", kept: false, aside, stats: {} };
+  const answer = { role: "assistant", text: "", status: "streaming", kept: false, aside, stats: {} };
   state.messages.push(user, answer);
   const list = $("messages");
   list.append(messageElement(user, actions), messageElement(answer, actions));
@@ -337,10 +352,9 @@ async function runTurn(text, newSeed) {
   state.turn = { controller, msg: answer };
   setBusy(true);
   setStatus("Sending…");
-  const body = { model: model.id, conversation: state.current.id, input: text, ...sampling(newSeed) };
   try {
     const response = await streamTurn(body, answer, controller.signal, { setStatus, scroller: $("messages") });
-    user.kept = answer.kept = true;
+    user.kept = answer.kept = !aside;
     user.status = "completed";
     answer.status = response.status === "incomplete" ? "incomplete" : "completed";
     answer.responseId = response.id;
@@ -348,7 +362,8 @@ async function runTurn(text, newSeed) {
     keepFigures(response.id, { ttftMs: answer.stats.ttftMs, tokensPerSec: answer.stats.tokensPerSec });
     state.model = response.model ?? model.id;
     drawConversations();
-    setStatus(`Done: ${answer.stats.outputTokens ?? "?"} tokens.`);
+    const calls = answer.calls?.length ? `, ${answer.calls.length} call${answer.calls.length > 1 ? "s" : ""}` : "";
+    setStatus(`Done: ${answer.stats.outputTokens ?? "?"} tokens${calls}.`);
   } catch (e) {
     if (e?.name === "AbortError") {
       user.status = answer.status = "stopped";

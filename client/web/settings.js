@@ -1,6 +1,6 @@
 // What the page keeps in the browser besides the API key (api.js): the sampling settings
-// (the answer format is not kept: a schema left from another day would constrain answers
-// unseen), and the figures the page measured for each answer (first token, tokens/s), which the
+// (the answer format and the tools are not kept: a schema or a tool left from another day
+// would constrain answers unseen), and the figures the page measured for each answer (first token, tokens/s), which the
 // server does not record.
 import { apiKey } from "./api.js";
 
@@ -19,6 +19,7 @@ export function loadSettings() {
   }
   $("api-key").value = apiKey();
   $("json-schema").addEventListener("input", checkSchemaField);
+  $("tools").addEventListener("input", checkToolsField);
 }
 
 export function saveSettings() {
@@ -81,6 +82,46 @@ function checkSchemaField() {
   }
   field.setAttribute("aria-invalid", problem ? "true" : "false");
   $("json-schema-hint").textContent = problem || SCHEMA_HINT;
+}
+
+// The Tools field as the request's tools, tool_choice and parallel_tool_calls; nothing
+// when it is empty. As for the schema, text that is not a JSON array is sent as it is, so
+// the server's refusal (naming `tools`) is what the page shows. One call per turn
+// (parallel_tool_calls false): a small model seldom ends a list of calls by itself.
+export function toolsRequest() {
+  const text = $("tools").value.trim();
+  if (text === "") return {};
+  let tools = text;
+  try {
+    tools = JSON.parse(text);
+  } catch {
+    // Refused by the server, naming tools.
+  }
+  return { tools, tool_choice: $("tool-choice").value, parallel_tool_calls: false };
+}
+
+export function toolsDeclared() {
+  return $("tools").value.trim() !== "";
+}
+
+const TOOLS_HINT = "Empty: none. Else a JSON array of function tools the model may call; " +
+  "its calls are shown with their arguments. A turn with tools continues from the " +
+  "conversation's last answer but is not added to it.";
+
+// Marks the Tools field invalid while its text is not a JSON array.
+function checkToolsField() {
+  const field = $("tools");
+  const text = field.value.trim();
+  let problem = "";
+  if (text !== "") {
+    try {
+      if (!Array.isArray(JSON.parse(text))) problem = "Not an array: give [{\"type\": \"function\", \"name\": ...}].";
+    } catch (e) {
+      problem = `Not JSON: ${e.message}`;
+    }
+  }
+  field.setAttribute("aria-invalid", problem ? "true" : "false");
+  $("tools-hint").textContent = problem || TOOLS_HINT;
 }
 
 export function figures(responseId) {

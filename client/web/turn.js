@@ -1,6 +1,8 @@
 // One streamed response (POST /v1/responses, stream: true) drawn into an answer as it
-// arrives, with the figures the page measures: time to first token and tokens/s.
+// arrives, its text and its function calls, with the figures the page measures: time to
+// first token and tokens/s.
 import { ApiError, streamEvents } from "./api.js";
+import { renderCalls } from "./view.js";
 
 const BUSY_RETRY_MS = 15000;  // how long a turn retries a 409 (the previous turn ending)
 const MIN_TIMED_MS = 50;  // the shortest decode the page reports tokens/s for
@@ -16,7 +18,7 @@ export async function streamTurn(body, answer, signal, ui) {
     try {
       return await readEvents(body, answer, signal, performance.now(), ui);
     } catch (e) {
-      const busy = e instanceof ApiError && e.status === 409 && answer.text === "";
+      const busy = e instanceof ApiError && e.status === 409 && answer.text === "" && !answer.calls?.length;
       if (!busy || performance.now() - start > BUSY_RETRY_MS) throw e;
       ui.setStatus("The conversation's previous turn is still ending; trying again…");
       await new Promise((resolve, reject) => {
@@ -48,19 +50,48 @@ async function readEvents(body, answer, signal, sentAt, ui) {
     ui.setStatus(`Writing… ${deltas} tokens`);
     if (atBottom) list.scrollTop = list.scrollHeight;
   };
+  const arrived = () => {
+    const now = performance.now();
+    if (deltas === 0) {
+      first = now;
+      answer.stats.ttftMs = now - sentAt;
+    }
+    deltas++;
+  };
+  // A function call's arguments as they arrive (the calls are few and short: drawn at once).
+  const callOf = (itemId) => answer.calls?.find((c) => c.id === itemId);
+  const drawCalls = () => {
+    renderCalls(answer);
+    ui.setStatus(`Writing a call… ${deltas} tokens`);
+  };
   try {
     for await (const ev of streamEvents("/v1/responses", body, signal)) {
       switch (ev.type) {
         case "response.output_item.added":
-          answer.itemId = ev.item?.id ?? answer.itemId;
-          break;
-        case "response.output_text.delta": {
-          const now = performance.now();
-          if (deltas === 0) {
-            first = now;
-            answer.stats.ttftMs = now - sentAt;
+          if (ev.item?.type === "function_call") {
+            answer.calls = [...(answer.calls ?? []), { id: ev.item.id, name: ev.item.name, arguments: ev.item.arguments ?? "" }];
+            drawCalls();
+          } else {
+            answer.itemId = ev.item?.id ?? answer.itemId;
           }
-          deltas++;
+          break;
+        case "response.function_call_arguments.delta": {
+          const call = callOf(ev.item_id);
+          if (!call) break;
+          arrived();
+          call.arguments += ev.delta ?? "";
+          drawCalls();
+          break;
+        }
+        case "response.function_call_arguments.done": {
+          const call = callOf(ev.item_id);
+          if (!call) break;
+          call.arguments = ev.arguments ?? call.arguments;
+          drawCalls();
+          break;
+        }
+        case "response.output_text.delta": {
+          arrived();
           answer.text += ev.delta ?? "";
           pending += ev.delta ?? "";
           if (!frame) frame = requestAnimationFrame(flush);
@@ -75,6 +106,14 @@ async function readEvents(body, answer, signal, sentAt, ui) {
           if (deltas > 0 && tokens > 1 && span >= MIN_TIMED_MS) {
             answer.stats.tokensPerSec = ((tokens - 1) * 1000) / span;
           }
+          // The calls as the response holds them (the same, unless an event was missed).
+          const calls = (ev.response?.output ?? []).filter((i) => i.type === "function_call");
+          if (calls.length) {
+            answer.calls = calls.map((c) => ({ id: c.id, name: c.name, arguments: c.arguments ?? "" }));
+            renderCalls(answer);
+          }
+          const message = (ev.response?.output ?? []).find((i) => i.type === "message");
+          if (message?.id) answer.itemId = message.id;
           return ev.response;
         }
         case "response.failed":

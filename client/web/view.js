@@ -1,7 +1,9 @@
 // DOM for the page's lists: messages (with their per-turn figures and actions) and
 // conversations. Owns no state: app.js passes the message objects and the callbacks.
 //
-// A message object: {role, text, itemId, responseId, status, kept, stats, dom}, where
+// A message object: {role, text, calls, itemId, responseId, status, kept, aside, stats,
+// dom}, where calls (an answer's function calls, when any) is [{id, name, arguments (the
+// text as written)}], aside says a turn sent with tools (not added to the conversation), and
 // status is "sent" (a user message in flight), "streaming", "completed", "incomplete",
 // "stopped" or "failed"; kept says the server holds it (false until its turn completes,
 // and for a stopped or failed turn); stats is {ttftMs, tokensPerSec (the page's),
@@ -39,11 +41,12 @@ export function messageElement(msg, actions) {
   head.append(badge);
   const text = el("div", "message-text");
   text.dataset.testid = "message-text";
+  const calls = el("div", "tool-calls");
   const note = el("p", "message-note small");
   const stats = el("div", "turn-stats small");
   const buttons = el("div", "message-actions");
-  li.append(head, text, note, stats, buttons);
-  msg.dom = { li, badge, text, note, stats, buttons };
+  li.append(head, text, calls, note, stats, buttons);
+  msg.dom = { li, badge, text, calls, note, stats, buttons };
   updateMessage(msg, actions, false);
   return li;
 }
@@ -54,7 +57,9 @@ export function updateMessage(msg, actions, isLast, model = null) {
   const d = msg.dom;
   if (!d) return;
   d.text.textContent = msg.text;
+  renderCalls(msg);
   d.li.classList.toggle("streaming", msg.status === "streaming");
+  d.li.classList.toggle("aside", Boolean(msg.aside));
   d.li.classList.toggle("not-kept", msg.status === "stopped" || msg.status === "failed");
   d.li.setAttribute("aria-busy", msg.status === "streaming" ? "true" : "false");
   d.badge.textContent = {
@@ -67,11 +72,49 @@ export function updateMessage(msg, actions, isLast, model = null) {
   d.note.textContent =
     msg.status === "stopped" && msg.role === "assistant"
       ? "Stopped: this turn is not kept in the conversation (the server went back to before it)."
-      : msg.status === "failed" && msg.role === "assistant" ? (msg.error ?? "") : "";
+      : msg.status === "failed" && msg.role === "assistant" ? (msg.error ?? "")
+      : msg.aside && msg.role === "assistant" && msg.status !== "streaming"
+        ? "Sent with tools: it continued from the conversation's last answer and is not added to the conversation."
+        : "";
   d.note.hidden = !d.note.textContent;
   if (msg.role === "assistant") {
     renderStats(d.stats, msg, model);
     renderActions(d.buttons, msg, actions, isLast);
+  }
+}
+
+// An answer's function calls: each its name and its arguments, pretty-printed once they
+// parse as JSON (while they stream, as written so far).
+export function renderCalls(msg) {
+  const box = msg.dom?.calls;
+  if (!box) return;
+  const calls = msg.calls ?? [];
+  box.hidden = calls.length === 0;
+  while (box.childElementCount > calls.length) box.lastElementChild.remove();
+  calls.forEach((call, i) => {
+    let node = box.children[i];
+    if (!node) {
+      node = el("div", "tool-call");
+      node.dataset.testid = "tool-call";
+      const name = el("div", "tool-call-head");
+      name.append(el("span", "tool-call-label muted small", "calls "), el("code", "tool-call-name"));
+      name.lastChild.dataset.testid = "tool-call-name";
+      const args = el("pre", "tool-call-arguments");
+      args.dataset.testid = "tool-call-arguments";
+      node.append(name, args);
+      box.append(node);
+    }
+    node.dataset.name = call.name ?? "";
+    node.querySelector(".tool-call-name").textContent = call.name ?? "";
+    node.querySelector(".tool-call-arguments").textContent = prettyArguments(call.arguments ?? "");
+  });
+}
+
+function prettyArguments(text) {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return text;
   }
 }
 

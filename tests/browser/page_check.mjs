@@ -340,6 +340,50 @@ async function main() {
     log(`a JSON Schema: the answer ${JSON.stringify(value)}; refused: "${refusal}"`);
     expectNoProblems();
 
+    step = "tools: the answer's function call is shown; a tool the server refuses shows its message";
+    const toolsStart = Date.now();
+    const convK = convOf(k);
+    const itemsK = async () => (await api(baseKeys, "GET", `/v1/conversations/${convK}/items?limit=100`, undefined, key)).json.data.length;
+    const itemsBefore = await itemsK();
+    await k.getByTestId("tools").fill("[{\"type\": ");
+    expect((await k.getByTestId("tools").getAttribute("aria-invalid")) === "true", "tools text that is not JSON is not marked invalid");
+    // The city is a string from an enum: a small model's free string would run to max tokens.
+    const weather = {
+      type: "function", name: "get_weather", description: "The weather in a city",
+      parameters: { type: "object", properties: { city: { type: "string", enum: ["Paris", "Lima"] } },
+                    required: ["city"], additionalProperties: false },
+    };
+    await k.getByTestId("tools").fill(JSON.stringify([weather], null, 2));
+    expect((await k.getByTestId("tools").getAttribute("aria-invalid")) === "false", "a valid tools array is marked invalid");
+    await k.getByTestId("tool-choice").selectOption("required");
+    // The plain envelope around the call takes some 80 tokens of the byte model.
+    await turn(k, "What is the weather in Paris?", "200");
+    const call = answers(k).last().getByTestId("tool-call");
+    expect((await call.count()) === 1, `the answer shows ${await call.count()} calls`);
+    const callName = await call.getByTestId("tool-call-name").textContent();
+    const callArgs = await call.getByTestId("tool-call-arguments").textContent();
+    let args;
+    try {
+      args = JSON.parse(callArgs);
+    } catch {
+      fail(`the call's arguments are not JSON: ${JSON.stringify(callArgs)}`);
+    }
+    expect(callName === "get_weather" && typeof args.city === "string", `the call shown: ${callName} ${callArgs}`);
+    expect((await itemsK()) === itemsBefore, "the turn with tools was added to the conversation");
+    await answers(k).last().screenshot({ path: path.join(outDir, "playground-tool-call.png") });
+    await k.getByTestId("tools").fill(JSON.stringify([{ ...weather, parameters: { type: "object", patternProperties: {} } }]));
+    await k.getByTestId("prompt").fill("And in Lima?");
+    await k.getByTestId("prompt").press("Enter");
+    await k.locator("#error").waitFor({ timeout: 30_000 });
+    const toolRefusal = await k.locator("#error .error-message").textContent();
+    expect(toolRefusal.includes("patternProperties"), `the tools refusal shown: "${toolRefusal}"`);
+    await turnEnded(k);
+    await k.getByTestId("tools").fill("");
+    await k.getByTestId("tool-choice").selectOption("auto");
+    log(`tools: the page shows ${callName}(${JSON.stringify(args)}); refused: "${toolRefusal}" ` +
+        `(${Date.now() - toolsStart} ms)`);
+    expectNoProblems();
+
     if (hybrid) {
       step = "a hybrid model: its layers by kind, its state beside every layer's KV cache";
       const m = (await api(baseKeys, "GET", `/v1/models/${hybrid}`, undefined, key)).json;
