@@ -15,8 +15,22 @@ ConstraintState::ConstraintState(Constraint constraint)
 absl::Status ConstraintState::ApplyMask(
     float* logits, int64_t vocab, const Vocabulary& vocabulary,
     const std::function<std::string(int32_t)>* at_start_bytes) {
-  if (!matcher_) return absl::OkStatus();
   constexpr float kRefused = -std::numeric_limits<float>::infinity();
+  if (!matcher_) {
+    // Free text, but a token that completes the trigger must go on as the grammar does:
+    // only ids holding the trigger's last byte can, and the text from the trigger on
+    // (the trigger, then the rest of the token) must be a start of the grammar.
+    if (!start_) start_.emplace(constraint_.grammar);
+    for (int32_t id : vocabulary.IdsWithByte(uint8_t(constraint_.trigger.back()))) {
+      if (id >= vocab) continue;
+      const std::string text = tail_ + vocabulary.bytes(id);
+      const size_t at = text.find(constraint_.trigger);
+      if (at != std::string::npos && !start_->Accepts(std::string_view(text).substr(at))) {
+        logits[id] = kRefused;
+      }
+    }
+    return absl::OkStatus();
+  }
   const auto& eos = vocabulary.eos_ids();
   bool any = false;
   if (at_start_bytes != nullptr) {  // the text's first bytes: id by id

@@ -33,14 +33,15 @@ class ConstraintState {
   // vocabulary.size() entries at least; ids past it are refused too). `at_start_bytes`,
   // when set, gives an id's bytes where they differ from the vocabulary's mid-text bytes
   // (a SentencePiece text's first piece loses its leading space): those steps are
-  // checked id by id. No-op while a lazy constraint waits for its trigger.
+  // checked id by id. While a lazy constraint waits for its trigger, only the ids that
+  // would complete the trigger are checked: the bytes after it in the same token must be
+  // what the grammar allows (the rest of the text is free).
   // FAILED_PRECONDITION when no id of the vocabulary continues the grammar (a vocabulary
   // that cannot spell a byte the grammar needs).
   absl::Status ApplyMask(float* logits, int64_t vocab, const Vocabulary& vocabulary,
                          const std::function<std::string(int32_t)>* at_start_bytes = nullptr);
-  // The token chosen added `bytes` to the answer. INTERNAL if the grammar refuses them:
-  // a masked step never does, but a lazy constraint's trigger may arrive inside a token
-  // whose bytes after it the grammar refuses (the mask does not look inside free text).
+  // The token chosen added `bytes` to the answer. INTERNAL if the grammar refuses them (a
+  // masked step never does).
   absl::Status Advance(std::string_view bytes);
   // The grammar is active and its sentence complete with nothing allowed after it: the
   // turn ends here (finish_reason "stop").
@@ -53,6 +54,7 @@ class ConstraintState {
  private:
   Constraint constraint_;
   std::optional<Matcher> matcher_;
+  std::optional<Matcher> start_;  // lazy: the grammar's start, to check a trigger's token
   std::string tail_;  // lazy: the last trigger.size()-1 bytes of free text, to find it
 };
 

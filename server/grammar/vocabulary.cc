@@ -9,7 +9,16 @@ namespace attnserve::grammar {
 
 Vocabulary::Vocabulary(const std::vector<std::string>& token_bytes,
                        std::vector<int32_t> eos_ids)
-    : size_(int(token_bytes.size())), eos_ids_(std::move(eos_ids)) {
+    : size_(int(token_bytes.size())),
+      eos_ids_(std::move(eos_ids)),
+      token_bytes_(token_bytes),
+      ids_with_byte_(256) {
+  for (int32_t id = 0; id < size_; ++id) {
+    for (char c : token_bytes_[size_t(id)]) {
+      auto& ids = ids_with_byte_[uint8_t(c)];
+      if (ids.empty() || ids.back() != id) ids.push_back(id);
+    }
+  }
   struct BuildNode {
     std::vector<std::pair<uint8_t, int32_t>> kids;
     std::vector<int32_t> tokens;

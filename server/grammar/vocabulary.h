@@ -28,6 +28,11 @@ class Vocabulary {
 
   int size() const { return size_; }
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
+  // What `id` adds mid-text (empty: special).
+  const std::string& bytes(int32_t id) const { return token_bytes_[size_t(id)]; }
+  // The ids whose bytes hold byte `b` somewhere (a lazy constraint's trigger can only be
+  // completed by a token holding its last byte).
+  const std::vector<int32_t>& IdsWithByte(uint8_t b) const { return ids_with_byte_[b]; }
 
   // The ids the matcher's grammar allows next: every id whose bytes it accepts whole
   // (the state after them may be anything, the end included), and the end-of-sequence
@@ -52,6 +57,8 @@ class Vocabulary {
 
   int size_ = 0;
   std::vector<int32_t> eos_ids_;
+  std::vector<std::string> token_bytes_;
+  std::vector<std::vector<int32_t>> ids_with_byte_;  // 256
   std::vector<Node> nodes_;
   std::vector<std::pair<uint8_t, int32_t>> children_;  // (byte, node)
   std::vector<int32_t> node_tokens_;

@@ -1,5 +1,7 @@
 // The grammar engine on hand-written grammars: what a matcher accepts, ends and refuses,
 // and the vocabulary mask against a brute-force check of every token.
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -172,6 +174,28 @@ TEST(ConstraintStateTest, MasksLogitsEndsAndWaitsForItsTrigger) {
   EXPECT_TRUE(lazy.active());
   EXPECT_FALSE(lazy.CanEnd());
   ASSERT_TRUE(lazy.Advance("2]").ok());
+  EXPECT_TRUE(lazy.MustEnd());
+}
+
+TEST(ConstraintStateTest, ALazyTriggersTokenMustGoOnAsTheGrammarDoes) {
+  // A token may complete the trigger and carry more bytes: those must be the grammar's.
+  GrammarBuilder b;
+  auto g = b.Build(b.RuleOf("call", Concat(Literal("<tag>"), Literal("!")))).value();
+  const std::vector<std::string> bytes = {"<t", "ag>", "ag>!", "ag>x", "x", "!", "<tag>x", ""};
+  Vocabulary vocabulary(bytes, {7});
+  const int64_t n = int64_t(bytes.size());
+  ConstraintState lazy(Constraint{g, "<tag>"});
+  std::vector<float> logits(size_t(n), 0.0f);
+  ASSERT_TRUE(lazy.ApplyMask(logits.data(), n, vocabulary).ok());
+  EXPECT_TRUE(std::isinf(logits[6]));  // "<tag>x": the trigger, then what the grammar refuses
+  for (int i : {0, 1, 2, 3, 4, 5, 7}) EXPECT_EQ(logits[size_t(i)], 0.0f) << bytes[size_t(i)];
+  ASSERT_TRUE(lazy.Advance("<t").ok());
+  std::fill(logits.begin(), logits.end(), 0.0f);
+  ASSERT_TRUE(lazy.ApplyMask(logits.data(), n, vocabulary).ok());
+  EXPECT_TRUE(std::isinf(logits[3]));  // "ag>x"
+  for (int i : {0, 1, 2, 4, 5, 7}) EXPECT_EQ(logits[size_t(i)], 0.0f) << bytes[size_t(i)];
+  ASSERT_TRUE(lazy.Advance("ag>!").ok());
+  EXPECT_TRUE(lazy.active());
   EXPECT_TRUE(lazy.MustEnd());
 }
 
