@@ -283,7 +283,8 @@ TEST_F(HttpFrontTest, ErrorsHaveTheirStatusesAndBodies) {
   expect("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":3})", 400, "n");
   expect("/v1/completions", json({{"prompt", std::string(200, 'a')}}).dump(), 413, nullptr);
   expect("/v1/completions", R"({"prompt":"x","temperature":-1})", 400, nullptr);
-  expect("/v1/chat/completions", R"({"messages":[{"role":"tool","content":"x"}]})", 400, nullptr);
+  expect("/v1/chat/completions", R"({"messages":[{"role":"tool","content":"x"}]})", 400,
+         "messages[0].tool_call_id");  // a tool result names the call it answers
   // A session that does not exist.
   auto r = Post("/v1/completions", {{"prompt", "x"}}, {{"x-session-id", "no-such-session"}});
   ASSERT_TRUE(r);
