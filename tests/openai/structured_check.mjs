@@ -306,6 +306,21 @@ async function sdkCommand(model) {
          `continued response: Ajv refuses ${next.output_text}: ${JSON.stringify(ajv.errors)}`);
   console.log(`previous_response_id with a new format: ${next.status}: ${next.output_text}`);
 
+  // In a conversation: two constrained turns, the second continuing the first's state.
+  const made = await post("/v1/conversations", {});
+  expect(made.status === 200, `conversation: ${made.status} ${made.text}`);
+  const conversation = JSON.parse(made.text).id;
+  for (const input of ["Which tribe?", "And the next?"]) {
+    const turn = await openai.responses.create({
+      model, temperature: 1.0, max_output_tokens: 600, conversation, input,
+      text: { format: { type: "json_schema", name: "tribe", schema: SCHEMAS.enums, strict: true } },
+    });
+    expect(turn.status === "completed", `conversation turn: status ${turn.status}`);
+    expect(ajv.validate(SCHEMAS.enums, JSON.parse(turn.output_text)),
+           `conversation turn: Ajv refuses ${turn.output_text}: ${JSON.stringify(ajv.errors)}`);
+    console.log(`conversation ${conversation} turn "${input}": ${turn.output_text}`);
+  }
+
   // Refusals: BadRequestError naming the field, the message naming the keyword and path.
   const refusals = [
     [() => openai.chat.completions.create({
