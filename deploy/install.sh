@@ -57,8 +57,9 @@ TEST_PACKAGES=(
   # training corpus: the King James Bible (public domain), printed by `bible` (the
   # attnserve_corpus target of a full build)
   bible-kjv bible-kjv-text
-  # tests/e2e: a real Prometheus, compose-file validation, the Python client
-  prometheus docker-compose python3-grpcio python3-protobuf
+  # tests/e2e: a real Prometheus, compose-file validation, the Python client;
+  # python3-jsonschema judges the constrained answers of python_client_test
+  prometheus docker-compose python3-grpcio python3-protobuf python3-jsonschema
   # the Python client as a package (client/python): a venv (its pip and setuptools come
   # from python3-venv's wheels), built by Debian's setuptools and wheel with no build
   # isolation, python3 -m build; tests/python
