@@ -139,6 +139,12 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
     if (!v->ok()) return v->status();
   }
   if (*layers < 1) return BadKey(p + "block_count", "must be at least 1");
+  // Every layer has tensors of its own, so the file bounds the count: the per-layer lists
+  // below are not allocated for layers the file cannot hold.
+  if (*layers > int64_t(file.tensors.size())) {
+    return BadKey(p + "block_count", absl::StrCat(*layers, " layers, but the file holds ",
+                                                  file.tensors.size(), " tensors"));
+  }
   auto hidden = UInt(m, p + "feed_forward_length", mamba2 ? std::optional<int64_t>(0) : std::nullopt);
   if (!hidden.ok()) return hidden.status();
   auto head_counts = PerLayer(m, p + "attention.head_count", *layers, 0);

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstring>
 
 #include "server/model/gguf_model.h"
@@ -264,6 +265,10 @@ TEST(GgufModelTest, ConfigFromMetadataAndItsRefusals) {
               HasSubstr("'blk.1.ffn_up.weight' has dims [16, 32] (innermost first); the "
                         "metadata needs [16, 64]"));
   EXPECT_THAT(refusal(sized(3, 32)), HasSubstr("tensor 'blk.2.attn_q.weight' is missing"));
+  // A count the file cannot hold is refused before a per-layer list is made (a fuzzed
+  // block_count of 2^31 - 1 used to spend minutes and gigabytes on them).
+  EXPECT_THAT(refusal(sized(INT32_MAX, 32)),
+              HasSubstr("llama.block_count: 2147483647 layers, but the file holds 4 tensors"));
   EXPECT_THAT(refusal([&](Builder& b) {
                 llama(b);
                 b.U32("llama.rope.dimension_count", 2);
