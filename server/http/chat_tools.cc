@@ -164,4 +164,19 @@ absl::Status ReadTools(const json& body, std::string_view body_text, bool flat, 
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::optional<grammar::ToolCallFormat>> ConstrainToolCalls(
+    const ChatTools& tools, ChatTemplateKind kind, const std::string& format_param,
+    v1::GenerateRequest* generate) {
+  if (!tools.constraint.has_value()) return std::nullopt;
+  if (generate->sampling().has_constraint()) {
+    return InvalidParam(format_param,
+                        "cannot be combined with tools (unless tool_choice is \"none\")");
+  }
+  const grammar::ToolCallFormat format = ToolCallFormatOf(kind);
+  v1::ToolCallConstraint calls = *tools.constraint;
+  calls.set_format(grammar::ToolCallFormatName(format));
+  *generate->mutable_sampling()->mutable_constraint()->mutable_tool_calls() = std::move(calls);
+  return format;
+}
+
 }  // namespace attnserve::http

@@ -22,8 +22,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "attnserve/v1/attnserve.pb.h"
 #include "nlohmann/json.hpp"
+#include "server/grammar/tool_calls.h"
+#include "server/http/chat_template.h"
 
 namespace attnserve::http {
 
@@ -49,5 +52,13 @@ absl::Status ReadChatTools(const nlohmann::json& body, std::string_view body_tex
 // the model in the chat shape.
 absl::Status ReadTools(const nlohmann::json& body, std::string_view body_text, bool flat,
                        ChatTools* out);
+
+// Puts `tools.constraint` on `generate`'s sampling, its calls in the envelope of `kind`
+// (ToolCallFormatOf), and returns that format, in which the answer is read back; nullopt
+// with no constraint. INVALID_ARGUMENT naming `format_param` ("response_format",
+// "text.format") when the request also constrains the answer's text.
+absl::StatusOr<std::optional<grammar::ToolCallFormat>> ConstrainToolCalls(
+    const ChatTools& tools, ChatTemplateKind kind, const std::string& format_param,
+    v1::GenerateRequest* generate);
 
 }  // namespace attnserve::http

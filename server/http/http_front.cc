@@ -398,19 +398,10 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
     if (!model.ok()) return Fail(route_name, model.status(), res);
     auto kind = TemplateOf((*model)->name);
     if (!kind.ok()) return Fail(route_name, kind.status(), res, (*model)->name);
-    if (request->tools.constraint.has_value()) {
-      // The calls in the model's own envelope; its answer is read back in the same one.
-      if (generate.sampling().has_constraint()) {
-        return Fail(route_name,
-                    InvalidParam("response_format", "cannot be combined with tools (unless "
-                                                    "tool_choice is \"none\")"),
-                    res, (*model)->name);
-      }
-      v1::ToolCallConstraint calls = *request->tools.constraint;
-      request->tool_format = ToolCallFormatOf(*kind);
-      calls.set_format(grammar::ToolCallFormatName(*request->tool_format));
-      *generate.mutable_sampling()->mutable_constraint()->mutable_tool_calls() = std::move(calls);
-    }
+    // The calls in the model's own envelope; its answer is read back in the same one.
+    auto format = ConstrainToolCalls(request->tools, *kind, "response_format", &generate);
+    if (!format.ok()) return Fail(route_name, format.status(), res, (*model)->name);
+    request->tool_format = *format;
     auto text = RenderChat(*kind, request->messages, request->tools.definitions);
     if (!text.ok()) return Fail(route_name, text.status(), res, (*model)->name);
     generate.set_text(*std::move(text));

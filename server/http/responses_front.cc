@@ -119,19 +119,10 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
   const std::string& model_name = (*model)->name;
   auto kind = TemplateOf(model_name);
   if (!kind.ok()) return Fail(route_name, kind.status(), res, model_name);
-  if (request->tools.constraint.has_value()) {
-    // The calls in the model's own envelope; its answer is read back in the same one.
-    if (generate.sampling().has_constraint()) {
-      return Fail(route_name,
-                  InvalidParam("text.format", "cannot be combined with tools (unless "
-                                              "tool_choice is \"none\")"),
-                  res, model_name);
-    }
-    v1::ToolCallConstraint calls = *request->tools.constraint;
-    request->tool_format = ToolCallFormatOf(*kind);
-    calls.set_format(grammar::ToolCallFormatName(*request->tool_format));
-    *generate.mutable_sampling()->mutable_constraint()->mutable_tool_calls() = std::move(calls);
-  }
+  // The calls in the model's own envelope; its answer is read back in the same one.
+  auto format = ConstrainToolCalls(request->tools, *kind, "text.format", &generate);
+  if (!format.ok()) return Fail(route_name, format.status(), res, model_name);
+  request->tool_format = *format;
   // (A continuation's tools were described when its conversation began: the state holds
   // that prompt.)
   auto text = previous.has_value()
