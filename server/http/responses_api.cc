@@ -411,12 +411,7 @@ std::string ResponsesAnswer::ToolEvents(std::vector<grammar::ToolCallStreamParse
       out += Event("response.function_call_arguments.delta",
                    {{"item_id", items_.back()["id"]}, {"output_index", index}, {"delta", e.text}});
     } else {  // kCallEnd
-      items_.back()["status"] = "completed";
-      out += Event("response.function_call_arguments.done", {{"item_id", items_.back()["id"]},
-                                                             {"output_index", index},
-                                                             {"name", items_.back()["name"]},
-                                                             {"arguments", items_.back()["arguments"]}});
-      out += Event("response.output_item.done", {{"output_index", index}, {"item", items_.back()}});
+      out += CloseCall("completed");
     }
   }
   return out;
@@ -440,6 +435,18 @@ std::string ResponsesAnswer::CloseMessage() {
   return out;
 }
 
+std::string ResponsesAnswer::CloseCall(const char* status) {
+  json& item = items_.back();
+  const int index = int(items_.size()) - 1;
+  item["status"] = status;
+  std::string out = Event("response.function_call_arguments.done", {{"item_id", item["id"]},
+                                                                     {"output_index", index},
+                                                                     {"name", item["name"]},
+                                                                     {"arguments", item["arguments"]}});
+  out += Event("response.output_item.done", {{"output_index", index}, {"item", item}});
+  return out;
+}
+
 json ResponsesAnswer::Complete(const scheduler::TurnResult& result,
                                const std::string& finish_reason) {
   text_ += TakeWholeCharacters(&held_, "", /*final=*/true);
@@ -453,13 +460,7 @@ json ResponsesAnswer::Complete(const scheduler::TurnResult& result,
     if (items_.empty()) closing_ += ToolEvents({{grammar::ToolCallStreamParser::Event::Kind::kContent, -1, ""}});
     closing_ += CloseMessage();
     if (items_.back()["status"] == "in_progress") {  // a call cut short by max_output_tokens
-      const int index = int(items_.size()) - 1;
-      items_.back()["status"] = "incomplete";
-      closing_ += Event("response.function_call_arguments.done", {{"item_id", items_.back()["id"]},
-                                                                  {"output_index", index},
-                                                                  {"name", items_.back()["name"]},
-                                                                  {"arguments", items_.back()["arguments"]}});
-      closing_ += Event("response.output_item.done", {{"output_index", index}, {"item", items_.back()}});
+      closing_ += CloseCall("incomplete");
     }
     o["output"] = items_;
   }

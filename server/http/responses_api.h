@@ -170,6 +170,9 @@ class ResponsesAnswer {
   std::string FeedTools(bool final);
   // Tool mode: the events closing the open message item ("" if none).
   std::string CloseMessage();
+  // Tool mode: the events closing the last item, a function call, with `status`
+  // ("completed"; "incomplete": cut short by max_output_tokens).
+  std::string CloseCall(const char* status);
 
   int sequence_ = 0;
   std::optional<grammar::ToolCallStreamParser> tool_parser_;  // tool mode
