@@ -13,6 +13,11 @@ absl::Status InvalidParam(const std::string& param, const std::string& message) 
   return s;
 }
 
+std::string ParamOf(const absl::Status& status) {
+  auto param = status.GetPayload(kParamPayload);
+  return param.has_value() ? std::string(*param) : "";
+}
+
 const json* Field(const json& body, const char* key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return nullptr;

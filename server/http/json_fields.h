@@ -19,6 +19,8 @@ namespace attnserve::http {
 inline constexpr char kParamPayload[] = "attnserve/openai-param";
 // INVALID_ARGUMENT "PARAM: message" with the param payload.
 absl::Status InvalidParam(const std::string& param, const std::string& message);
+// The param payload of `status` ("" when it has none).
+std::string ParamOf(const absl::Status& status);
 
 // The field `key` of `body` when present and not null.
 const nlohmann::json* Field(const nlohmann::json& body, const char* key);

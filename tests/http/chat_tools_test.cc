@@ -18,11 +18,6 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-std::string ParamOf(const absl::Status& s) {
-  auto p = s.GetPayload(kParamPayload);
-  return p.has_value() ? std::string(*p) : "";
-}
-
 const char kTools[] =
     R"("tools":[{"type":"function","function":{"name":"get_weather","description":"Weather",
         "parameters":{"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"integer"}},

@@ -12,11 +12,6 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-std::string ParamOf(const absl::Status& s) {
-  auto p = s.GetPayload(kParamPayload);
-  return p ? std::string(*p) : "(none) " + std::string(s.message());
-}
-
 // user, assistant (of resp_1), user, assistant (of resp_2): all in resp_2's state.
 ConversationRecord TwoTurns() {
   ConversationRecord r;

@@ -24,7 +24,7 @@ std::string Nested(int depth, const std::string& inner = "1") {
 }
 
 // The OpenAI error's param of a refusal, or "" for none.
-std::string ParamOf(const absl::Status& s) {
+std::string BodyParam(const absl::Status& s) {
   const nlohmann::json body = ErrorBody(s);
   return body["error"]["param"].is_string() ? body["error"]["param"].get<std::string>() : "";
 }
@@ -66,7 +66,7 @@ TEST(RequestGateTest, RefusesSixtyThousandEmptyAssistantMessages) {
   body += "]}";
   auto r = ParseOpenAiRequest(Route::kChat, body, 1);
   ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParamOf(r.status()), "messages");
+  EXPECT_EQ(BodyParam(r.status()), "messages");
   EXPECT_THAT(r.status().message(), HasSubstr("at most 1024 items (60001 given)"));
 }
 
@@ -74,16 +74,16 @@ TEST(RequestGateTest, RefusesOverlongListsAndMetadata) {
   std::string parts = R"({"input":[{"role":"user","content":[)";
   for (int i = 0; i < 65; ++i) parts += absl::StrCat(i ? "," : "", R"({"type":"input_text","text":"a"})");
   parts += "]}]}";
-  EXPECT_EQ(ParamOf(ParseResponsesRequest(parts, 1).status()), "input[0].content");
+  EXPECT_EQ(BodyParam(ParseResponsesRequest(parts, 1).status()), "input[0].content");
   std::string stops = R"({"prompt":"a","stop":[)";
   for (int i = 0; i < 17; ++i) stops += absl::StrCat(i ? "," : "", "\"s\"");
   stops += "]}";
-  EXPECT_EQ(ParamOf(ParseOpenAiRequest(Route::kCompletions, stops, 1).status()), "stop");
+  EXPECT_EQ(BodyParam(ParseOpenAiRequest(Route::kCompletions, stops, 1).status()), "stop");
   std::string keys = R"({"input":"a","metadata":{)";
   for (int i = 0; i < 17; ++i) keys += absl::StrCat(i ? "," : "", "\"k", i, "\":\"v\"");
   keys += "}}";
   auto r = ParseResponsesRequest(keys, 1);
-  EXPECT_EQ(ParamOf(r.status()), "metadata");
+  EXPECT_EQ(BodyParam(r.status()), "metadata");
   EXPECT_THAT(r.status().message(), HasSubstr("at most 16 keys"));
   const std::string long_value = absl::StrCat(R"({"input":"a","metadata":{"k":")",
                                               std::string(513, 'v'), "\"}}");
@@ -120,12 +120,12 @@ TEST(RequestGateTest, RefusesFieldsItWouldIgnore) {
   for (const Case& c : cases) {
     auto r = ParseRequestBody(c.body, c.kind);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.body;
-    EXPECT_EQ(ParamOf(r.status()), c.param) << c.body << ": " << r.status();
+    EXPECT_EQ(BodyParam(r.status()), c.param) << c.body << ": " << r.status();
   }
   // Through the decoders the HTTP routes call, the same.
   auto completion = ParseOpenAiRequest(
       Route::kCompletions, absl::StrCat(R"({"prompt":"x","tools":)", tool, "}"), 1);
-  EXPECT_EQ(ParamOf(completion.status()), "tools");
+  EXPECT_EQ(BodyParam(completion.status()), "tools");
   EXPECT_THAT(completion.status().message(), HasSubstr("not supported"));
 }
 

@@ -19,11 +19,6 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-std::string ParamOf(const absl::Status& s) {
-  auto p = s.GetPayload(kParamPayload);
-  return p ? std::string(*p) : "";
-}
-
 absl::StatusOr<OpenAiRequest> Chat(const std::string& format) {
   return ParseOpenAiRequest(
       Route::kChat,
