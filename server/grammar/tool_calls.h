@@ -9,7 +9,7 @@
 //   hermes (chatml templates: Hermes, Qwen)
 //     <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>
 //     parallel calls separated by "\n"
-//   plain (the byte-level "User: ...\nAssistant: ..." template, and llama2's)
+//   plain (the byte-level "User: ...\nAssistant: ..." template, llama2's and llama3's)
 //     <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>
 //     parallel calls separated by " ": the calls stay on the assistant's line
 //

@@ -50,7 +50,7 @@ std::string AssistantText(ChatTemplateKind kind, const ChatMessage& m) {
   return m.content + grammar::WriteToolCalls(ToolCallFormatOf(kind), calls);
 }
 
-// The plain and llama2 description of the functions: one line.
+// The plain, llama2 and llama3 description of the functions: one line.
 std::string ToolsLine(const std::vector<std::string>& tools) {
   return absl::StrCat(
       "Tools: to call a function, answer <tool_call>{\"name\": NAME, \"arguments\": "
@@ -176,6 +176,57 @@ absl::StatusOr<std::string> RenderLlama2(const std::vector<ChatMessage>& message
   return out;
 }
 
+// Llama 3's chat format, as llama.cpp's built-in "llama3" template and the Llama 3
+// Instruct models' Jinja template write it: each message its header and its text, then
+// "<|eot_id|>"; the assistant's header cues the answer (BOS at the session's start is the
+// tokenizer's own). Texts are rendered as given: the Jinja template trims them, which
+// differs only for a message with leading or trailing whitespace, and an answer renders
+// as the model generated it. Tool results are Llama 3.1's "ipython" turns, one a result;
+// the tools line ends the system message (a system message of its own when there is
+// none).
+std::string RenderLlama3(const std::vector<ChatMessage>& messages,
+                         const std::vector<std::string>& tools) {
+  std::string out;
+  auto turn = [&](absl::string_view role, absl::string_view text) {
+    absl::StrAppend(&out, "<|start_header_id|>", role, "<|end_header_id|>\n\n", text, "<|eot_id|>");
+  };
+  size_t i = 0;
+  if (!tools.empty()) {
+    if (messages[0].role == "system") {
+      turn("system", absl::StrCat(messages[0].content, "\n\n", ToolsLine(tools)));
+      i = 1;
+    } else {
+      turn("system", ToolsLine(tools));
+    }
+  }
+  for (; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "assistant") {
+      turn("assistant", AssistantText(ChatTemplateKind::kLlama3, m));
+    } else {
+      turn(m.role == "tool" ? "ipython" : m.role, m.content);
+    }
+  }
+  absl::StrAppend(&out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return out;
+}
+
+// The text a template closes an assistant turn with, which the model ends its answer
+// with as an end-of-sequence token ("" for plain, whose turns end at a newline).
+absl::string_view EndOfTurn(ChatTemplateKind kind) {
+  switch (kind) {
+    case ChatTemplateKind::kChatml:
+      return "<|im_end|>";
+    case ChatTemplateKind::kLlama2:
+      return " </s>";
+    case ChatTemplateKind::kLlama3:
+      return "<|eot_id|>";
+    case ChatTemplateKind::kPlain:
+      break;
+  }
+  return "";
+}
+
 }  // namespace
 
 grammar::ToolCallFormat ToolCallFormatOf(ChatTemplateKind kind) {
@@ -229,13 +280,16 @@ const char* ChatTemplateName(ChatTemplateKind kind) {
       return "chatml";
     case ChatTemplateKind::kLlama2:
       return "llama2";
+    case ChatTemplateKind::kLlama3:
+      return "llama3";
   }
   return "plain";
 }
 
 std::optional<ChatTemplateKind> ChatTemplateByName(absl::string_view name) {
   for (ChatTemplateKind kind :
-       {ChatTemplateKind::kPlain, ChatTemplateKind::kChatml, ChatTemplateKind::kLlama2}) {
+       {ChatTemplateKind::kPlain, ChatTemplateKind::kChatml, ChatTemplateKind::kLlama2,
+        ChatTemplateKind::kLlama3}) {
     if (name == ChatTemplateName(kind)) return kind;
   }
   return std::nullopt;
@@ -249,7 +303,7 @@ absl::StatusOr<ChatTemplateKind> ChooseChatTemplate(
       if (auto kind = ChatTemplateByName(*name)) return *kind;
       return absl::InvalidArgumentError(absl::StrCat(
           "config.json: chat_template \"", *name,
-          "\" is not one of plain, chatml, llama2; chat routes are off for this model "
+          "\" is not one of plain, chatml, llama2, llama3; chat routes are off for this model "
           "(completions work)"));
     }
   }
@@ -257,16 +311,17 @@ absl::StatusOr<ChatTemplateKind> ChooseChatTemplate(
     if (auto jinja = StringField(*tokenizer_config_json, "chat_template")) {
       if (absl::StrContains(*jinja, "<|im_start|>")) return ChatTemplateKind::kChatml;
       if (absl::StrContains(*jinja, "[INST]")) return ChatTemplateKind::kLlama2;
+      if (absl::StrContains(*jinja, "<|start_header_id|>")) return ChatTemplateKind::kLlama3;
       return absl::InvalidArgumentError(
           "tokenizer_config.json: chat_template is a Jinja template attnserve does not "
-          "recognise (it knows chatml and llama2); set config.json \"chat_template\" to "
-          "plain, chatml or llama2 to use chat routes (completions work)");
+          "recognise (it knows chatml, llama2 and llama3); set config.json \"chat_template\" "
+          "to plain, chatml, llama2 or llama3 to use chat routes (completions work)");
     }
   }
   if (tokenizer_kind == "bytes") return ChatTemplateKind::kPlain;
   return absl::InvalidArgumentError(
-      "the model has no chat template: set config.json \"chat_template\" to plain, chatml or "
-      "llama2 to use chat routes (completions work)");
+      "the model has no chat template: set config.json \"chat_template\" to plain, chatml, "
+      "llama2 or llama3 to use chat routes (completions work)");
 }
 
 absl::StatusOr<ChatTemplateKind> ChatTemplateForDirectory(const std::string& directory,
@@ -307,6 +362,8 @@ absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind,
       return RenderChatml(normal, tools);
     case ChatTemplateKind::kLlama2:
       return RenderLlama2(normal, tools);
+    case ChatTemplateKind::kLlama3:
+      return RenderLlama3(normal, tools);
   }
   return absl::InternalError("unknown chat template");
 }
@@ -327,9 +384,7 @@ absl::StatusOr<std::string> RenderAfterAssistant(ChatTemplateKind kind,
   if (at == std::string::npos) return absl::InternalError("the chat template lost the marker");
   std::string after = rendered->substr(at + sizeof(kMarker) - 1);
   if (ended_with_eos) {
-    const absl::string_view end_of_turn = kind == ChatTemplateKind::kChatml   ? "<|im_end|>"
-                                          : kind == ChatTemplateKind::kLlama2 ? " </s>"
-                                                                              : "";
+    const absl::string_view end_of_turn = EndOfTurn(kind);
     if (!end_of_turn.empty() && absl::StartsWith(after, end_of_turn)) {
       after.erase(0, end_of_turn.size());
     }
@@ -342,9 +397,7 @@ std::vector<std::string> AssistantTurnEnds(ChatTemplateKind kind,
                                            size_t max_turns,
                                            const std::vector<std::string>& tools) {
   constexpr char kMarker[] = "\x1f\x1e attnserve turn end \x1e\x1f";
-  const char* end_of_turn = kind == ChatTemplateKind::kChatml   ? "<|im_end|>"
-                            : kind == ChatTemplateKind::kLlama2 ? " </s>"
-                                                                : "";
+  const std::string end_of_turn(EndOfTurn(kind));
   // The last max_turns assistant messages, oldest first.
   std::vector<size_t> assistant;
   for (size_t k = messages.size(); k-- > 0 && assistant.size() < max_turns;) {
@@ -366,7 +419,7 @@ std::vector<std::string> AssistantTurnEnds(ChatTemplateKind kind,
     const size_t at = rendered->find(kMarker);
     if (at == std::string::npos) continue;
     out.push_back(rendered->substr(0, at));
-    if (*end_of_turn != '\0') out.push_back(rendered->substr(0, at) + end_of_turn);
+    if (!end_of_turn.empty()) out.push_back(rendered->substr(0, at) + end_of_turn);
   }
   return out;
 }

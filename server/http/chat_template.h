@@ -5,6 +5,8 @@
 //   plain   (byte-level models)  "System: S\nUser: U\nAssistant: A\n" ... "Assistant: "
 //   chatml                       "<|im_start|>user\nU<|im_end|>\n" ... "<|im_start|>assistant\n"
 //   llama2                       "[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] U2 [/INST]"
+//   llama3                       "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|>" ...
+//                                "<|start_header_id|>assistant<|end_header_id|>\n\n"
 //
 // The prompt ends where the assistant's text starts, and an assistant message renders as
 // exactly the text the model generated after that point, so a history resent by a client
@@ -20,11 +22,16 @@
 //           (consecutive results in one user turn, each its <tool_response>, as Qwen's)
 //   llama2  a user turn of "<tool_response>\nRESULT\n</tool_response>" (consecutive
 //           results joined by "\n")
+//   llama3  "<|start_header_id|>ipython<|end_header_id|>\n\nRESULT<|eot_id|>" (Llama 3.1's
+//           role for tool output)
 // The functions a request declares go in the system prompt: chatml as Qwen's / Hermes'
 // "# Tools" section (one JSON definition a line inside <tools></tools>, after the system
 // message's text, in a system message of its own when there is none); plain as a
 // "Tools: ..." line after the first system line (first when there is none); llama2 the
-// same line inside <<SYS>>.
+// same line inside <<SYS>>; llama3 the same line at the end of the system message (in
+// one of its own when there is none). The llama3 calls are written in our plain envelope,
+// not Llama 3.1's JSON without one: the plain envelope's opening tag is what tool_choice
+// auto waits for.
 #pragma once
 
 #include <optional>
@@ -53,9 +60,9 @@ struct ChatMessage {
   std::string tool_call_id = {};              // tool: the call it answers; not rendered
 };
 
-enum class ChatTemplateKind { kPlain, kChatml, kLlama2 };
+enum class ChatTemplateKind { kPlain, kChatml, kLlama2, kLlama3 };
 
-// The tool-call envelope a template writes calls in: chatml hermes, plain and llama2 plain.
+// The tool-call envelope a template writes calls in: chatml hermes, the others plain.
 grammar::ToolCallFormat ToolCallFormatOf(ChatTemplateKind kind);
 
 // A tool definition ({"type": "function", "function": {...}}) as the prompt shows it: JSON
@@ -63,15 +70,16 @@ grammar::ToolCallFormat ToolCallFormatOf(ChatTemplateKind kind);
 // templates' `tojson` writes it.
 std::string ToolDefinitionText(const nlohmann::ordered_json& tool);
 
-// "plain", "chatml", "llama2".
+// "plain", "chatml", "llama2", "llama3".
 const char* ChatTemplateName(ChatTemplateKind kind);
 // The kind named `name`; nullopt for any other name.
 std::optional<ChatTemplateKind> ChatTemplateByName(absl::string_view name);
 
 // The template of a model, chosen at load: config.json's "chat_template" when it is one
 // of the names above; else recognised from tokenizer_config.json's "chat_template" Jinja
-// text ("<|im_start|>": chatml, "[INST]": llama2); else plain for a byte-level tokenizer
-// (`tokenizer_kind` "bytes"). Arguments are the files' texts (nullopt: no such file).
+// text ("<|im_start|>": chatml, "[INST]": llama2, "<|start_header_id|>": llama3); else
+// plain for a byte-level tokenizer (`tokenizer_kind` "bytes"). Arguments are the files'
+// texts (nullopt: no such file).
 // INVALID_ARGUMENT naming the setting otherwise (an unknown name in config.json, an
 // unrecognised Jinja template, or none at all for a non-byte model): chat routes answer
 // 400 with that message, completions still work.
@@ -98,7 +106,7 @@ absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind,
 // holds what a client resending the whole history would have prefilled. When the turn
 // ended on an end-of-sequence token (`ended_with_eos`, which is in the session's state
 // but not in the text), the template's own end-of-turn marker ("<|im_end|>" for chatml,
-// " </s>" for llama2) is left out. Errors as RenderChat, for the conversation as a whole
+// " </s>" for llama2, "<|eot_id|>" for llama3) is left out. Errors as RenderChat, for the conversation as a whole
 // (llama2: the continuation must start with a user message and hold no system message).
 // Where each assistant turn of `messages` ends in RenderChat(kind, messages): for every
 // assistant message, the rendered text up to the end of its text (content, then tool

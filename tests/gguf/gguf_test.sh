@@ -5,8 +5,9 @@
 # vocabulary; 4 query heads on 2 KV heads and plain multi-head), node-llama-cpp's
 # prebuilt llama.cpp tokenizes a set of texts and continues a prompt greedily on each
 # (llama_cpp_check.mjs), and attnserve_server --model_dirs=FILE.gguf,... must give the
-# same ids for both (gguf_check.py, through gRPC). Structured outputs on the "llama" and
-# the "gpt2" vocabulary, every answer validated by Ajv (tests/openai/structured_check.mjs,
+# same ids for both (gguf_check.py, through gRPC). Structured outputs on the "llama", the
+# "gpt2" and the Llama 3 vocabulary (whose file carries a Llama 3 chat template: its chats
+# render as llama3), every answer validated by Ajv (tests/openai/structured_check.mjs,
 # through the HTTP front). Also: a GGUF model is softmax
 # attention and asking for it as taylor is refused, saying what it can be served as.
 # Usage: gguf_test.sh SERVER_BINARY CLIENT_BINARY REFERENCE_OUT
@@ -48,7 +49,8 @@ PYTHONPATH="$work/stubs" "$py" "$here/gguf_check.py" "$a_addr" "$work/llama.json
 step "structured outputs on a SentencePiece-style and a byte-level BPE vocabulary: Ajv validates every answer"
 [ -d "$repo/tests/openai/node_modules/ajv" ] ||
   fail "$repo/tests/openai/node_modules has no ajv (deploy/install.sh installs it)"
-node "$repo/tests/openai/structured_check.mjs" ajv "http://$a_http" gqa-llama-f32 mha-gpt2-f32 ||
+node "$repo/tests/openai/structured_check.mjs" ajv "http://$a_http" gqa-llama-f32 mha-gpt2-f32 \
+  mha-llama3-f16 ||
   fail "structured_check ajv"
 
 step "a GGUF model is softmax attention: taylor is refused, naming what it can be"

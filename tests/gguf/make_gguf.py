@@ -42,6 +42,14 @@ FILES = {
     "mha-llama3-f16": ("mha", F16, "llama-bpe"),
 }
 
+# The chat templates the files carry: attnserve recognises each by its markers
+# (server/http/chat_template.h); the Llama 3 vocabulary's file is served as llama3.
+LLAMA2_TEMPLATE = "{% for message in messages %}[INST] {{ message['content'] }} [/INST]{% endfor %}"
+LLAMA3_TEMPLATE = ("{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+                   "'<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' }}{% endfor %}"
+                   "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>"
+                   "\\n\\n' }}{% endif %}")
+
 # ---- reading the Hugging Face directory -------------------------------------------------
 
 def read_safetensors(path):
@@ -267,7 +275,7 @@ def convert(model_dir, kind, vocab, out_path):
         gguf_kv("llama.vocab_size", U32, vocab_size),
         gguf_kv("general.file_type", U32, {F32: 0, F16: 1, Q8_0: 7, BF16: 32}[kind]),
         gguf_kv("tokenizer.chat_template", STRING,
-                "{% for message in messages %}[INST] {{ message['content'] }} [/INST]{% endfor %}"),
+                LLAMA3_TEMPLATE if vocab == "llama-bpe" else LLAMA2_TEMPLATE),
     ] + vocab_kvs
     tensors = [("token_embd.weight", w["model.embed_tokens.weight"], kind)]
     for i in range(cfg["num_hidden_layers"]):

@@ -133,13 +133,51 @@ TEST(RenderChatTest, PlainAndLlama2ToolsInThePlainEnvelope) {
             "sunny\n</tool_response>\n<tool_response>\nwindy\n</tool_response> [/INST]");
 }
 
+// Llama 3: a header per message, tool results as ipython turns, the tools line ending the
+// system message, calls in the plain envelope. (tests/gguf/chat_template_test.sh holds the
+// rendering of plain chats to node-llama-cpp's Llama 3 chat wrapper.)
+TEST(RenderChatTest, Llama3HeadersAndTools) {
+  auto chat = RenderChat(ChatTemplateKind::kLlama3, {{"system", "Be brief."}, {"user", "Hi"},
+                                                     {"assistant", "Hello."}, {"user", "Bye"}});
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(*chat,
+            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  auto tools = RenderChat(ChatTemplateKind::kLlama3, ToolLoop(""), {kWeatherTool});
+  ASSERT_TRUE(tools.ok()) << tools.status();
+  EXPECT_EQ(*tools,
+            "<|start_header_id|>system<|end_header_id|>\n\nTools: to call a function, answer "
+            "<tool_call>{\"name\": NAME, \"arguments\": ARGUMENTS}</tool_call>. The functions: " +
+                kWeatherTool + "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWeather?"
+            "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n<tool_call>{\"name\": "
+            "\"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call><|eot_id|>"
+            "<|start_header_id|>ipython<|end_header_id|>\n\nsunny<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nSunny.<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  auto with_system = RenderChat(ChatTemplateKind::kLlama3, {{"system", "S"}, {"user", "U"}},
+                                {kWeatherTool});
+  ASSERT_TRUE(with_system.ok());
+  EXPECT_TRUE(absl::StartsWith(
+      *with_system, "<|start_header_id|>system<|end_header_id|>\n\nS\n\nTools: to call"))
+      << *with_system;
+  EXPECT_EQ(*RenderAfterAssistant(ChatTemplateKind::kLlama3, {{"user", "U"}}, true),
+            "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(*RenderAfterAssistant(ChatTemplateKind::kLlama3, {{"user", "U"}}, false),
+            "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
 // The guarantee prefix caching rests on: the prompt of the call's turn plus what the model
 // generated (content, then the calls as WriteToolCalls writes them) starts the next
 // turn's prompt, and AssistantTurnEnds names exactly that point. (llama2 renders an
 // answer after a space, as SentencePiece's first piece of it carries one.)
 TEST(RenderChatTest, AToolCallTurnRendersAsWhatTheModelGenerated) {
-  for (ChatTemplateKind kind :
-       {ChatTemplateKind::kPlain, ChatTemplateKind::kChatml, ChatTemplateKind::kLlama2}) {
+  for (ChatTemplateKind kind : {ChatTemplateKind::kPlain, ChatTemplateKind::kChatml,
+                                ChatTemplateKind::kLlama2, ChatTemplateKind::kLlama3}) {
     std::vector<ChatMessage> loop = ToolLoop("On it.\n");
     loop.pop_back();  // ending on the result: llama2 renders no history ending with an answer
     auto first = RenderChat(kind, {loop[0]}, {kWeatherTool});
@@ -176,6 +214,13 @@ TEST(ChooseChatTemplateTest, ConfigNameWinsThenJinjaThenBytes) {
   EXPECT_EQ(*ChooseChatTemplate(std::nullopt, R"({"chat_template":"{{ '[INST] ' }}"})",
                                 "sentencepiece"),
             ChatTemplateKind::kLlama2);
+  EXPECT_EQ(*ChooseChatTemplate(
+                std::nullopt,
+                R"({"chat_template":"{{ '<|start_header_id|>' + message['role'] }}"})",
+                "gpt2"),
+            ChatTemplateKind::kLlama3);
+  EXPECT_EQ(*ChooseChatTemplate(R"({"chat_template":"llama3"})", std::nullopt, "gpt2"),
+            ChatTemplateKind::kLlama3);
   EXPECT_EQ(*ChooseChatTemplate(std::nullopt, std::nullopt, "bytes"), ChatTemplateKind::kPlain);
 }
 
@@ -192,8 +237,8 @@ TEST(ChooseChatTemplateTest, UnknownTemplatesNameTheSetting) {
 // A conversation continued from a stored state renders, piece by piece, exactly what the
 // whole history renders to: the first prompt, the generated text, then the continuation.
 TEST(RenderAfterAssistantTest, PiecesEqualTheWholeConversation) {
-  for (ChatTemplateKind kind :
-       {ChatTemplateKind::kPlain, ChatTemplateKind::kChatml, ChatTemplateKind::kLlama2}) {
+  for (ChatTemplateKind kind : {ChatTemplateKind::kPlain, ChatTemplateKind::kChatml,
+                                ChatTemplateKind::kLlama2, ChatTemplateKind::kLlama3}) {
     SCOPED_TRACE(ChatTemplateName(kind));
     const std::vector<ChatMessage> first = {{"system", "S"}, {"user", "Hi"}};
     const std::string generated = "Hello there.";
