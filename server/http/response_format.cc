@@ -3,6 +3,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "server/http/json_fields.h"
@@ -131,14 +132,27 @@ absl::Status ReadTextFormat(const json& body, std::string_view body_text,
   return absl::OkStatus();
 }
 
-absl::Status NameConstraintError(const absl::Status& status, const std::string& param) {
+absl::Status NameConstraintError(const absl::Status& status, const std::string& param,
+                                 bool flat_tools) {
   auto kind = status.GetPayload(service::kConstraintErrorPayload);
   if (!kind.has_value()) return status;
-  const std::string field = std::string(*kind) == "tool_calls" ? "tools" : param;
+  const bool tools = std::string(*kind) == "tool_calls";
+  const std::string field = tools ? "tools" : param;
   // Admission's message names its own field first ("sampling.constraint.json_schema: ").
   std::string message(status.message());
   if (const size_t colon = message.find(": "); colon != std::string::npos) {
     message = message.substr(colon + 2);
+  }
+  if (tools && flat_tools) {
+    // "/tools/N/function/parameters" -> "/tools/N/parameters"
+    for (size_t at = message.find("/tools/"); at != std::string::npos;
+         at = message.find("/tools/", at + 1)) {
+      size_t end = at + 7;
+      while (end < message.size() && absl::ascii_isdigit(message[end])) ++end;
+      if (end > at + 7 && message.compare(end, 20, "/function/parameters") == 0) {
+        message.erase(end, 9);  // "/function"
+      }
+    }
   }
   absl::Status named(status.code(), absl::StrCat(field, ": ", message));
   named.SetPayload(kParamPayload, absl::Cord(field));

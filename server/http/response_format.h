@@ -43,7 +43,11 @@ absl::Status ReadTextFormat(const nlohmann::json& body, std::string_view body_te
 // `status` as the client should see it: a constraint admission refused
 // (service::kConstraintErrorPayload) named after the request field it came from,
 // "PARAM: <the compiler's message>" with the param payload, where PARAM is `param`
-// ("response_format", "text.format") or "tools" for a tool list. Any other status as it is.
-absl::Status NameConstraintError(const absl::Status& status, const std::string& param);
+// ("response_format", "text.format") or "tools" for a tool list. `flat_tools`: the
+// request's tools have the Responses API's flat shape, so a path into a function's
+// parameters is "/tools/N/parameters/..." (the compiler names the chat shape's
+// "/tools/N/function/parameters/..."). Any other status as it is.
+absl::Status NameConstraintError(const absl::Status& status, const std::string& param,
+                                 bool flat_tools = false);
 
 }  // namespace attnserve::http

@@ -150,7 +150,8 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
 
   auto started = StartQueuedTurn(*tenant, generate, arrival);
   if (!started.ok()) {
-    return Fail(route_name, NameConstraintError(started.status(), "text.format"), res, model_name);
+    return Fail(route_name, NameConstraintError(started.status(), "text.format", /*flat_tools=*/true),
+                res, model_name);
   }
   std::shared_ptr<TurnQueue> queue = *std::move(started);
 

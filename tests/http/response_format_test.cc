@@ -140,6 +140,14 @@ TEST(ResponseFormatTest, ConstraintRefusalsAreNamedAfterTheRequestField) {
   EXPECT_EQ(ParamOf(named), "text.format");
   refused.SetPayload(service::kConstraintErrorPayload, absl::Cord("tool_calls"));
   EXPECT_EQ(ParamOf(NameConstraintError(refused, "response_format")), "tools");
+  // A function's schema is named in the shape the request sent its tools in.
+  absl::Status in_tool = absl::InvalidArgumentError(
+      "sampling.constraint.tool_calls: unsupported keyword 'not' at /tools/12/function/parameters/properties/a");
+  in_tool.SetPayload(service::kConstraintErrorPayload, absl::Cord("tool_calls"));
+  EXPECT_EQ(NameConstraintError(in_tool, "response_format").message(),
+            "tools: unsupported keyword 'not' at /tools/12/function/parameters/properties/a");
+  EXPECT_EQ(NameConstraintError(in_tool, "text.format", /*flat_tools=*/true).message(),
+            "tools: unsupported keyword 'not' at /tools/12/parameters/properties/a");
   const absl::Status other = absl::InvalidArgumentError("prompt: empty");
   EXPECT_EQ(NameConstraintError(other, "response_format"), other);
 }
