@@ -311,8 +311,9 @@ async function send() {
   const text = prompt.value;
   if (state.turn || !text.trim()) return;
   showError("");
-  // A turn with tools is not added to a conversation (the server serves tools only
-  // outside one): a first message sent with tools starts none.
+  // A turn with tools is not added to a conversation (the page runs no tools, so a call
+  // left unanswered would stay in every later turn's context): a first message sent with
+  // tools starts none.
   if (!state.current && !toolsDeclared()) {
     state.current = await createConversation(text.trim().split("\n")[0] || "Untitled");
     history.replaceState(null, "", `#${state.current.id}`);
@@ -324,8 +325,8 @@ async function send() {
 }
 
 // The request of one turn: in the open conversation, or, with tools, continuing from the
-// conversation's last kept answer by previous_response_id (the server serves tools only
-// outside a conversation), so the turn is not added to it.
+// conversation's last kept answer by previous_response_id, so the turn is not added to
+// it (the page runs no tools: a call it cannot answer stays out of the conversation).
 function turnBody(model, text, newSeed) {
   const body = { model: model.id, input: text, ...sampling(newSeed) };
   const tools = toolsRequest();

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/random_id.h"
 #include "server/http/json_fields.h"
 
 namespace attnserve::http {
@@ -102,12 +103,23 @@ std::string EncodeItemPage(const json& items) { return items.dump(); }
 absl::StatusOr<json> DecodeItemPage(const std::string& bytes) {
   json items = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
   if (items.is_discarded() || !items.is_array()) return Corrupt("an item page is not a list");
-  for (const json& item : items) {
-    if (!item.is_object() || !item["id"].is_string() || !item["role"].is_string() ||
-        !item["content"].is_array() || item["content"].size() != 1 ||
-        !item["content"][0]["text"].is_string()) {
-      return Corrupt("an item is not a text message");
+  auto strings = [](const json& item, std::initializer_list<const char*> keys) {
+    for (const char* key : keys) {
+      auto it = item.find(key);
+      if (it == item.end() || !it->is_string()) return false;
     }
+    return true;
+  };
+  for (const json& item : items) {
+    if (!item.is_object() || !strings(item, {"id"})) return Corrupt("an item has no id");
+    const json type = item.value("type", json("message"));
+    const bool ok =
+        type == "function_call"          ? strings(item, {"call_id", "name", "arguments"})
+        : type == "function_call_output" ? strings(item, {"call_id", "output"})
+        : type == "message" && strings(item, {"role"}) && item["content"].is_array() &&
+              item["content"].size() == 1 && item["content"][0].is_object() &&
+              strings(item["content"][0], {"text"});
+    if (!ok) return Corrupt("an item is not a text message, a function call or its output");
   }
   return items;
 }
@@ -136,11 +148,50 @@ json MessageItem(const std::string& id, const ChatMessage& message, const std::s
   return item;
 }
 
+json InputItems(const std::vector<ChatMessage>& input) {
+  json items = json::array();
+  for (const ChatMessage& m : input) {
+    if (m.role == "tool") {
+      items.push_back({{"type", "function_call_output"},
+                       {"id", absl::StrCat("fco_", RandomId128())},
+                       {"status", "completed"},
+                       {"call_id", m.tool_call_id},
+                       {"output", m.content}});
+      continue;
+    }
+    if (m.tool_calls.empty() || !m.content.empty()) {
+      items.push_back(MessageItem(absl::StrCat("msg_", RandomId128()), m, "completed"));
+    }
+    for (const ChatToolCall& c : m.tool_calls) {
+      items.push_back({{"type", "function_call"},
+                       {"id", absl::StrCat("fc_", RandomId128())},
+                       {"status", "completed"},
+                       {"call_id", c.id},
+                       {"name", c.name},
+                       {"arguments", c.arguments}});
+    }
+  }
+  return items;
+}
+
 std::vector<ChatMessage> MessagesNotInState(const ConversationRecord& r) {
   std::vector<ChatMessage> out;
   for (size_t i = r.in_state; i < r.items.size(); ++i) {
     const json& item = r.items[i];
-    out.push_back({item["role"].get<std::string>(), item["content"][0]["text"].get<std::string>()});
+    const json type = item.value("type", json("message"));
+    if (type == "function_call_output") {
+      out.push_back({"tool", item["output"].get<std::string>(), {},
+                     item["call_id"].get<std::string>()});
+    } else if (type == "function_call") {
+      // A call follows its turn's text (the message item before it) in the same turn.
+      if (out.empty() || out.back().role != "assistant") out.push_back({"assistant", ""});
+      out.back().tool_calls.push_back({item["call_id"].get<std::string>(),
+                                       item["name"].get<std::string>(),
+                                       item["arguments"].get<std::string>()});
+    } else {
+      out.push_back(
+          {item["role"].get<std::string>(), item["content"][0]["text"].get<std::string>()});
+    }
   }
   return out;
 }
@@ -188,10 +239,23 @@ absl::StatusOr<ConversationRecord> ForkAt(const ConversationRecord& source,
     const json& item = source.items[i];
     if (item["id"] != item_id) continue;
     const json* response = Field(item, "response_id");
-    if (item["role"] != "assistant" || response == nullptr || !response->is_string()) {
+    const bool answer = item["role"] == "assistant" || item.value("type", "") == "function_call";
+    if (!answer || response == nullptr || !response->is_string()) {
       return InvalidParam("item_id", absl::StrCat("item '", item_id,
                                                   "' is not an answer of a response; a "
                                                   "conversation forks at an assistant item"));
+    }
+    size_t last = i;  // the response's last item
+    while (last + 1 < source.items.size() &&
+           source.items[last + 1].value("response_id", json()) == *response) {
+      ++last;
+    }
+    if (last != i) {
+      return InvalidParam("item_id",
+                          absl::StrCat("item '", item_id, "' is not the last item of response '",
+                                       response->get<std::string>(), "', whose state holds "
+                                       "them all: fork at its last item '",
+                                       source.items[last]["id"].get<std::string>(), "'"));
     }
     ConversationRecord fork;
     fork.id = std::move(id);

@@ -49,8 +49,9 @@ struct ConversationRecord {
   // A fork's source: {"conversation_id", "item_id"}; null for a conversation created as
   // itself.
   nlohmann::json forked_from = nullptr;
-  // Its message items, oldest first, when read (ConversationStore::ReadItems) or made
-  // (creation, ForkAt); not part of the head record.
+  // Its items, oldest first, when read (ConversationStore::ReadItems) or made (creation,
+  // ForkAt); not part of the head record: message items, and the function_call items of
+  // a response that called tools and the function_call_output items that answered them.
   nlohmann::json items = nlohmann::json::array();
 };
 
@@ -59,8 +60,8 @@ struct ConversationRecord {
 std::string EncodeConversation(const ConversationRecord& record);
 // DATA_LOSS naming what is wrong for bytes that are not a head record.
 absl::StatusOr<ConversationRecord> DecodeConversation(const std::string& bytes);
-// A page of items (a JSON array of message items) as JSON text, and back: DATA_LOSS for
-// bytes that are not one.
+// A page of items (a JSON array of message, function_call and function_call_output items)
+// as JSON text, and back: DATA_LOSS for bytes that are not one.
 std::string EncodeItemPage(const nlohmann::json& items);
 absl::StatusOr<nlohmann::json> DecodeItemPage(const std::string& bytes);
 
@@ -74,8 +75,14 @@ nlohmann::json ConversationObject(const ConversationRecord& record);
 // added to it.
 nlohmann::json MessageItem(const std::string& id, const ChatMessage& message,
                            const std::string& status, const std::string& response_id = "");
+// The items of a turn's input messages, as the Responses API lists them: a message item
+// each (ids "msg_..."), but a tool result is a function_call_output item {type, id
+// "fco_...", status, call_id, output} and an assistant's calls (after its message item,
+// when it has text) function_call items {type, id "fc_...", status, call_id, name,
+// arguments}.
+nlohmann::json InputItems(const std::vector<ChatMessage>& input);
 // The messages of items[in_state:], the part of the conversation not in head's state
-// (its items must have been read).
+// (its items must have been read); function items read back as InputItems wrote them.
 std::vector<ChatMessage> MessagesNotInState(const ConversationRecord& record);
 
 // The body of POST /v1/conversations: `metadata` and `items` (message items, which the
@@ -88,11 +95,12 @@ absl::StatusOr<ConversationCreate> ParseConversationCreate(const std::string& bo
 
 // The `item_id` of POST /v1/conversations/{id}/fork's body.
 absl::StatusOr<std::string> ParseForkRequest(const std::string& body);
-// `source` (its items read) forked at its assistant item `item_id`: a new record `id`
-// (created now) with the items up to and including it, all inherited, continuing from
-// that item's response, and `forked_from` naming source and item. NOT_FOUND (param "item_id") when the
-// conversation has no such item; INVALID_ARGUMENT when it is not an assistant item with a
-// stored response.
+// `source` (its items read) forked at the item `item_id` a response ended with (its
+// assistant message, or its last function_call): a new record `id` (created now) with the
+// items up to and including it, all inherited, continuing from that item's response, and
+// `forked_from` naming source and item. NOT_FOUND (param "item_id") when the
+// conversation has no such item; INVALID_ARGUMENT when it is not a response's item, or
+// not the last of its response's items (the response's state holds them all).
 absl::StatusOr<ConversationRecord> ForkAt(const ConversationRecord& source,
                                           const std::string& item_id, std::string id,
                                           int64_t created_at);

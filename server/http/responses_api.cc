@@ -76,7 +76,6 @@ absl::Status ReadInput(const json& body, ResponsesRequest* out) {
     const std::string param = absl::StrCat("input[", i, "]");
     const json* type = item.is_object() ? Field(item, "type") : nullptr;
     if (type != nullptr && (*type == "function_call" || *type == "function_call_output")) {
-      out->function_items = true;
       if (absl::Status s = ReadFunctionItem(item, param, *type == "function_call", &out->input);
           !s.ok()) {
         return s;
@@ -177,11 +176,6 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body_t
   if (const json* choice = Field(body, "tool_choice")) out.tool_choice_echo = *choice;
   if (absl::Status s = ReadBool(body, "parallel_tool_calls", &out.parallel_tool_calls); !s.ok()) {
     return s;
-  }
-  if (out.conversation.has_value() && (!out.tools.definitions.empty() || out.function_items)) {
-    return InvalidParam(out.function_items ? "input" : "tools",
-                        "tools and function items are not served in a conversation (use "
-                        "previous_response_id)");
   }
   return out;
 }

@@ -55,7 +55,6 @@ struct ResponsesRequest {
   nlohmann::json tools_echo = nlohmann::json::array();
   nlohmann::json tool_choice_echo = "auto";
   bool parallel_tool_calls = true;
-  bool function_items = false;  // input holds function_call / function_call_output items
   // The turn runs under a tool-call constraint: the envelope its answer is read in (set
   // by the front once the model's template is known).
   std::optional<grammar::ToolCallFormat> tool_format;
@@ -66,9 +65,8 @@ struct ResponsesRequest {
 // not a text message, a function_call ({call_id, name, arguments}: the assistant's, after
 // its message) or a function_call_output ({call_id, output}: a tool result), tools not
 // served (chat_tools.h), a text.format not served (response_format.h), `conversation`
-// beside previous_response_id, with store false, or with tools or function items (not
-// served in conversations), or max_output_tokens < 1. Fields attnserve does not use are ignored. `seed` absent draws
-// `random_seed`.
+// beside previous_response_id or with store false, or max_output_tokens < 1. Fields
+// attnserve does not use are ignored. `seed` absent draws `random_seed`.
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body,
                                                        uint64_t random_seed);
 

@@ -198,13 +198,11 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
     }
     if (conversation != nullptr) {
       const ConversationRecord& last = conversation->record();
-      json added = json::array();
-      for (const ChatMessage& m : input) {
-        added.push_back(MessageItem(absl::StrCat("msg_", RandomId128()), m, "completed"));
+      json added = InputItems(input);
+      for (json item : response["output"]) {  // its message, or its text and its calls
+        item["response_id"] = answer->id();
+        added.push_back(std::move(item));
       }
-      json item = response["output"][0];
-      item["response_id"] = answer->id();
-      added.push_back(std::move(item));
       ConversationRecord next = last;
       next.model = model_name;
       next.updated_at = absl::ToUnixSeconds(absl::Now());

@@ -264,12 +264,18 @@ TEST(ResponsesToolsTest, FlatToolsFunctionItemsAndRefusals) {
       {R"("input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"g"})", "tool_choice.name"},
       {R"("input":[{"type":"function_call","call_id":"c","name":"f"}])", "input[0].arguments"},
       {R"("input":[{"type":"function_call_output","call_id":"c","output":"x","extra":1}])", "input[0].extra"},
-      {R"("input":"x","conversation":"conv_1","tools":[{"type":"function","name":"f"}])", "tools"},
   };
   for (const auto& [more, param] : bad) {
     auto b = ParseResponsesRequest(absl::StrCat("{", more, "}"), 1);
     EXPECT_EQ(ParamOf(b.status()), param) << more << ": " << b.status();
   }
+  // Tools and function items in a conversation are served.
+  auto in_conversation = ParseResponsesRequest(
+      R"({"input":[{"type":"function_call_output","call_id":"c","output":"x"}],)"
+      R"("conversation":"conv_1","tools":[{"type":"function","name":"f"}]})", 1);
+  ASSERT_TRUE(in_conversation.ok()) << in_conversation.status();
+  EXPECT_EQ(in_conversation->conversation, "conv_1");
+  EXPECT_EQ(in_conversation->input[0].role, "tool");
 }
 
 // The events of a streamed tool-mode response, in order, and the final output they built.

@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/http/conversations_api.h"
 #include "server/http/json_fields.h"
@@ -143,6 +144,71 @@ TEST(ConversationForkTest, ForksAtAnAssistantItemOnItsState) {
   EXPECT_EQ(ParamOf(ParseForkRequest("{}").status()), "item_id");
   EXPECT_EQ(ParamOf(ParseForkRequest(R"({"item_id":3})").status()), "item_id");
   EXPECT_EQ(*ParseForkRequest(R"({"item_id":"msg_a1"})"), "msg_a1");
+}
+
+// A tool turn's items: the input's tool results and echoed calls as function items, read
+// back into the same messages; a page holding them decodes; a fork lands on a
+// response's last item only.
+TEST(ConversationRecordTest, FunctionItemsRoundTrip) {
+  const std::vector<ChatMessage> input = {
+      {"assistant", "Let me see.", {{"call_1", "get_weather", R"({"city": "Paris"})"}}},
+      {"tool", "sunny", {}, "call_1"},
+      {"assistant", "", {{"call_2", "f", "{}"}, {"call_3", "g", "[]"}}},
+      {"tool", "ok", {}, "call_2"},
+      {"user", "Thanks"}};
+  const json items = InputItems(input);
+  ASSERT_EQ(items.size(), 7u) << items.dump();
+  EXPECT_EQ(items[0]["type"], "message");
+  EXPECT_EQ(items[1]["type"], "function_call");
+  EXPECT_EQ(items[1]["call_id"], "call_1");
+  EXPECT_EQ(items[1]["name"], "get_weather");
+  EXPECT_EQ(items[1]["arguments"], R"({"city": "Paris"})");
+  EXPECT_TRUE(absl::StartsWith(items[1]["id"].get<std::string>(), "fc_"));
+  EXPECT_EQ(items[2], json({{"type", "function_call_output"}, {"id", items[2]["id"]},
+                            {"status", "completed"}, {"call_id", "call_1"}, {"output", "sunny"}}));
+  EXPECT_TRUE(absl::StartsWith(items[2]["id"].get<std::string>(), "fco_"));
+  EXPECT_EQ(items[3]["name"], "f");  // no message item for a turn of calls only
+  EXPECT_EQ(items[4]["name"], "g");
+  auto page = DecodeItemPage(EncodeItemPage(items));
+  ASSERT_TRUE(page.ok()) << page.status();
+  ConversationRecord r;
+  r.items = *page;
+  const std::vector<ChatMessage> back = MessagesNotInState(r);
+  ASSERT_EQ(back.size(), input.size());
+  for (size_t i = 0; i < input.size(); ++i) {
+    EXPECT_EQ(back[i].role, input[i].role) << i;
+    EXPECT_EQ(back[i].content, input[i].content) << i;
+    EXPECT_EQ(back[i].tool_call_id, input[i].tool_call_id) << i;
+    ASSERT_EQ(back[i].tool_calls.size(), input[i].tool_calls.size()) << i;
+    for (size_t k = 0; k < input[i].tool_calls.size(); ++k) {
+      EXPECT_EQ(back[i].tool_calls[k].id, input[i].tool_calls[k].id);
+      EXPECT_EQ(back[i].tool_calls[k].name, input[i].tool_calls[k].name);
+      EXPECT_EQ(back[i].tool_calls[k].arguments, input[i].tool_calls[k].arguments);
+    }
+  }
+  EXPECT_FALSE(DecodeItemPage(R"([{"type":"function_call","id":"fc_1","call_id":"c"}])").ok());
+  EXPECT_FALSE(DecodeItemPage(R"([{"type":"function_call_output","id":"x","output":1}])").ok());
+
+  // A response that wrote text and two calls: its state holds all three.
+  ConversationRecord tools = TwoTurns();
+  json text = MessageItem("msg_a3", {"assistant", "On it."}, "completed", "resp_3");
+  json call_a = {{"type", "function_call"}, {"id", "fc_a"}, {"status", "completed"},
+                 {"call_id", "call_a"}, {"name", "f"}, {"arguments", "{}"}, {"response_id", "resp_3"}};
+  json call_b = call_a;
+  call_b["id"] = "fc_b";
+  call_b["call_id"] = "call_b";
+  tools.items.push_back(MessageItem("msg_u3", {"user", "Call"}, "completed"));
+  for (const json& item : {text, call_a, call_b}) tools.items.push_back(item);
+  auto at_last = ForkAt(tools, "fc_b", "conv_x", 0);
+  ASSERT_TRUE(at_last.ok()) << at_last.status();
+  EXPECT_EQ(at_last->head, "resp_3");
+  EXPECT_EQ(at_last->in_state, tools.items.size());
+  for (const char* early : {"msg_a3", "fc_a"}) {
+    auto refused = ForkAt(tools, early, "conv_x", 0);
+    EXPECT_EQ(ParamOf(refused.status()), "item_id") << early;
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("fork at its last item 'fc_b'"))
+        << early;
+  }
 }
 
 TEST(ConversationCreateTest, ReadsMetadataAndItemsAndNamesWhatIsWrong) {

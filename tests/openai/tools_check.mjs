@@ -16,7 +16,8 @@
 //   - refusals naming the field: a schema keyword not served, an undeclared function;
 //   - the Responses API: function_call output items, function_call_output inputs
 //     continuing a response on the other replica (equal to the whole history sent at
-//     once to BASE_C), responses.stream's function-call events.
+//     once to BASE_C), responses.stream's function-call events;
+//   - the same loop in a conversation: its items, and a fork at the call.
 import OpenAI from "openai";
 import Ajv from "ajv";
 
@@ -219,8 +220,54 @@ async function responses() {
   console.log(`tools: responses.stream: ${deltas} function_call_arguments deltas build the same call`);
 }
 
+// The same tool loop in a conversation (the Conversations API through the SDK): the call
+// on BASE, its result on BASE_B; the answer equals the previous_response_id loop's (the
+// same prompt and seed), the conversation's items are the user's message, the call, its
+// output and the answer, each of a response carrying its response_id, and a fork at the
+// call continues from its state as the conversation did.
+async function conversationLoop() {
+  const a = client(base), b = client(baseB);
+  const tools = TOOLS.map((t) => ({ type: "function", ...t.function }));
+  const request = { model, tools, temperature: 0, max_output_tokens: 300, parallel_tool_calls: false };
+  const conversation = await a.conversations.create({ metadata: { check: "tools" } });
+  const first = await a.responses.create({ ...request, conversation: conversation.id,
+                                           input: QUESTION[0].content, tool_choice: "required" });
+  const calls = first.output.filter((item) => item.type === "function_call");
+  expect(first.status === "completed" && calls.length === 1,
+         `conversation: status ${first.status}, output ${JSON.stringify(first.output)}`);
+  const results = calls.map((c) => ({ type: "function_call_output", call_id: c.call_id, output: JSON.stringify({ ok: true }) }));
+  const next = await b.responses.create({ ...request, max_output_tokens: 20, conversation: conversation.id, input: results });
+  const alone = await b.responses.create({ ...request, max_output_tokens: 20, previous_response_id: first.id, input: results });
+  expect(next.output_text.length > 0 && next.output_text === alone.output_text,
+         `conversation: answered ${JSON.stringify(next.output_text)}, previous_response_id ${JSON.stringify(alone.output_text)}`);
+  expect(next.usage.input_tokens_details.cached_tokens > 0, `conversation: cached ${JSON.stringify(next.usage)}`);
+  const items = [];
+  for await (const item of a.conversations.items.list(conversation.id, { order: "asc" })) items.push(item);
+  const shape = items.map((i) => i.type === "message" ? `message:${i.role}` : i.type);
+  expect(JSON.stringify(shape) === JSON.stringify(["message:user", "function_call", "function_call_output", "message:assistant"]),
+         `conversation: items ${JSON.stringify(items)}`);
+  expect(items[1].call_id === calls[0].call_id && items[1].arguments === calls[0].arguments &&
+         items[1].response_id === first.id && items[2].call_id === calls[0].call_id &&
+         items[3].response_id === next.id,
+         `conversation: items ${JSON.stringify(items)}`);
+  // A fork at the call continues from the call's state, as the conversation did.
+  const forkUrl = `${base}/v1/conversations/${conversation.id}/fork`;
+  const forked = await (await fetch(forkUrl, { method: "POST", headers: { "content-type": "application/json" },
+                                               body: JSON.stringify({ item_id: items[1].id }) })).json();
+  expect(typeof forked.id === "string", `conversation fork: ${JSON.stringify(forked)}`);
+  const again = await a.responses.create({ ...request, max_output_tokens: 20, conversation: forked.id, input: results });
+  expect(again.output_text === next.output_text,
+         `conversation fork: ${JSON.stringify(again.output_text)} != ${JSON.stringify(next.output_text)}`);
+  await a.conversations.delete(forked.id);
+  await a.conversations.delete(conversation.id);
+  console.log(`tools: a conversation: ${calls[0].name}(${calls[0].arguments}) on one replica, its output on ` +
+              `the other: ${JSON.stringify(next.output_text)} as by previous_response_id; items ${shape.join(", ")}; ` +
+              `a fork at the call answers the same`);
+}
+
 const first = await toolLoop();
 await namedRunTools();
 await streamed(first);
 await refusals();
 await responses();
+await conversationLoop();
