@@ -113,12 +113,12 @@ absl::StatusOr<json> DecodeItemPage(const std::string& bytes) {
   for (const json& item : items) {
     if (!item.is_object() || !strings(item, {"id"})) return Corrupt("an item has no id");
     const json type = item.value("type", json("message"));
+    const json content = item.value("content", json());
     const bool ok =
         type == "function_call"          ? strings(item, {"call_id", "name", "arguments"})
         : type == "function_call_output" ? strings(item, {"call_id", "output"})
-        : type == "message" && strings(item, {"role"}) && item["content"].is_array() &&
-              item["content"].size() == 1 && item["content"][0].is_object() &&
-              strings(item["content"][0], {"text"});
+        : type == "message" && strings(item, {"role"}) && content.is_array() &&
+              content.size() == 1 && content[0].is_object() && strings(content[0], {"text"});
     if (!ok) return Corrupt("an item is not a text message, a function call or its output");
   }
   return items;
@@ -239,7 +239,9 @@ absl::StatusOr<ConversationRecord> ForkAt(const ConversationRecord& source,
     const json& item = source.items[i];
     if (item["id"] != item_id) continue;
     const json* response = Field(item, "response_id");
-    const bool answer = item["role"] == "assistant" || item.value("type", "") == "function_call";
+    // (Items are const: a member read is value(), as a function item has no role.)
+    const bool answer =
+        item.value("role", "") == "assistant" || item.value("type", "") == "function_call";
     if (!answer || response == nullptr || !response->is_string()) {
       return InvalidParam("item_id", absl::StrCat("item '", item_id,
                                                   "' is not an answer of a response; a "
