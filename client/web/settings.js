@@ -18,8 +18,9 @@ export function loadSettings() {
     // No storage, or a value from another version: the defaults stand.
   }
   $("api-key").value = apiKey();
-  $("json-schema").addEventListener("input", checkSchemaField);
-  $("tools").addEventListener("input", checkToolsField);
+  $("json-schema").addEventListener("input", () => checkJsonField("json-schema", SCHEMA_HINT));
+  $("tools").addEventListener("input", () => checkJsonField("tools", TOOLS_HINT, (tools) =>
+    Array.isArray(tools) ? "" : "Not an array: give [{\"type\": \"function\", \"name\": ...}]."));
 }
 
 export function saveSettings() {
@@ -68,20 +69,22 @@ function answerFormat() {
 const SCHEMA_HINT = "Empty: free text. Else every answer is JSON valid under this schema " +
   "(OpenAI's strict subset; the server refuses, naming it, a keyword it cannot enforce).";
 
-// Marks the JSON Schema field invalid while its text is not JSON.
-function checkSchemaField() {
-  const field = $("json-schema");
+// Marks the field `id` invalid while its text is not JSON, or is JSON that `check` finds a
+// problem with (it returns the problem, "" for none); its hint (`id`-hint) shows the
+// problem, or `hint` when there is none. An empty field is valid.
+function checkJsonField(id, hint, check = () => "") {
+  const field = $(id);
   const text = field.value.trim();
   let problem = "";
   if (text !== "") {
     try {
-      JSON.parse(text);
+      problem = check(JSON.parse(text));
     } catch (e) {
       problem = `Not JSON: ${e.message}`;
     }
   }
   field.setAttribute("aria-invalid", problem ? "true" : "false");
-  $("json-schema-hint").textContent = problem || SCHEMA_HINT;
+  $(`${id}-hint`).textContent = problem || hint;
 }
 
 // The Tools field as the request's tools, tool_choice and parallel_tool_calls; nothing
@@ -107,22 +110,6 @@ export function toolsDeclared() {
 const TOOLS_HINT = "Empty: none. Else a JSON array of function tools the model may call; " +
   "its calls are shown with their arguments. A turn with tools continues from the " +
   "conversation's last answer but is not added to it.";
-
-// Marks the Tools field invalid while its text is not a JSON array.
-function checkToolsField() {
-  const field = $("tools");
-  const text = field.value.trim();
-  let problem = "";
-  if (text !== "") {
-    try {
-      if (!Array.isArray(JSON.parse(text))) problem = "Not an array: give [{\"type\": \"function\", \"name\": ...}].";
-    } catch (e) {
-      problem = `Not JSON: ${e.message}`;
-    }
-  }
-  field.setAttribute("aria-invalid", problem ? "true" : "false");
-  $("tools-hint").textContent = problem || TOOLS_HINT;
-}
 
 export function figures(responseId) {
   try {
