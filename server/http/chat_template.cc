@@ -229,6 +229,13 @@ absl::string_view EndOfTurn(ChatTemplateKind kind) {
 
 }  // namespace
 
+void AddToolCall(ChatToolCall call, std::vector<ChatMessage>* messages) {
+  if (messages->empty() || messages->back().role != "assistant") {
+    messages->push_back({"assistant", ""});
+  }
+  messages->back().tool_calls.push_back(std::move(call));
+}
+
 grammar::ToolCallFormat ToolCallFormatOf(ChatTemplateKind kind) {
   return kind == ChatTemplateKind::kChatml ? grammar::ToolCallFormat::kHermes
                                            : grammar::ToolCallFormat::kPlain;

@@ -60,6 +60,10 @@ struct ChatMessage {
   std::string tool_call_id = {};              // tool: the call it answers; not rendered
 };
 
+// Appends `call` to the assistant message ending `messages`, or to a new one (no text)
+// when the last message is another's: a call follows its turn's text in the same turn.
+void AddToolCall(ChatToolCall call, std::vector<ChatMessage>* messages);
+
 enum class ChatTemplateKind { kPlain, kChatml, kLlama2, kLlama3 };
 
 // The tool-call envelope a template writes calls in: chatml hermes, the others plain.

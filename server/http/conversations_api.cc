@@ -148,6 +148,15 @@ json MessageItem(const std::string& id, const ChatMessage& message, const std::s
   return item;
 }
 
+json FunctionCallItem(const ChatToolCall& call, const std::string& status) {
+  return {{"type", "function_call"},
+          {"id", absl::StrCat("fc_", RandomId128())},
+          {"status", status},
+          {"call_id", call.id},
+          {"name", call.name},
+          {"arguments", call.arguments}};
+}
+
 json InputItems(const std::vector<ChatMessage>& input) {
   json items = json::array();
   for (const ChatMessage& m : input) {
@@ -162,14 +171,7 @@ json InputItems(const std::vector<ChatMessage>& input) {
     if (m.tool_calls.empty() || !m.content.empty()) {
       items.push_back(MessageItem(absl::StrCat("msg_", RandomId128()), m, "completed"));
     }
-    for (const ChatToolCall& c : m.tool_calls) {
-      items.push_back({{"type", "function_call"},
-                       {"id", absl::StrCat("fc_", RandomId128())},
-                       {"status", "completed"},
-                       {"call_id", c.id},
-                       {"name", c.name},
-                       {"arguments", c.arguments}});
-    }
+    for (const ChatToolCall& c : m.tool_calls) items.push_back(FunctionCallItem(c, "completed"));
   }
   return items;
 }
@@ -183,11 +185,9 @@ std::vector<ChatMessage> MessagesNotInState(const ConversationRecord& r) {
       out.push_back({"tool", item["output"].get<std::string>(), {},
                      item["call_id"].get<std::string>()});
     } else if (type == "function_call") {
-      // A call follows its turn's text (the message item before it) in the same turn.
-      if (out.empty() || out.back().role != "assistant") out.push_back({"assistant", ""});
-      out.back().tool_calls.push_back({item["call_id"].get<std::string>(),
-                                       item["name"].get<std::string>(),
-                                       item["arguments"].get<std::string>()});
+      AddToolCall({item["call_id"].get<std::string>(), item["name"].get<std::string>(),
+                   item["arguments"].get<std::string>()},
+                  &out);
     } else {
       out.push_back(
           {item["role"].get<std::string>(), item["content"][0]["text"].get<std::string>()});

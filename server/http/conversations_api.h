@@ -75,6 +75,9 @@ nlohmann::json ConversationObject(const ConversationRecord& record);
 // added to it.
 nlohmann::json MessageItem(const std::string& id, const ChatMessage& message,
                            const std::string& status, const std::string& response_id = "");
+// A function_call item {type: "function_call", id "fc_..." (new), status, call_id, name,
+// arguments}: a response's output as it streams, and an echoed call in a turn's input.
+nlohmann::json FunctionCallItem(const ChatToolCall& call, const std::string& status);
 // The items of a turn's input messages, as the Responses API lists them: a message item
 // each (ids "msg_..."), but a tool result is a function_call_output item {type, id
 // "fco_...", status, call_id, output} and an assistant's calls (after its message item,

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/random_id.h"
+#include "server/http/conversations_api.h"
 #include "server/http/http_errors.h"
 #include "server/http/json_fields.h"
 #include "server/http/openai_response.h"
@@ -55,9 +56,7 @@ absl::Status ReadFunctionItem(const json& item, const std::string& param, bool c
   ChatToolCall c{std::move(call_id), "", ""};
   if (absl::Status s = StringMember(item, param, "name", &c.name); !s.ok()) return s;
   if (absl::Status s = StringMember(item, param, "arguments", &c.arguments); !s.ok()) return s;
-  // A call follows its turn's text (the message item before it) in the same turn.
-  if (input->empty() || input->back().role != "assistant") input->push_back({"assistant", ""});
-  input->back().tool_calls.push_back(std::move(c));
+  AddToolCall(std::move(c), input);  // after its turn's text, the message item before it
   return absl::OkStatus();
 }
 
@@ -391,12 +390,8 @@ std::string ResponsesAnswer::ToolEvents(std::vector<grammar::ToolCallStreamParse
                                                   {"logprobs", json::array()}});
     } else if (e.kind == Kind::kCallStart) {
       out += CloseMessage();
-      items_.push_back({{"id", absl::StrCat("fc_", RandomId128())},
-                        {"type", "function_call"},
-                        {"status", "in_progress"},
-                        {"arguments", ""},
-                        {"call_id", absl::StrCat("call_", RandomId128())},
-                        {"name", e.text}});
+      items_.push_back(FunctionCallItem({absl::StrCat("call_", RandomId128()), e.text, ""},
+                                        "in_progress"));
       out += Event("response.output_item.added",
                    {{"output_index", int(items_.size()) - 1}, {"item", items_.back()}});
     } else if (e.kind == Kind::kArguments) {
