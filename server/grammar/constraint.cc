@@ -2,10 +2,62 @@
 
 #include <algorithm>
 #include <limits>
+#include <queue>
+#include <set>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace attnserve::grammar {
+
+absl::Status DryRun(const Grammar& grammar) {
+  auto shared = std::shared_ptr<const Grammar>(&grammar, [](const Grammar*) {});
+  const Matcher start(shared);
+  if (!start.start_status().ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the grammar's start needs more than ", GrammarBudget::kByteWork,
+                     " steps or ", GrammarBudget::kMaxStacks, " parse stacks"));
+  }
+  struct Seen {
+    int64_t stacks;
+    std::string text;  // the bytes that reach the state (for the error)
+    StackSet state;
+    bool operator<(const Seen& o) const { return stacks < o.stacks; }
+  };
+  std::priority_queue<Seen> frontier;
+  std::set<std::vector<int32_t>> seen = {start.state().data};
+  frontier.push({start.state().size(), "", start.state()});
+  Work total(kDryRunWork);
+  StackSet next;
+  for (int expanded = 0; !frontier.empty() && expanded < kDryRunStates; ++expanded) {
+    const Seen at = frontier.top();
+    frontier.pop();
+    // The bytes some stack's top allows.
+    ByteSet allowed;
+    for (size_t i = 0; i < at.state.data.size(); i += 1 + size_t(at.state.data[i])) {
+      const size_t len = size_t(at.state.data[i]);
+      if (len == 0) continue;
+      const int32_t top = at.state.data[i + len];
+      allowed |= grammar.byte_sets()[size_t(grammar.elements()[size_t(top)].index)];
+    }
+    for (int b = 0; b < 256; ++b) {
+      if (!allowed.test(size_t(b))) continue;
+      Work byte(GrammarBudget::kByteWork);
+      const bool ok = Matcher::Advance(grammar, at.state, uint8_t(b), next, &byte);
+      if (byte.exhausted()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the grammar needs more than ", GrammarBudget::kByteWork, " steps or ",
+            GrammarBudget::kMaxStacks, " parse stacks for one byte after the text \"",
+            absl::CHexEscape(at.text + char(b)), "\""));
+      }
+      if (!total.Spend(byte.spent())) return absl::OkStatus();  // as far as it may look
+      if (ok && seen.insert(next.data).second) {
+        frontier.push({next.size(), at.text + char(b), next});
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 ConstraintState::ConstraintState(Constraint constraint)
     : constraint_(std::move(constraint)) {
@@ -16,6 +68,7 @@ absl::Status ConstraintState::ApplyMask(
     float* logits, int64_t vocab, const Vocabulary& vocabulary,
     const std::function<std::string(int32_t)>* at_start_bytes) {
   constexpr float kRefused = -std::numeric_limits<float>::infinity();
+  Work work;  // the whole step's grammar work: GrammarBudget::kStepWork
   if (!matcher_) {
     // Free text, but a token that completes the trigger must go on as the grammar does:
     // only ids holding the trigger's last byte can, and the text from the trigger on
@@ -25,7 +78,8 @@ absl::Status ConstraintState::ApplyMask(
       if (id >= vocab) continue;
       const std::string text = tail_ + vocabulary.bytes(id);
       const size_t at = text.find(constraint_.trigger);
-      if (at != std::string::npos && !start_->Accepts(std::string_view(text).substr(at))) {
+      if (at != std::string::npos && !start_->Accepts(std::string_view(text).substr(at), &work)) {
+        if (work.exhausted()) return work.Exhausted("a sampling step");
         logits[id] = kRefused;
       }
     }
@@ -41,16 +95,19 @@ absl::Status ConstraintState::ApplyMask(
         allowed = can_end;
       } else {
         const std::string bytes = id < vocabulary.size() ? (*at_start_bytes)(id) : "";
-        allowed = !bytes.empty() && matcher_->Accepts(bytes);
+        allowed = !bytes.empty() && matcher_->Accepts(bytes, &work);
+        if (work.exhausted()) return work.Exhausted("a sampling step");
       }
       if (!allowed) logits[id] = kRefused;
       any = any || allowed;
     }
   } else {
-    const std::shared_ptr<const TokenMask> mask = vocabulary.Mask(*matcher_);
+    absl::StatusOr<std::shared_ptr<const TokenMask>> masked = vocabulary.Mask(*matcher_, work);
+    if (!masked.ok()) return masked.status();
+    const TokenMask& mask = **masked;
     const int64_t known = std::min<int64_t>(vocab, vocabulary.size());
     for (int64_t id = 0; id < known; ++id) {
-      if (MaskAllows(*mask, int32_t(id))) {
+      if (MaskAllows(mask, int32_t(id))) {
         any = true;
       } else {
         logits[id] = kRefused;
@@ -78,13 +135,16 @@ absl::Status ConstraintState::Advance(std::string_view bytes) {
     matcher_.emplace(constraint_.grammar);
     const std::string from = tail_.substr(at);
     tail_.clear();
-    if (absl::Status s = matcher_->Accept(from); !s.ok()) {
+    Work work;
+    if (absl::Status s = matcher_->Accept(from, &work); !s.ok()) {
       return absl::InternalError(absl::StrCat("the answer opened a constrained part (",
                                               constraint_.trigger, ") but ", s.message()));
     }
     return absl::OkStatus();
   }
-  if (absl::Status s = matcher_->Accept(bytes); !s.ok()) {
+  Work work;
+  if (absl::Status s = matcher_->Accept(bytes, &work); !s.ok()) {
+    if (absl::IsResourceExhausted(s)) return s;
     return absl::InternalError(absl::StrCat("constrained decoding: ", s.message()));
   }
   return absl::OkStatus();

@@ -24,6 +24,18 @@ struct Constraint {
   std::string trigger;
 };
 
+// The admission's dry run of a grammar, before a turn using it may enter the batch (on
+// the caller's thread, never the engine's): from the grammar's start, a best-first walk
+// over its states that follows the states with the most parse stacks first (where an
+// ambiguous grammar grows), advancing each by every byte its stacks allow, each byte
+// within GrammarBudget::kByteWork and kMaxStacks. At most kDryRunStates states and
+// kDryRunWork work in all: what it does not reach, the per-step budget still bounds.
+// INVALID_ARGUMENT naming the limit and the bytes that reached it when a byte needs more
+// (a schema the server refuses, not a server too busy).
+inline constexpr int kDryRunStates = 256;
+inline constexpr int64_t kDryRunWork = int64_t(1) << 26;
+absl::Status DryRun(const Grammar& grammar);
+
 // One turn's progress through its constraint. Not thread-safe: the engine thread's.
 class ConstraintState {
  public:
@@ -37,7 +49,9 @@ class ConstraintState {
   // would complete the trigger are checked: the bytes after it in the same token must be
   // what the grammar allows (the rest of the text is free).
   // FAILED_PRECONDITION when no id of the vocabulary continues the grammar (a vocabulary
-  // that cannot spell a byte the grammar needs).
+  // that cannot spell a byte the grammar needs); RESOURCE_EXHAUSTED when the step's
+  // grammar work passes GrammarBudget::kStepWork (matcher.h): the logits are then partly
+  // masked and the turn must end.
   absl::Status ApplyMask(float* logits, int64_t vocab, const Vocabulary& vocabulary,
                          const std::function<std::string(int32_t)>* at_start_bytes = nullptr);
   // The token chosen added `bytes` to the answer. INTERNAL if the grammar refuses them (a

@@ -6,6 +6,13 @@
 //
 // A reference followed by the end of its alternative replaces its frame instead of
 // pushing (a tail call), so right recursion (`r ::= x r | ε`) runs in constant depth.
+//
+// Bounded work (server/DESIGN.md §12). Expanding a byte merges stacks as it goes: a
+// configuration (a whole stack) is entered once per byte, however many alternatives
+// lead to it, so `(?:|){N}` or N nested anyOf of two equal $refs cost O(N) per byte, not
+// 2^N. What is left is counted in a Work budget (one unit per stack entry visited or
+// written) and refused with RESOURCE_EXHAUSTED when spent, never run past it: a byte's
+// expansion, a token mask, a whole sampling step each have a limit (GrammarBudget).
 #pragma once
 
 #include <cstdint>
@@ -25,22 +32,60 @@ struct StackSet {
   std::vector<int32_t> data;
   bool empty() const { return data.empty(); }
   bool operator==(const StackSet& o) const { return data == o.data; }
+  // How many stacks the set holds.
+  int64_t size() const;
 };
 
-// Most stacks a set holds: an ambiguous grammar past it fails the match (Accept returns
-// RESOURCE_EXHAUSTED) instead of growing without bound.
-inline constexpr int kMaxStacks = 1024;
+// The limits grammar work runs under. One unit of work is one stack entry visited or
+// written while expanding: 1-4 ns on these machines once the buffers are warm
+// (tests/bench/README.md, "Bounded grammar work"), so kStepWork stays under the 50 ms a
+// sampling step may spend on its grammar, while a mask inside a JSON string, which walks
+// nearly the whole trie of a 151k vocabulary, needs a tenth of it.
+struct GrammarBudget {
+  // Distinct stacks one state may hold (each costs its length in memory and in every
+  // later byte's work).
+  static constexpr int64_t kMaxStacks = 16384;
+  // Work to consume one byte (Matcher::Accept, each step of a mask's walk).
+  static constexpr int64_t kByteWork = int64_t(1) << 20;
+  // Work for one token mask, or for one sampling step's grammar (mask, checks, advance).
+  static constexpr int64_t kStepWork = int64_t(1) << 23;
+};
+
+// A work budget, spent by the matcher and the mask walk. Not thread-safe: one per call.
+class Work {
+ public:
+  explicit Work(int64_t limit = GrammarBudget::kStepWork) : limit_(limit), left_(limit) {}
+  // Takes `n` units; false once the budget is spent (and from then on).
+  bool Spend(int64_t n) {
+    left_ -= n;
+    return left_ >= 0;
+  }
+  bool exhausted() const { return left_ < 0; }
+  int64_t spent() const { return limit_ - left_; }
+  int64_t limit() const { return limit_; }
+  // RESOURCE_EXHAUSTED naming what ran out of work (`what`: "a token mask", ...).
+  absl::Status Exhausted(const std::string& what) const;
+
+ private:
+  int64_t limit_;
+  int64_t left_;
+};
 
 class Matcher {
  public:
-  // At the start of `grammar` (which must outlive the matcher).
+  // At the start of `grammar` (which must outlive the matcher). The start's expansion is
+  // bounded like a byte's: when it runs out of work the matcher has no stacks and
+  // start_status() says why.
   explicit Matcher(std::shared_ptr<const Grammar> grammar);
 
   // Consumes `bytes`. INVALID_ARGUMENT (and the state unchanged) when the grammar refuses
-  // them, naming the offset of the first refused byte.
-  absl::Status Accept(std::string_view bytes);
-  // Whether Accept(bytes) would succeed; the state unchanged.
-  bool Accepts(std::string_view bytes) const;
+  // them, naming the offset of the first refused byte; RESOURCE_EXHAUSTED (unchanged too)
+  // when a byte needs more than GrammarBudget::kByteWork or kMaxStacks, or `work` (when
+  // given) is spent.
+  absl::Status Accept(std::string_view bytes, Work* work = nullptr);
+  // Whether Accept(bytes) would succeed; the state unchanged. False too when `work` (or a
+  // byte's own budget) runs out: check work->exhausted() to tell the two apart.
+  bool Accepts(std::string_view bytes, Work* work = nullptr) const;
   // The text so far is a sentence of the grammar (end-of-sequence may come now).
   bool CanEnd() const;
   // The text so far is a sentence and nothing may follow it: the answer is over.
@@ -49,14 +94,20 @@ class Matcher {
   const StackSet& state() const { return state_; }
   const Grammar& grammar() const { return *grammar_; }
   const std::shared_ptr<const Grammar>& shared_grammar() const { return grammar_; }
+  // OK, or why the start could not be expanded within its budget.
+  const absl::Status& start_status() const { return start_status_; }
 
   // The stacks after `from` consumes byte `b`, into `to` (cleared first). False when
-  // none survives, or more than kMaxStacks would (`to` is then empty too).
-  static bool Advance(const Grammar& grammar, const StackSet& from, uint8_t b, StackSet& to);
+  // none survives, or when the work runs out: a byte's own kByteWork, kMaxStacks, or
+  // `work` when given (then work->exhausted(); without `work` the byte's own budget
+  // only, and a spent one looks like a refusal). `to` is empty whenever false.
+  static bool Advance(const Grammar& grammar, const StackSet& from, uint8_t b, StackSet& to,
+                      Work* work = nullptr);
 
  private:
   std::shared_ptr<const Grammar> grammar_;
   StackSet state_;
+  absl::Status start_status_;
 };
 
 }  // namespace attnserve::grammar

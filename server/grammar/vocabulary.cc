@@ -60,14 +60,15 @@ Vocabulary::Vocabulary(const std::vector<std::string>& token_bytes,
   }
 }
 
-void Vocabulary::Walk(const Grammar& grammar, int32_t node, int depth, TokenMask& mask,
-                      std::vector<StackSet>& levels) const {
+bool Vocabulary::Walk(const Grammar& grammar, int32_t node, int depth, TokenMask& mask,
+                      std::vector<StackSet>& levels, Work& work) const {
   if (levels.size() <= size_t(depth) + 1) levels.resize(size_t(depth) + 2);
   const Node& n = nodes_[size_t(node)];
   for (int32_t k = 0; k < n.child_count; ++k) {
     const auto& [b, child] = children_[size_t(n.first_child + k)];
     // A refused byte prunes the child's whole subtree: no token under it is allowed.
-    if (!Matcher::Advance(grammar, levels[size_t(depth)], b, levels[size_t(depth) + 1])) {
+    if (!Matcher::Advance(grammar, levels[size_t(depth)], b, levels[size_t(depth) + 1], &work)) {
+      if (work.exhausted()) return false;
       continue;
     }
     const Node& c = nodes_[size_t(child)];
@@ -75,15 +76,18 @@ void Vocabulary::Walk(const Grammar& grammar, int32_t node, int depth, TokenMask
       const int32_t id = node_tokens_[size_t(c.first_token + t)];
       mask[size_t(id) >> 6] |= uint64_t(1) << (id & 63);
     }
-    if (c.child_count > 0) Walk(grammar, child, depth + 1, mask, levels);
+    if (c.child_count > 0 && !Walk(grammar, child, depth + 1, mask, levels, work)) return false;
   }
+  return true;
 }
 
-TokenMask Vocabulary::ComputeMask(const Matcher& matcher) const {
+absl::StatusOr<TokenMask> Vocabulary::ComputeMask(const Matcher& matcher, Work& work) const {
+  if (!matcher.start_status().ok()) return matcher.start_status();
   TokenMask mask((size_t(size_) + 63) / 64, 0);
-  std::vector<StackSet> levels(1);
+  thread_local std::vector<StackSet> levels;
+  if (levels.empty()) levels.resize(1);
   levels[0] = matcher.state();
-  Walk(matcher.grammar(), 0, 0, mask, levels);
+  if (!Walk(matcher.grammar(), 0, 0, mask, levels, work)) return work.Exhausted("a token mask");
   if (matcher.CanEnd()) {
     for (int32_t eos : eos_ids_) {
       if (eos >= 0 && eos < size_) mask[size_t(eos) >> 6] |= uint64_t(1) << (eos & 63);
@@ -92,10 +96,13 @@ TokenMask Vocabulary::ComputeMask(const Matcher& matcher) const {
   return mask;
 }
 
-std::shared_ptr<const TokenMask> Vocabulary::Mask(const Matcher& matcher) const {
+absl::StatusOr<std::shared_ptr<const TokenMask>> Vocabulary::Mask(const Matcher& matcher,
+                                                                  Work& work) const {
   Grammar::MaskCache& cache = matcher.grammar().mask_cache();
   if (auto hit = cache.Find(this, matcher.state())) return hit;
-  auto mask = std::make_shared<const TokenMask>(ComputeMask(matcher));
+  absl::StatusOr<TokenMask> computed = ComputeMask(matcher, work);
+  if (!computed.ok()) return computed.status();
+  auto mask = std::make_shared<const TokenMask>(*std::move(computed));
   cache.Put(this, matcher.state(), mask);
   return mask;
 }
@@ -123,16 +130,26 @@ std::shared_ptr<const TokenMask> Grammar::MaskCache::Find(const Vocabulary* voca
   return it->second;
 }
 
+std::atomic<size_t> Grammar::MaskCache::total_bytes_{0};
+
+Grammar::MaskCache::~MaskCache() { total_bytes_ -= bytes_; }
+
 void Grammar::MaskCache::Put(const Vocabulary* vocabulary, const StackSet& state,
                              std::shared_ptr<const TokenMask> mask) {
   std::string key = Key(vocabulary, state);
   const size_t bytes = key.size() + mask->size() * sizeof(uint64_t) + 64;
   std::lock_guard<std::mutex> lock(mu_);
-  if (bytes_ + bytes > kMaxBytes) {
+  if (bytes_ + bytes > kMaxBytes || total_bytes_.load() + bytes > kMaxTotalBytes) {
     masks_.clear();
+    total_bytes_ -= bytes_;
     bytes_ = 0;
   }
-  if (masks_.emplace(std::move(key), std::move(mask)).second) bytes_ += bytes;
+  // Other grammars' caches may hold the rest: then this mask is not kept.
+  if (total_bytes_.load() + bytes > kMaxTotalBytes) return;
+  if (masks_.emplace(std::move(key), std::move(mask)).second) {
+    bytes_ += bytes;
+    total_bytes_ += bytes;
+  }
 }
 
 }  // namespace attnserve::grammar

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "server/grammar/matcher.h"
 
 namespace attnserve::grammar {
@@ -37,11 +38,18 @@ class Vocabulary {
   // The ids the matcher's grammar allows next: every id whose bytes it accepts whole
   // (the state after them may be anything, the end included), and the end-of-sequence
   // ids when matcher.CanEnd(). Cached per state in the grammar's MaskCache (keyed by this
-  // vocabulary too), so a state seen before costs a lookup.
-  std::shared_ptr<const TokenMask> Mask(const Matcher& matcher) const;
+  // vocabulary too), so a state seen before costs a lookup. The walk spends `work`
+  // (matcher.h): RESOURCE_EXHAUSTED when it runs out, and nothing is cached then.
+  absl::StatusOr<std::shared_ptr<const TokenMask>> Mask(const Matcher& matcher,
+                                                        Work& work) const;
   // The same, computed without the cache (the reference the cache is tested against,
   // and the cold cost the benchmark prints).
-  TokenMask ComputeMask(const Matcher& matcher) const;
+  absl::StatusOr<TokenMask> ComputeMask(const Matcher& matcher, Work& work) const;
+  // With a budget of its own (GrammarBudget::kStepWork).
+  absl::StatusOr<TokenMask> ComputeMask(const Matcher& matcher) const {
+    Work work;
+    return ComputeMask(matcher, work);
+  }
 
   // The trie: node 0 is the root; a node's children are sorted by byte.
   struct Node {
@@ -52,8 +60,9 @@ class Vocabulary {
   };
 
  private:
-  void Walk(const Grammar& grammar, int32_t node, int depth, TokenMask& mask,
-            std::vector<StackSet>& levels) const;
+  // False when `work` ran out.
+  bool Walk(const Grammar& grammar, int32_t node, int depth, TokenMask& mask,
+            std::vector<StackSet>& levels, Work& work) const;
 
   int size_ = 0;
   std::vector<int32_t> eos_ids_;

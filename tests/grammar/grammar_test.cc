@@ -129,9 +129,13 @@ TEST(VocabularyTest, MaskIsExactlyTheTokensTheMatcherAccepts) {
   for (int trial = 0; trial < 40; ++trial) {
     Matcher m(g);
     for (int step = 0; step < 12; ++step) {
-      const TokenMask computed = vocabulary.ComputeMask(m);
-      const auto cached = vocabulary.Mask(m);
-      ASSERT_EQ(computed, *cached);
+      absl::StatusOr<TokenMask> computed_or = vocabulary.ComputeMask(m);
+      ASSERT_TRUE(computed_or.ok()) << computed_or.status();
+      const TokenMask& computed = *computed_or;
+      Work work;
+      const auto cached = vocabulary.Mask(m, work);
+      ASSERT_TRUE(cached.ok()) << cached.status();
+      ASSERT_EQ(computed, **cached);
       std::vector<int32_t> allowed;
       for (int32_t id = 0; id < int32_t(v.bytes.size()); ++id) {
         const bool expect = id == v.eos ? m.CanEnd()
