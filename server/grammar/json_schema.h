@@ -7,20 +7,39 @@
 // ("unsupported keyword 'patternProperties' at /properties/a"), never ignored.
 //
 // The subset. `type` (object, array, string, number, integer, boolean, null, or a list);
-// `properties`, `required`, `additionalProperties` (true or false); `items` (a schema),
-// `prefixItems`, `minItems`, `maxItems`; `minLength`, `maxLength`, `pattern` and
-// `format` (date, time, date-time, uuid) on strings (schema_pattern.h says which
-// patterns); `enum` and `const` (any JSON values; beside them only `type`); `anyOf`;
-// `oneOf` where its branches cannot overlap (their types are disjoint, or they are
-// objects that require one property with disjoint const/enum values), so that it equals
-// anyOf; `allOf` of one schema; `$ref` to "#", "#/$defs/...", "#/definitions/..." or any
-// local JSON Pointer (recursion included: each referenced schema is one rule); `$defs`,
-// `definitions`. `{}` and `true` are any JSON value, `false` none. Annotations are
-// accepted and ignored: title, description, default, examples, deprecated, readOnly,
-// writeOnly, $comment, $schema, strict, name, and $id at the root (a nested $id, which
-// would change what $ref resolves against, is refused). Beside $ref, anyOf, oneOf and
-// allOf only annotations and $defs may stand. A schema that no JSON value satisfies is
-// refused ("... matches no JSON value").
+// `properties`, `required`, `additionalProperties` (true or false), `minProperties` and
+// `maxProperties` where every object written keeps them (at most the required ones, at
+// least the declared ones); `items` (a schema), `prefixItems`, draft 4-7's `items` as an
+// array with `additionalItems`, `minItems`, `maxItems`, `uniqueItems: false`;
+// `minLength`, `maxLength`, `pattern` and `format` (date, time, date-time, uuid) on
+// strings (schema_pattern.h says which patterns); `minimum`, `maximum`,
+// `exclusiveMinimum`, `exclusiveMaximum` (numbers, or draft 4's booleans) on integers,
+// and on numbers where the bound is an integer; `multipleOf: 1` on integers; `enum` and
+// `const` (any JSON values; beside them `type`, and string lengths and numeric bounds,
+// which drop the values they refuse); `anyOf`; `oneOf` where its branches cannot overlap
+// (their types are disjoint, or they are objects that require one property with
+// disjoint const/enum values), so that it equals anyOf; `not` of true, false or {};
+// `$ref` to "#", "#/$defs/...", "#/definitions/..." or any local JSON Pointer (recursion
+// included: each referenced schema is one rule); `$defs`, `definitions`. `{}` and `true`
+// are any JSON value, `false` none.
+//
+// Merged (schema_merge.cc, 2019+ semantics): `allOf`, `$ref` beside other keywords, and
+// anyOf/oneOf beside other keywords are one schema whose keywords are every member's:
+// types intersected, enum/const values intersected, bounds (lengths, counts, minimum
+// ...) the tightest, required joined, properties joined (a name several members declare
+// gets all their schemas; a name one member declares gets another member's
+// additionalProperties), items and prefixItems item by item; the same pattern, format
+// or multipleOf in several members is one, different ones are refused (as is
+// patternProperties beside another member's properties). anyOf/oneOf beside the rest is
+// each branch merged with the rest (a oneOf's branches must not overlap once merged).
+//
+// Keywords that only annotate are ignored, as every validator ignores them: title,
+// description, default, examples, deprecated, readOnly, $comment, $schema, links, x-...,
+// and any keyword no draft defines; so are $id and id, except that a $ref inside a
+// subschema whose $id changes the base URI is refused (it would resolve against that
+// base). Every other keyword some draft defines to validate (not, if/then/else,
+// dependencies, contains, uniqueItems: true, ...) is refused. A schema that no JSON value
+// satisfies is refused ("... matches no JSON value").
 //
 // What the grammar writes, where the schema allows more (the text is otherwise any JSON
 // the schema allows):
@@ -33,12 +52,14 @@
 //   optional ones or not. No others, even where additionalProperties is absent or true
 //   (what is left out is still valid). Without `properties` and `required`: any object,
 //   unless additionalProperties is false (then {}).
-// - Without `type`, the types the keywords name: object for properties, required or
-//   additionalProperties; array for items, prefixItems, minItems or maxItems; string for
-//   minLength, maxLength, pattern or format; any value if none of them is there.
+// - Without `type`, the types the keywords name: object for properties, required,
+//   additionalProperties, patternProperties, minProperties or maxProperties; array for
+//   items, prefixItems, minItems or maxItems; string for minLength, maxLength, pattern or
+//   format; number for minimum, maximum, exclusiveMinimum, exclusiveMaximum or
+//   multipleOf; any value if none of them is there.
 // - Numbers: -?(0|[1-9][0-9]{0,15}), then for `number` an optional .[0-9]{1,16} and
-//   [eE][+-]?[0-9]{1,2} (every one finite in a double). `integer`: no fraction or
-//   exponent.
+//   [eE][+-]?[0-9]{1,2} (every one finite in a double); under a numeric bound, no
+//   exponent. `integer`: no fraction or exponent.
 // - Strings: any code point raw in UTF-8 except " \ and U+0000..U+001F, or escaped:
 //   \" \\ \/ \b \f \n \r \t \uXXXX (surrogates only as a high-low pair). minLength and
 //   maxLength count code points, as Ajv does. Under `pattern` or `format`, and for enum

@@ -8,14 +8,28 @@
 
 namespace attnserve::grammar::schema {
 
-const std::set<std::string>& Annotations() {
+bool IsValidationKeyword(const std::string& key) {
+  // Every draft's (3 to 2020-12) validation and applicator keywords, and those that
+  // locate subschemas. Not here, so ignored: annotations (title, description, default,
+  // examples, deprecated, readOnly, writeOnly, $comment, content*), identifiers and
+  // anchors ($id, id, $anchor, $dynamicAnchor, $recursiveAnchor: schema_compiler.cc
+  // refuses a $ref whose resolution an $id would change), $schema, $vocabulary, and any
+  // name no draft defines (x-..., nullable, ...).
   static const std::set<std::string> k = {
-      "title",     "description", "default", "examples", "deprecated", "readOnly",
-      "writeOnly", "$comment",    "$schema", "$id",      "strict",     "name"};
-  return k;
+      "type", "enum", "const", "multipleOf", "divisibleBy", "maximum", "exclusiveMaximum",
+      "minimum", "exclusiveMinimum", "maxLength", "minLength", "pattern", "format",
+      "items", "prefixItems", "additionalItems", "maxItems", "minItems", "uniqueItems",
+      "contains", "maxContains", "minContains", "unevaluatedItems", "properties",
+      "patternProperties", "additionalProperties", "required", "maxProperties",
+      "minProperties", "dependencies", "dependentRequired", "dependentSchemas",
+      "propertyNames", "unevaluatedProperties", "allOf", "anyOf", "oneOf", "not", "if",
+      "then", "else", "$ref", "$dynamicRef", "$recursiveRef", "$defs", "definitions",
+      "extends", "disallow"};
+  return k.count(key) > 0;
 }
 const std::set<std::string>& ObjectKeywords() {
-  static const std::set<std::string> k = {"properties", "required", "additionalProperties"};
+  static const std::set<std::string> k = {"properties", "required", "additionalProperties",
+                                          "patternProperties", "minProperties", "maxProperties"};
   return k;
 }
 const std::set<std::string>& ArrayKeywords() {
@@ -26,13 +40,55 @@ const std::set<std::string>& StringKeywords() {
   static const std::set<std::string> k = {"minLength", "maxLength", "pattern", "format"};
   return k;
 }
-namespace {
-const std::set<std::string>& OtherKeywords() {
-  static const std::set<std::string> k = {"type", "enum",  "const", "anyOf",      "oneOf",
-                                          "allOf", "$ref", "$defs", "definitions"};
+const std::set<std::string>& NumberKeywords() {
+  static const std::set<std::string> k = {"minimum", "maximum", "exclusiveMinimum",
+                                          "exclusiveMaximum", "multipleOf"};
   return k;
 }
+namespace {
+const std::set<std::string>& OtherKeywords() {
+  static const std::set<std::string> k = {"type",  "enum", "const", "anyOf",       "oneOf",
+                                          "allOf", "$ref", "$defs", "definitions", "not",
+                                          "uniqueItems", "additionalItems"};
+  return k;
+}
+
+// Calls `f(subschema, pointer)` for each subschema `s` holds directly.
+template <typename F>
+void ForEachSubschema(const json& s, const std::string& ptr, F f) {
+  if (!s.is_object()) return;
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    const std::string& k = it.key();
+    const json& v = it.value();
+    const std::string at = ptr + "/" + Token(k);
+    if (k == "properties" || k == "patternProperties" || k == "$defs" || k == "definitions" ||
+        k == "dependentSchemas" || k == "dependencies") {
+      if (!v.is_object()) continue;
+      for (auto e = v.begin(); e != v.end(); ++e) f(e.value(), at + "/" + Token(e.key()));
+    } else if (k == "allOf" || k == "anyOf" || k == "oneOf" || k == "prefixItems" ||
+               (k == "items" && v.is_array())) {
+      if (!v.is_array()) continue;
+      for (size_t i = 0; i < v.size(); ++i) f(v[i], absl::StrCat(at, "/", i));
+    } else if (k == "items" || k == "additionalItems" || k == "additionalProperties" ||
+               k == "not" || k == "if" || k == "then" || k == "else" || k == "contains" ||
+               k == "propertyNames" || k == "unevaluatedItems" || k == "unevaluatedProperties") {
+      f(v, at);
+    }
+  }
+}
+
 }  // namespace
+
+bool AlwaysTrue(const json& s) {
+  if (s.is_boolean()) return s.get<bool>();
+  if (!s.is_object()) return false;
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    if (IsValidationKeyword(it.key()) && it.key() != "$defs" && it.key() != "definitions") {
+      return false;
+    }
+  }
+  return true;
+}
 
 unsigned TypeOfValue(const json& v) {
   switch (v.type()) {
@@ -88,6 +144,7 @@ int SchemaCompiler::Rule(const std::string& ptr, std::string_view what, std::vec
 }
 
 absl::StatusOr<int> SchemaCompiler::Run() {
+  FindBases(root_, "", 0);
   const int root = b_.NewRule(absl::StrCat("schema ", Where("")));
   refs_[""] = root;
   pending_.emplace_back("", root);
@@ -142,7 +199,7 @@ absl::Status SchemaCompiler::OnlyBeside(const json& s, const std::string& ptr,
                                         const std::set<std::string>& also) const {
   for (auto it = s.begin(); it != s.end(); ++it) {
     const std::string& k = it.key();
-    if (k == main || Annotations().count(k) || k == "$defs" || k == "definitions" ||
+    if (k == main || !IsValidationKeyword(k) || k == "$defs" || k == "definitions" ||
         also.count(k)) {
       continue;
     }
@@ -151,28 +208,73 @@ absl::Status SchemaCompiler::OnlyBeside(const json& s, const std::string& ptr,
   return absl::OkStatus();
 }
 
+absl::Status SchemaCompiler::CheckKeywords(const json& s, const std::string& ptr) const {
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    const std::string& k = it.key();
+    if (!IsValidationKeyword(k)) continue;  // annotations and unknown keywords
+    if (k == "uniqueItems") {
+      if (it.value().is_boolean() && !it.value().get<bool>()) continue;
+      return Unsupported(k, ptr, "true: the grammar cannot compare items");
+    }
+    if (k == "not") {
+      if (it.value().is_boolean() || AlwaysTrue(it.value())) continue;
+      return Unsupported(k, ptr, "only not of true, false or {}");
+    }
+    if (ObjectKeywords().count(k) || ArrayKeywords().count(k) || StringKeywords().count(k) ||
+        NumberKeywords().count(k) || OtherKeywords().count(k)) {
+      continue;
+    }
+    return Unsupported(k, ptr);
+  }
+  return absl::OkStatus();
+}
+
+bool SchemaCompiler::NeedsMerge(const json& s) {
+  if (Has(s, "allOf") || Has(s, "not")) return true;
+  const bool ref = Has(s, "$ref");
+  const int combinators = int(Has(s, "anyOf")) + int(Has(s, "oneOf"));
+  if (!ref && combinators == 0) return false;
+  if (int(ref) + combinators > 1) return true;
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    const std::string& k = it.key();
+    if (IsValidationKeyword(k) && k != "$ref" && k != "anyOf" && k != "oneOf" && k != "$defs" &&
+        k != "definitions") {
+      return true;
+    }
+  }
+  return false;
+}
+
+void SchemaCompiler::FindBases(const json& s, const std::string& ptr, int depth) {
+  if (!s.is_object() || depth > 64) return;
+  if (!ptr.empty()) {
+    for (const char* key : {"$id", "id"}) {
+      if (Has(s, key) && s[key].is_string()) {
+        const std::string& id = s[key].get_ref<const std::string&>();
+        if (!id.empty() && id[0] != '#') {
+          bases_.push_back(ptr);
+          return;  // all below is in its scope
+        }
+      }
+    }
+  }
+  ForEachSubschema(s, ptr, [&](const json& sub, const std::string& at) { FindBases(sub, at, depth + 1); });
+}
+
 absl::StatusOr<int> SchemaCompiler::Compile(const json& s, const std::string& ptr) {
   if (s.is_boolean()) return s.get<bool>() ? lex_.AnyValue().rule : kNever;
   if (!s.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat("schema at ", Where(ptr), " is not an object or a boolean"));
   }
-  for (auto it = s.begin(); it != s.end(); ++it) {
-    const std::string& k = it.key();
-    if (k == "$id" && !ptr.empty()) {
-      return Unsupported(k, ptr, "below the root, where it changes what $ref resolves against");
-    }
-    if (Annotations().count(k) || ObjectKeywords().count(k) || ArrayKeywords().count(k) ||
-        StringKeywords().count(k) || OtherKeywords().count(k)) {
-      continue;
-    }
-    return Unsupported(k, ptr);
-  }
+  if (s.contains(kMergeAll) || s.contains(kMergeRef)) return CompileMerged(s, ptr);
+  if (absl::Status st = CheckKeywords(s, ptr); !st.ok()) return st;
   for (const char* defs : {"$defs", "definitions"}) {
     if (Has(s, defs) && !s[defs].is_object()) return Invalid(defs, ptr, "must be an object");
   }
+  if (NeedsMerge(s)) return CompileMerge(Member{&s, ptr, true}, ptr);
   if (Has(s, "$ref")) return CompileRef(s, ptr);
-  for (const char* key : {"allOf", "anyOf", "oneOf"}) {
+  for (const char* key : {"anyOf", "oneOf"}) {
     if (Has(s, key)) return CompileAlternatives(s, ptr, key);
   }
   if (Has(s, "enum") || Has(s, "const")) return CompileEnum(s, ptr);
@@ -182,7 +284,9 @@ absl::StatusOr<int> SchemaCompiler::Compile(const json& s, const std::string& pt
 absl::StatusOr<int> SchemaCompiler::CompileInside(const json& s, const std::string& ptr) {
   const bool pure = pure_;
   pure_ = false;
+  ++text_depth_;
   absl::StatusOr<int> r = Compile(s, ptr);
+  --text_depth_;
   pure_ = pure;
   return r;
 }
@@ -191,6 +295,13 @@ absl::StatusOr<const json*> SchemaCompiler::Resolve(const json& s, const std::st
                                                     std::string* target) const {
   if (!s["$ref"].is_string()) return Invalid("$ref", ptr, "must be a string");
   const std::string& ref = s["$ref"].get_ref<const std::string&>();
+  for (const std::string& base : bases_) {
+    if (!ptr.empty() && (ptr == base || ptr.rfind(base + "/", 0) == 0)) {
+      return Unsupported("$ref", ptr,
+                         absl::StrCat("inside the $id at ", Where(base),
+                                      ", which changes what it resolves against"));
+    }
+  }
   if (ref.empty() || ref[0] != '#') {
     return Unsupported("$ref", ptr, "a remote reference '" + ref + "'");
   }
@@ -239,10 +350,6 @@ absl::StatusOr<int> SchemaCompiler::CompileAlternatives(const json& s, const std
   if (absl::Status st = OnlyBeside(s, ptr, key); !st.ok()) return st;
   const json& list = s[key];
   if (!list.is_array() || list.empty()) return Invalid(key, ptr, "must be a non-empty array");
-  if (key == "allOf") {
-    if (list.size() != 1) return Unsupported(key, ptr, "of more than one schema");
-    return Compile(list[0], ptr + "/allOf/0");
-  }
   if (key == "oneOf") {
     for (size_t i = 0; i < list.size(); ++i) {
       for (size_t j = i + 1; j < list.size(); ++j) {
@@ -285,22 +392,30 @@ const json* SchemaCompiler::Plain(const json& s, int depth) const {
 unsigned SchemaCompiler::ValidTypes(const json& s, int depth) {
   if (s.is_boolean()) return s.get<bool>() ? kAllTypes : 0;
   if (!s.is_object() || depth > 64) return kAllTypes;
+  // Each keyword below narrows the types (the value must satisfy all of them).
+  unsigned mask = kAllTypes;
   if (Has(s, "$ref")) {
     std::string target;
     absl::StatusOr<const json*> r = Resolve(s, "", &target);
-    if (!r.ok()) return kAllTypes;
-    if (auto it = valid_types_.find(target); it != valid_types_.end()) return it->second;
-    valid_types_[target] = kAllTypes;  // while in progress: a recursive one may be anything
-    return valid_types_[target] = ValidTypes(**r, depth + 1);
+    if (r.ok()) {
+      if (auto it = valid_types_.find(target); it != valid_types_.end()) {
+        mask &= it->second;
+      } else {
+        valid_types_[target] = kAllTypes;  // while in progress: a recursive one may be anything
+        mask &= valid_types_[target] = ValidTypes(**r, depth + 1);
+      }
+    }
   }
-  for (const char* key : {"allOf", "anyOf", "oneOf"}) {
+  if (Has(s, "allOf") && s["allOf"].is_array()) {
+    for (const json& branch : s["allOf"]) mask &= ValidTypes(branch, depth + 1);
+  }
+  for (const char* key : {"anyOf", "oneOf"}) {
     if (!Has(s, key) || !s[key].is_array()) continue;
-    unsigned mask = 0;
-    for (const json& branch : s[key]) mask |= ValidTypes(branch, depth + 1);
-    return mask;
+    unsigned any = 0;
+    for (const json& branch : s[key]) any |= ValidTypes(branch, depth + 1);
+    mask &= any;
   }
-  unsigned mask = kAllTypes;
-  if (absl::StatusOr<unsigned> t = Types(s, ""); t.ok()) mask = *t;
+  if (absl::StatusOr<unsigned> t = Types(s, ""); t.ok()) mask &= *t;
   if (Has(s, "enum") && s["enum"].is_array()) {
     unsigned values = 0;
     for (const json& v : s["enum"]) values |= TypeOfValue(v);

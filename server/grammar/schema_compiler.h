@@ -1,11 +1,14 @@
 // The JSON Schema compiler behind json_schema.h (internal to server/grammar): one
 // schema's walk, its $ref targets compiled once each from a worklist (so recursion costs
 // no C++ stack beyond the schema document's own depth). schema_compiler.cc holds the
-// walk, $ref, the combinators and the oneOf overlap test; schema_types.cc the typed
-// schemas (objects, arrays, strings, enum and const).
+// walk, $ref, the combinators and the oneOf overlap test; schema_merge.cc allOf, $ref
+// beside other keywords and `type` beside anyOf/oneOf (merged into one schema);
+// schema_types.cc the typed schemas (objects, arrays, strings, enum and const);
+// schema_numbers.cc integers and numbers with bounds.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -35,11 +38,24 @@ unsigned TypeNamed(const std::string& name);
 // `key` as a JSON Pointer token (~ and / escaped).
 std::string Token(std::string_view key);
 
+// Whether some JSON Schema draft defines `key` as a keyword that validates (or that
+// locates subschemas, as $defs). Any other key (title, description, x-..., id, $id,
+// unknown names) only annotates: ignored.
+bool IsValidationKeyword(const std::string& key);
 // Keywords by what they apply to.
-const std::set<std::string>& Annotations();
 const std::set<std::string>& ObjectKeywords();
 const std::set<std::string>& ArrayKeywords();
 const std::set<std::string>& StringKeywords();
+const std::set<std::string>& NumberKeywords();
+
+// Keys the merge writes into the schemas it makes (schema_merge.cc): not valid UTF-8, so
+// that no parsed schema holds them. {kMergeAll: [...]} holds when each element does;
+// {kMergeRef: "/pointer"} is the schema at that JSON Pointer of the root.
+inline constexpr char kMergeAll[] = "\xff" "allOf";
+inline constexpr char kMergeRef[] = "\xff" "$ref";
+
+// Whether `s` holds for every value: true, or an object without validation keywords.
+bool AlwaysTrue(const json& s);
 
 inline bool Has(const json& s, const char* key) { return s.is_object() && s.contains(key); }
 
@@ -52,6 +68,13 @@ class SchemaCompiler {
 
   // The rule of the root schema, every $ref target compiled.
   absl::StatusOr<int> Run();
+
+  // A schema merged with others (schema_merge.cc).
+  struct Member {
+    const json* s;
+    std::string ptr;  // its JSON Pointer (real) or the place it is merged at (not)
+    bool real;        // `s` is root_ at `ptr`: its subschemas may be referred to
+  };
 
  private:
   // Errors and rule names: `path` then the pointer ("/" for the root itself).
@@ -79,13 +102,35 @@ class SchemaCompiler {
   absl::StatusOr<int> CompileAlternatives(const json& s, const std::string& ptr,
                                           const std::string& key);
   absl::Status CheckLeftRecursion() const;
+  // The first validation keyword of `s` the compiler does not enforce, refused.
+  absl::Status CheckKeywords(const json& s, const std::string& ptr) const;
+  // Whether `s` needs merging: allOf, or $ref / anyOf / oneOf beside other validation
+  // keywords.
+  static bool NeedsMerge(const json& s);
+  // Pointers (below the root) of schemas whose $id or id changes the base URI.
+  void FindBases(const json& s, const std::string& ptr, int depth);
+
+  // schema_merge.cc
+  struct Merged;
+  absl::StatusOr<int> CompileMerge(const Member& m, const std::string& ptr);
+  absl::StatusOr<int> CompileMerged(const json& s, const std::string& ptr);
+  absl::Status Flatten(const Member& m, Merged& acc, std::set<std::string>& inlining,
+                       int depth);
+  absl::StatusOr<json> Emit(Merged& acc, const std::string& ptr);
 
   // schema_types.cc
   absl::StatusOr<int> CompileEnum(const json& s, const std::string& ptr);
+  // Whether the enum/const value `v` satisfies the other keywords of `s` (lengths and
+  // numeric bounds); INVALID_ARGUMENT naming a keyword that would apply to it and that
+  // this does not check.
+  absl::StatusOr<bool> ValueAllowed(const json& s, const json& v, const std::string& ptr) const;
   absl::StatusOr<int> CompileTyped(const json& s, const std::string& ptr);
   absl::StatusOr<int> CompileObject(const json& s, const std::string& ptr);
   absl::StatusOr<int> CompileArray(const json& s, const std::string& ptr);
   absl::StatusOr<int> CompileString(const json& s, const std::string& ptr);
+  // schema_numbers.cc: integer (and number unless `integer_only`) texts within the
+  // schema's bounds; kNever when none.
+  absl::StatusOr<int> CompileNumber(const json& s, const std::string& ptr, bool integer_only);
   absl::StatusOr<unsigned> Types(const json& s, const std::string& ptr) const;
   absl::StatusOr<int64_t> Count(const json& s, const char* key, const std::string& ptr,
                                 int64_t absent) const;
@@ -113,6 +158,20 @@ class SchemaCompiler {
   bool pure_ = true;    // no text yet in it
   std::map<std::string, std::set<std::string>> left_refs_;
   std::map<std::string, unsigned> valid_types_;  // ValidTypes of $ref targets
+  std::vector<std::string> bases_;               // FindBases
+  // Merged schemas made while compiling (stable addresses), and each one's rule by its
+  // text: a merged schema met again inside itself (recursion) refers to its rule.
+  std::vector<std::unique_ptr<json>> made_;
+  struct MergeState {
+    int rule = -1;          // allocated when met again while compiling
+    int result = kNever;
+    bool done = false;
+    int text_depth = 0;     // text_depth_ when it started
+  };
+  std::map<std::string, MergeState> merges_;
+  int text_depth_ = 0;   // CompileInside nesting: text written since the walk started
+  int merge_depth_ = 0;  // CompileMerged nesting
+  int merge_count_ = 0;
 };
 
 }  // namespace attnserve::grammar::schema

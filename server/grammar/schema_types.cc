@@ -86,11 +86,62 @@ absl::StatusOr<int> SchemaCompiler::Trie(const std::vector<std::string>& texts,
   return Rule(ptr, "enum", {emit(0)});
 }
 
-absl::StatusOr<int> SchemaCompiler::CompileEnum(const json& s, const std::string& ptr) {
-  if (absl::Status st = OnlyBeside(s, ptr, Has(s, "enum") ? "enum" : "const", {"const", "type"});
-      !st.ok()) {
-    return st;
+namespace {
+
+int64_t CodePoints(const std::string& utf8) {
+  int64_t n = 0;
+  for (char c : utf8) n += (uint8_t(c) & 0xC0) != 0x80 ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> SchemaCompiler::ValueAllowed(const json& s, const json& v,
+                                                  const std::string& ptr) const {
+  const unsigned type = TypeOfValue(v);
+  auto refuse = [&](const std::string& key) {
+    return Unsupported(key, ptr, "beside enum or const");
+  };
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "enum" || k == "const" || k == "type" || !IsValidationKeyword(k) || k == "$defs" ||
+        k == "definitions") {
+      continue;
+    }
+    const bool applies = (StringKeywords().count(k) && type == kString) ||
+                         (NumberKeywords().count(k) && (type & (kInt | kFrac))) ||
+                         (ObjectKeywords().count(k) && type == kObject) ||
+                         ((ArrayKeywords().count(k) || k == "additionalItems") && type == kArray);
+    const bool known = StringKeywords().count(k) || NumberKeywords().count(k) ||
+                       ObjectKeywords().count(k) || ArrayKeywords().count(k) ||
+                       k == "additionalItems" || k == "uniqueItems";
+    if (!known) return refuse(k);
+    if (!applies) continue;
+    if (k == "minLength" || k == "maxLength") {
+      absl::StatusOr<int64_t> n = Count(s, k.c_str(), ptr, 0);
+      if (!n.ok()) return n.status();
+      const int64_t len = CodePoints(v.get_ref<const std::string&>());
+      if (k == "minLength" ? len < *n : len > *n) return false;
+      continue;
+    }
+    if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum") {
+      if (it.value().is_boolean()) continue;  // draft 4: read with its bound
+      if (!it.value().is_number()) return Invalid(k, ptr, "must be a number");
+      const double bound = it.value().get<double>(), x = v.get<double>();
+      const bool lower = k == "minimum" || k == "exclusiveMinimum";
+      const char* draft4 = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+      const bool strict = k[0] == 'e' || (Has(s, draft4) && s[draft4].is_boolean() && s[draft4].get<bool>());
+      if (lower ? (strict ? !(x > bound) : !(x >= bound)) : (strict ? !(x < bound) : !(x <= bound))) {
+        return false;
+      }
+      continue;
+    }
+    return refuse(k);
   }
+  return true;
+}
+
+absl::StatusOr<int> SchemaCompiler::CompileEnum(const json& s, const std::string& ptr) {
   std::vector<json> values;
   if (Has(s, "enum")) {
     if (!s["enum"].is_array()) return Invalid("enum", ptr, "must be an array");
@@ -123,6 +174,9 @@ absl::StatusOr<int> SchemaCompiler::CompileEnum(const json& s, const std::string
   std::set<std::string> seen;
   for (const json& v : values) {
     if ((TypeOfValue(v) & *types) == 0) continue;
+    absl::StatusOr<bool> allowed = ValueAllowed(s, v, ptr);
+    if (!allowed.ok()) return allowed.status();
+    if (!*allowed) continue;
     if (!seen.insert(JsonLexicon::CanonicalText(v)).second) continue;
     if (v.is_object() || v.is_array()) {
       alts.push_back(lex_.Value(v));
@@ -153,24 +207,26 @@ absl::StatusOr<int> SchemaCompiler::CompileTyped(const json& s, const std::strin
     return false;
   };
   const bool object_kw = any_of(ObjectKeywords()), array_kw = any_of(ArrayKeywords()),
-             string_kw = any_of(StringKeywords());
+             string_kw = any_of(StringKeywords()), number_kw = any_of(NumberKeywords());
   if (!Has(s, "type")) {
     // No type: the types the keywords are about (json_schema.h), else any value.
     const unsigned named = (object_kw ? kObject : 0) | (array_kw ? kArray : 0) |
-                           (string_kw ? kString : 0);
+                           (string_kw ? kString : 0) | (number_kw ? kInt | kFrac : 0);
     if (named != 0) types = named;
   }
-  if (types == kAllTypes && !object_kw && !array_kw && !string_kw) return lex_.AnyValue().rule;
+  if (types == kAllTypes && !object_kw && !array_kw && !string_kw && !number_kw) {
+    return lex_.AnyValue().rule;
+  }
   std::vector<Sequence> alts;
   if (types & kNull) alts.push_back(Literal("null"));
   if (types & kBool) {
     alts.push_back(Literal("true"));
     alts.push_back(Literal("false"));
   }
-  if (types & kFrac) {
-    alts.push_back({lex_.Number()});
-  } else if (types & kInt) {
-    alts.push_back({lex_.Integer()});
+  if (types & (kInt | kFrac)) {
+    absl::StatusOr<int> r = CompileNumber(s, ptr, !(types & kFrac));
+    if (!r.ok()) return r.status();
+    if (*r != kNever) alts.push_back({Symbol::Ref(*r)});
   }
   using Part = absl::StatusOr<int> (SchemaCompiler::*)(const json&, const std::string&);
   for (auto [bit, part] : {std::pair<unsigned, Part>{kString, &SchemaCompiler::CompileString},
@@ -229,20 +285,22 @@ absl::StatusOr<int> SchemaCompiler::CompileString(const json& s, const std::stri
 
 absl::StatusOr<int> SchemaCompiler::CompileArray(const json& s, const std::string& ptr) {
   std::vector<int> prefix;
-  if (Has(s, "prefixItems")) {
-    if (!s["prefixItems"].is_array()) return Invalid("prefixItems", ptr, "must be an array");
-    for (size_t i = 0; i < s["prefixItems"].size(); ++i) {
-      absl::StatusOr<int> r = CompileInside(s["prefixItems"][i], absl::StrCat(ptr, "/prefixItems/", i));
+  // Draft 4 to 7's tuples: items as an array, then additionalItems.
+  const bool tuple = Has(s, "items") && s["items"].is_array();
+  const char* prefix_key = tuple ? "items" : "prefixItems";
+  const char* rest_key = tuple ? "additionalItems" : "items";
+  if (Has(s, prefix_key)) {
+    if (!s[prefix_key].is_array()) return Invalid(prefix_key, ptr, "must be an array");
+    for (size_t i = 0; i < s[prefix_key].size(); ++i) {
+      absl::StatusOr<int> r =
+          CompileInside(s[prefix_key][i], absl::StrCat(ptr, "/", prefix_key, "/", i));
       if (!r.ok()) return r.status();
       prefix.push_back(*r);
     }
   }
   int items = lex_.AnyValue().rule;
-  if (Has(s, "items")) {
-    if (s["items"].is_array()) {
-      return Unsupported("items", ptr, "an array (draft 7's tuples): write prefixItems");
-    }
-    absl::StatusOr<int> r = CompileInside(s["items"], ptr + "/items");
+  if (Has(s, rest_key)) {
+    absl::StatusOr<int> r = CompileInside(s[rest_key], ptr + "/" + rest_key);
     if (!r.ok()) return r.status();
     items = *r;
   }
@@ -295,6 +353,10 @@ absl::StatusOr<int> SchemaCompiler::CompileObject(const json& s, const std::stri
   if (Has(s, "properties") && !s["properties"].is_object()) {
     return Invalid("properties", ptr, "must be an object");
   }
+  if (Has(s, "patternProperties")) {
+    if (!s["patternProperties"].is_object()) return Invalid("patternProperties", ptr, "must be an object");
+    if (!s["patternProperties"].empty()) return Unsupported("patternProperties", ptr);
+  }
   std::vector<std::string> required;
   if (Has(s, "required")) {
     const json& r = s["required"];
@@ -307,7 +369,15 @@ absl::StatusOr<int> SchemaCompiler::CompileObject(const json& s, const std::stri
     }
   }
   if (!Has(s, "properties") && !Has(s, "required")) {
-    if (closed) return Rule(ptr, "object", {{Symbol::Byte('{'), lex_.Ws(), Symbol::Byte('}')}});
+    if (closed) {
+      if (Count(s, "minProperties", ptr, 0).value_or(1) > 0) return kNever;
+      return Rule(ptr, "object", {{Symbol::Byte('{'), lex_.Ws(), Symbol::Byte('}')}});
+    }
+    for (const char* key : {"minProperties", "maxProperties"}) {
+      if (Has(s, key) && !(std::string(key) == "minProperties" && Count(s, key, ptr, 0).value_or(1) == 0)) {
+        return Unsupported(key, ptr, "on an object without properties");
+      }
+    }
     return lex_.AnyObject().rule;
   }
   struct Property {
@@ -329,6 +399,20 @@ absl::StatusOr<int> SchemaCompiler::CompileObject(const json& s, const std::stri
     if (declared.contains(name)) continue;
     if (closed) return kNever;  // required, yet no property may be there
     props.push_back({name, lex_.AnyValue().rule, true});
+  }
+  // minProperties and maxProperties where every object written keeps them.
+  absl::StatusOr<int64_t> min_props = Count(s, "minProperties", ptr, 0);
+  if (!min_props.ok()) return min_props.status();
+  absl::StatusOr<int64_t> max_props = Count(s, "maxProperties", ptr, -1);
+  if (!max_props.ok()) return max_props.status();
+  int64_t n_required = 0;
+  for (const Property& p : props) n_required += p.required ? 1 : 0;
+  if (*max_props >= 0 && n_required > *max_props) return kNever;
+  if (*min_props > n_required) {
+    return Unsupported("minProperties", ptr, "above the count of required properties");
+  }
+  if (*max_props >= 0 && int64_t(props.size()) > *max_props) {
+    return Unsupported("maxProperties", ptr, "below the count of declared properties");
   }
   const Symbol ws = lex_.Ws();
   if (props.empty()) return Rule(ptr, "object", {{Symbol::Byte('{'), ws, Symbol::Byte('}')}});

@@ -141,10 +141,142 @@ TEST(JsonSchemaTest, AnyOfOneOfAllOf) {
               HasSubstr("unsupported keyword 'oneOf' at / (branches 0 and 1 may both match"));
   EXPECT_THAT(Refusal(R"({"oneOf":[{"type":"object"},{"type":"object","required":["a"]}]})"),
               HasSubstr("unsupported keyword 'oneOf' at /"));
-  EXPECT_THAT(Refusal(R"({"allOf":[{"type":"string"},{"maxLength":2}]})"),
-              HasSubstr("unsupported keyword 'allOf' at / (of more than one schema)"));
-  EXPECT_THAT(Refusal(R"({"type":"object","anyOf":[{"required":["a"]}]})"),
-              HasSubstr("unsupported keyword 'type' at / (beside anyOf)"));
+  EXPECT_THAT(Refusal(R"({"allOf":[{"type":"string","pattern":"a"},{"pattern":"b"}]})"),
+              HasSubstr("unsupported keyword 'pattern' at /allOf/1 (beside another pattern in allOf)"));
+  EXPECT_THAT(Refusal(R"({"allOf":[{"type":"string"},{"type":"integer"}]})"),
+              HasSubstr("matches no JSON value"));
+}
+
+TEST(JsonSchemaTest, AnnotationsAndUnknownKeywordsAreIgnored) {
+  ExpectTexts(R"({"type":"object","id":"http://x/y.json","self":{"href":"{id}"},"links":[{"rel":"a"}],
+      "x-kubernetes-group-version-kind":[{"group":""}],"properties":{
+      "a":{"type":"string","_format":"uri","readonly":true,"nullable":true,"example":"e"}},
+      "required":["a"],"additionalProperties":false})",
+              {R"({"a":"x"})"}, {"{}", R"({"a":1})", R"({"a":"x","b":1})"});
+  // $id changes what a $ref below it resolves against: refused there, ignored elsewhere.
+  ExpectTexts(R"({"$id":"http://x/root.json","$defs":{"n":{"$id":"n.json","type":"null"}},
+      "$ref":"#/$defs/n"})", {"null"}, {"1"});
+  EXPECT_THAT(Refusal(R"({"$defs":{"x":{"$id":"x.json","$defs":{"s":{"type":"null"}},
+      "properties":{"a":{"$ref":"#/$defs/s"}}}},"$ref":"#/$defs/x"})"),
+              HasSubstr("unsupported keyword '$ref' at /$defs/x/properties/a (inside the $id at /$defs/x"));
+  EXPECT_THAT(Refusal(R"({"properties":{"a":{"id":"a.json","items":{"$ref":"#/definitions/t"}}},
+      "definitions":{"t":{}}})"),
+              HasSubstr("unsupported keyword '$ref' at /properties/a/items (inside the $id"));
+  // Keywords that validate and are not enforced are still refused.
+  for (const char* k : {"contains", "propertyNames", "dependentSchemas", "unevaluatedProperties"}) {
+    EXPECT_THAT(Refusal(json({{k, json::object({{"type", "null"}})}}).dump()),
+                HasSubstr(std::string("unsupported keyword '") + k + "' at /"));
+  }
+  EXPECT_THAT(Refusal(R"({"type":"array","uniqueItems":true})"), HasSubstr("'uniqueItems' at /"));
+  ExpectTexts(R"({"type":"array","uniqueItems":false,"maxItems":1})", {"[]", "[1]"}, {"[1,1]"});
+}
+
+TEST(JsonSchemaTest, AllOfMergesItsSchemas) {
+  // Types intersected, bounds tightened, properties and required joined.
+  ExpectTexts(R"({"allOf":[{"type":["string","null"],"maxLength":3},{"type":"string","minLength":2,"maxLength":4}]})",
+              {"\"ab\"", "\"abc\""}, {"null", "\"a\"", "\"abcd\""});
+  ExpectTexts(R"({"allOf":[
+      {"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},
+      {"properties":{"b":{"type":"string"},"a":{"minimum":0}},"required":["b"]}]})",
+              {R"({"a":1,"b":"x"})", R"({"a":0,"b":""})"},
+              {R"({"a":1})", R"({"b":"x"})", R"({"a":-1,"b":"x"})", R"({"a":"1","b":"x"})"});
+  // A member's additionalProperties holds for the names only another member declares.
+  ExpectTexts(R"({"allOf":[
+      {"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":false},
+      {"properties":{"a":{},"b":{"type":"string"}}}]})",
+              {"{}", R"({"a":1})"}, {R"({"b":"x"})", R"({"a":1,"b":"x"})"});
+  ExpectTexts(R"({"allOf":[{"type":"array","items":{"type":"integer"}},
+      {"prefixItems":[{"minimum":5}],"maxItems":2}]})",
+              {"[]", "[5]", "[7,1]"}, {"[4]", "[5,1,2]", "[5,\"a\"]"});
+  ExpectTexts(R"({"allOf":[{"enum":["a","b",1]},{"enum":["b",1,2]},{"type":"string"}]})",
+              {"\"b\""}, {"\"a\"", "1", "2"});
+  // `not` of true or false: a schema no value or every value satisfies.
+  ExpectTexts(R"({"type":"object","properties":{"a":{"not":{}},"b":{"not":false}},"additionalProperties":false})",
+              {"{}", R"({"b":[1]})"}, {R"({"a":1})"});
+  EXPECT_THAT(Refusal(R"({"not":{"type":"null"}})"), HasSubstr("unsupported keyword 'not' at /"));
+}
+
+TEST(JsonSchemaTest, RefBesideKeywordsIsMergedWithItsTarget) {
+  const std::string base = R"("$defs":{"list":{"type":"array","items":{"type":"integer"}},
+      "named":{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}})";
+  ExpectTexts("{" + base + R"(,"$ref":"#/$defs/list","maxItems":2})", {"[]", "[1,2]"},
+              {"[1,2,3]", "[\"a\"]"});
+  ExpectTexts("{" + base + R"(,"$ref":"#/$defs/named","properties":{"age":{"type":"integer"}},
+      "required":["age"]})",
+              {R"({"name":"x","age":1})"}, {R"({"name":"x"})", R"({"age":1})"});
+  // Recursive: a tree whose nodes are merged with their own bound.
+  ExpectTexts(R"({"$defs":{"node":{"type":"object","properties":{
+      "kids":{"type":"array","items":{"$ref":"#/$defs/node","maxProperties":1}}}}},
+      "$ref":"#/$defs/node","required":["kids"]})",
+              {R"({"kids":[]})", R"({"kids":[{},{"kids":[{"kids":[]}]}]})"}, {"{}", R"({"kids":[1]})"});
+  EXPECT_THAT(Refusal(R"({"$defs":{"a":{"$ref":"#/$defs/a","type":"null"}},"$ref":"#/$defs/a"})"),
+              HasSubstr("contains itself before any text"));
+}
+
+TEST(JsonSchemaTest, TypeBesideAnyOfAndOneOf) {
+  ExpectTexts(R"({"type":"object","anyOf":[{"required":["a"]},{"required":["b"]}],
+      "properties":{"a":{"type":"integer"},"b":{"type":"string"}}})",
+              {R"({"a":1})", R"({"b":"x"})", R"({"a":1,"b":"x"})"}, {"{}", "1", R"({"a":"x"})"});
+  // oneOf branches that overlap only outside `type` are apart once merged.
+  ExpectTexts(R"({"type":["string","null"],"oneOf":[{"type":"string","maxLength":1},{"type":["null","integer"]},
+      {"type":"integer"}]})",
+              {"\"a\"", "null"}, {"\"ab\"", "1"});
+  EXPECT_THAT(Refusal(R"({"type":"integer","oneOf":[{"minimum":1},{"maximum":5}]})"),
+              HasSubstr("unsupported keyword 'oneOf' at / (branches 0 and 1 may both match"));
+}
+
+TEST(JsonSchemaTest, IntegerBoundsAreExact) {
+  ExpectTexts(R"({"type":"integer","minimum":0})", {"0", "-0", "7", "1234567890123456"},
+              {"-1", "-10", "1.5"});
+  ExpectTexts(R"({"type":"integer","minimum":-12,"maximum":345})",
+              {"-12", "-9", "-0", "0", "99", "100", "299", "345"},
+              {"-13", "-20", "346", "350", "400", "1000", "0345"});
+  ExpectTexts(R"({"type":"integer","exclusiveMinimum":1,"exclusiveMaximum":10})",
+              {"2", "9"}, {"1", "10", "0"});
+  ExpectTexts(R"({"type":"integer","minimum":1,"exclusiveMinimum":true,"maximum":3})",  // draft 4
+              {"2", "3"}, {"1", "4"});
+  ExpectTexts(R"({"type":"integer","minimum":1.5,"maximum":3.5})", {"2", "3"}, {"1", "4"});
+  ExpectTexts(R"({"type":"integer","maximum":-1})", {"-1", "-1000"}, {"0", "-0", "1"});
+  ExpectTexts(R"({"type":"integer","multipleOf":1,"minimum":100,"maximum":100})", {"100"}, {"99", "101"});
+  EXPECT_THAT(Refusal(R"({"type":"integer","minimum":5,"maximum":4})"), HasSubstr("matches no JSON value"));
+  EXPECT_THAT(Refusal(R"({"type":"integer","multipleOf":2})"),
+              HasSubstr("unsupported keyword 'multipleOf' at /"));
+}
+
+TEST(JsonSchemaTest, NumberBoundsAreExactWithoutExponents) {
+  ExpectTexts(R"({"type":"number","minimum":0})",
+              {"0", "-0", "-0.0", "0.5", "12.25", "0.000"}, {"-0.5", "-1", "-0.001", "1e3"});
+  ExpectTexts(R"({"type":"number","exclusiveMinimum":0,"maximum":1})",
+              {"0.5", "1", "1.000", "0.0000000000000001"}, {"0", "0.0", "-0", "1.01", "2"});
+  ExpectTexts(R"({"type":"number","minimum":-1,"exclusiveMaximum":2})",
+              {"-1", "-1.0", "-0.5", "0", "1.999"}, {"-1.01", "-2", "2", "2.0"});
+  EXPECT_THAT(Refusal(R"({"type":"number","minimum":0.5})"),
+              HasSubstr("unsupported keyword 'minimum' at / (a bound with a fraction on a number"));
+  // Bounds apply to numbers only.
+  ExpectTexts(R"({"type":["number","string"],"maximum":0})", {"-3", "\"5\""}, {"5"});
+}
+
+TEST(JsonSchemaTest, EnumBesideOtherKeywordsKeepsTheValuesTheyAllow) {
+  ExpectTexts(R"({"enum":["a","abc",5,-1,null],"maxLength":2,"minimum":0})", {"\"a\"", "5", "null"},
+              {"\"abc\"", "-1"});
+  EXPECT_THAT(Refusal(R"({"enum":["a"],"pattern":"a"})"),
+              HasSubstr("unsupported keyword 'pattern' at / (beside enum or const)"));
+}
+
+TEST(JsonSchemaTest, DraftSevenTuples) {
+  ExpectTexts(R"({"type":"array","items":[{"type":"string"},{"type":"integer"}],"additionalItems":false})",
+              {"[]", "[\"a\"]", "[\"a\",1]"}, {"[1]", "[\"a\",1,2]"});
+  ExpectTexts(R"({"type":"array","items":[{"type":"string"}],"additionalItems":{"type":"null"}})",
+              {"[\"a\",null,null]"}, {"[\"a\",1]"});
+}
+
+TEST(JsonSchemaTest, PropertyCountsWhereEveryObjectKeepsThem) {
+  ExpectTexts(R"({"type":"object","properties":{"a":{},"b":{}},"required":["a"],"minProperties":1,"maxProperties":2})",
+              {R"({"a":1})", R"({"a":1,"b":2})"}, {"{}"});
+  EXPECT_THAT(Refusal(R"({"type":"object","properties":{"a":{},"b":{}},"minProperties":1})"),
+              HasSubstr("unsupported keyword 'minProperties' at /"));
+  EXPECT_THAT(Refusal(R"({"type":"object","properties":{"a":{},"b":{}},"maxProperties":1})"),
+              HasSubstr("unsupported keyword 'maxProperties' at /"));
 }
 
 TEST(JsonSchemaTest, RefsRecursiveAndCompiledOnce) {
@@ -244,9 +376,9 @@ TEST(JsonSchemaTest, Formats) {
 
 TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {R"({"type":"object","properties":{"a":{"type":"object","patternProperties":{}}}})",
+      {R"({"type":"object","properties":{"a":{"type":"object","patternProperties":{"x":{}}}}})",
        "unsupported keyword 'patternProperties' at /properties/a"},
-      {R"({"type":"number","minimum":0})", "unsupported keyword 'minimum' at /"},
+      {R"({"type":"number","minimum":0.5})", "unsupported keyword 'minimum' at /"},
       {R"({"not":{"type":"null"}})", "unsupported keyword 'not' at /"},
       {R"({"if":{},"then":{}})", "unsupported keyword 'if' at /"},
       {R"({"type":"array","items":{"type":"array","uniqueItems":true}})",
@@ -256,13 +388,10 @@ TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
       {R"({"$ref":"#anchor"})", "unsupported keyword '$ref' at / (a plain-name fragment"},
       {R"({"type":"object","additionalProperties":{"type":"string"}})",
        "unsupported keyword 'additionalProperties' at /"},
-      {R"({"$defs":{"x":{"$id":"x.json","type":"null"}},"$ref":"#/$defs/x"})",
-       "unsupported keyword '$id' at /$defs/x"},
-      {R"({"type":"array","items":[{"type":"null"}]})", "unsupported keyword 'items' at /"},
       {R"({"anyOf":[{"type":"string","format":"uri"}]})", "unsupported keyword 'format' at /anyOf/0"},
-      {R"({"$ref":"#/$defs/a","description":"d","maxLength":3,"$defs":{"a":{}}})",
-       "unsupported keyword 'maxLength' at / (beside $ref)"},
-      {R"({"enum":["a"],"maxLength":3})", "unsupported keyword 'maxLength' at / (beside enum)"},
+      {R"({"$ref":"#/$defs/a","description":"d","pattern":"b","$defs":{"a":{"pattern":"a"}}})",
+       "unsupported keyword 'pattern' at / (beside another pattern in allOf)"},
+      {R"({"enum":[{}],"minProperties":3})", "unsupported keyword 'minProperties' at / (beside enum"},
       {R"({"properties":{"a/b":{"minProperties":1}}})", "unsupported keyword 'minProperties' at /properties/a~1b"},
       {R"({"type":"strng"})", "keyword 'type' at / must be one of"},
       {R"({"type":"array","maxItems":-1})", "keyword 'maxItems' at / must be a non-negative integer"},
@@ -273,10 +402,10 @@ TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
   // A path given to AddJsonSchema prefixes every pointer.
   GrammarBuilder b;
   absl::StatusOr<int> r = AddJsonSchema(
-      b, json::parse(R"({"properties":{"a":{"not":{}}}})"), "/tools/0/function/parameters");
+      b, json::parse(R"({"properties":{"a":{"if":{}}}})"), "/tools/0/function/parameters");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
-            "unsupported keyword 'not' at /tools/0/function/parameters/properties/a");
+            "unsupported keyword 'if' at /tools/0/function/parameters/properties/a");
 }
 
 TEST(JsonSchemaTest, LimitsRefuseAndNameThemselves) {

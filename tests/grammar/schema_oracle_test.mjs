@@ -139,13 +139,69 @@ const written = [
   { name: "open properties (inexact)", exact: false, schema: {
       type: "object", properties: { a: { type: "integer" }, b: { type: "string" } }, required: ["a"] } },
   { name: "no type: keywords name it (inexact)", exact: false, schema: { properties: { a: { type: "null" } }, additionalProperties: false } },
+  // Annotations and keywords no draft defines: ignored (Ajv in its non-strict mode).
+  { name: "annotations ignored", lax: true, schema: {
+      ...closed({ a: { type: "string", _format: "uri", readonly: true, example: "x" }, b: { type: "integer", "x-order": 2 } }, ["a"]),
+      self: { href: "{id}" }, links: [{ rel: "self" }],
+      "x-kubernetes-group-version-kind": [{ group: "", kind: "Pod" }] } },
+  { name: "allOf merged", schema: { allOf: [
+      closed({ a: { type: "integer", minimum: -5, maximum: 120 }, b: { type: ["string", "null"], maxLength: 4 } }, ["a"]),
+      { properties: { b: { type: "string", minLength: 1 }, c: { type: "boolean" } }, required: ["b"] },
+      { type: "object", maxProperties: 2 },
+    ] } },
+  { name: "allOf of arrays and enums", schema: closed({
+      list: { allOf: [{ type: "array", items: { type: "integer" }, maxItems: 3 }, { prefixItems: [{ minimum: 0 }], minItems: 1 }] },
+      pick: { allOf: [{ enum: ["a", "b", 1, null] }, { enum: ["b", 1, 2, null] }, { type: ["string", "integer"] }] },
+      never: { allOf: [{ type: "string" }, { type: "null" }] },
+      short: { enum: ["x", "xyz", 7, -3], maxLength: 2, minimum: 0 },
+    }, ["list", "pick", "short"]) },
+  { name: "$ref beside keywords", schema: {
+      $defs: {
+        base: closed({ id: { type: "integer", minimum: 1 }, name: { type: "string" } }, ["id"]),
+        tags: { type: "array", items: { type: "string", maxLength: 3 } },
+      },
+      type: "object",
+      properties: {
+        item: { $ref: "#/$defs/base", required: ["name"] },
+        tags: { $ref: "#/$defs/tags", maxItems: 2, minItems: 1 },
+      },
+      required: ["item"], additionalProperties: false } },
+  { name: "recursive $ref beside keywords", schema: {
+      $defs: { node: { type: "object", properties: {
+        v: { type: "integer", minimum: 0, maximum: 9 },
+        kids: { type: "array", items: { $ref: "#/$defs/node", required: ["v"] }, maxItems: 2 } }, additionalProperties: false } },
+      $ref: "#/$defs/node", required: ["kids"] } },
+  { name: "type beside anyOf and oneOf", schema: closed({
+      either: { type: "object", properties: { a: { type: "integer" }, b: { type: "string" } }, additionalProperties: false,
+                anyOf: [{ required: ["a"] }, { required: ["b"] }] },
+      one: { type: ["string", "null"], oneOf: [{ type: "string", maxLength: 2 }, { type: ["null", "integer"] }, { type: "integer" }] },
+      not: { type: "object", properties: { gone: { not: {} }, any: { not: false } }, additionalProperties: false },
+    }) },
+  { name: "integer bounds", schema: closed({
+      age: { type: "integer", minimum: 0, maximum: 150 },
+      delta: { type: "integer", minimum: -1000, maximum: 999 },
+      odd: { type: "integer", exclusiveMinimum: 9, exclusiveMaximum: 101 },
+      neg: { type: "integer", maximum: -1 },
+      big: { type: "integer", minimum: 1234567 },
+      frac: { type: "integer", minimum: 1.5, maximum: 30.5 },
+    }), extra: [{ age: 0, delta: -1000, odd: 10, neg: -1, big: 1234567, frac: 2 }, { age: 150, delta: 999, odd: 100, neg: -99, big: 9999999, frac: 30 },
+      { age: -1, delta: 1000, odd: 9, neg: 0, big: 1234566, frac: 1 }, { age: 151, delta: -1001, odd: 101, neg: 5, big: 1, frac: 31 }] },
+  { name: "number bounds", schema: closed({
+      ratio: { type: "number", minimum: 0, maximum: 1 },
+      positive: { type: "number", exclusiveMinimum: 0 },
+      temp: { type: "number", minimum: -40, exclusiveMaximum: 60 },
+      price: { type: ["number", "null"], minimum: 0 },
+    }), extra: [{ ratio: 1, positive: 0.001, temp: -40, price: 0 }, { ratio: 0.5, positive: 12, temp: 59.99, price: null },
+      { ratio: 1.5, positive: 0, temp: 60, price: -1 }, { ratio: -0.1, positive: -2, temp: -40.5, price: 3.25 }] },
+  { name: "property counts", schema: { type: "object", properties: { a: { type: "integer" }, b: { type: "null" } },
+      required: ["a"], minProperties: 1, maxProperties: 2, additionalProperties: false } },
 ];
 
 // Random schemas from the subset, objects closed (so that our grammar is exact).
 const patterns = ["^[a-z]{1,6}$", "^\\d{2}(-\\d{2})?$", "q", "^(?:ab|cd)+$", "z\\d$", "^[A-Z][a-z]*( [A-Z][a-z]*)*$", "^.{0,3}$"];
 const formats = ["date", "time", "date-time", "uuid"];
 function gen(depth) {
-  const kinds = ["string", "integer", "number", "boolean", "null", "enum", "const", "typelist"];
+  const kinds = ["string", "integer", "number", "boolean", "null", "enum", "const", "typelist", "integer", "number"];
   if (depth > 0) kinds.push("array", "array", "object", "object", "anyOf", "oneOf");
   switch (pick(kinds)) {
     case "string": {
@@ -181,6 +237,18 @@ function gen(depth) {
       const [a, b] = [pick(["string", "integer", "boolean"]), pick(["null", "array", "object"])];
       return { oneOf: [{ type: a }, b === "object" ? gen(0) && { type: "object", properties: { k: gen(depth - 1) }, additionalProperties: false } : { type: b }] };
     }
+    case "integer": {
+      const s = { type: "integer" };
+      if (chance(0.6)) s.minimum = pick([0, 1, -7, 18, 100, -1000]);
+      if (chance(0.5)) s[pick(["maximum", "exclusiveMaximum"])] = (s.minimum ?? -50) + int(1, 300);
+      return s;
+    }
+    case "number": {
+      const s = { type: "number" };
+      if (chance(0.6)) s[pick(["minimum", "exclusiveMinimum"])] = pick([0, 1, -3, 10]);
+      if (chance(0.5)) s[pick(["maximum", "exclusiveMaximum"])] = pick([1, 5, 100, 12345]);
+      return s;
+    }
     default: return { type: pick(["string", "integer", "number", "boolean", "null"]) };
   }
 }
@@ -192,13 +260,19 @@ const schemas = [...written, ...generated];
 
 const ajv = new Ajv2020({ strict: true, strictTypes: false, strictTuples: false, strictRequired: false, allowUnionTypes: true, allErrors: false });
 addFormats(ajv);
-for (const s of schemas) s.validate = ajv.compile(s.schema);
+// Keywords no draft defines are errors in Ajv's strict mode: schemas marked lax go to an
+// Ajv without it (which ignores them, as we do).
+const laxAjv = new Ajv2020({ strict: false, allowUnionTypes: true, allErrors: false });
+addFormats(laxAjv);
+for (const s of schemas) s.validate = (s.lax ? laxAjv : ajv).compile(s.schema);
+// Under numeric bounds we write numbers without an exponent (json_schema.h).
+const boundsIn = (schema) => /"(exclusiveM|m)(in|ax)imum"/.test(JSON.stringify(schema));
 
 // --- our style ---
 const ourNumber = /^-?(0|[1-9]\d{0,15})(\.\d{1,16})?([eE][+-]?\d{1,2})?$/;
 // Escaped surrogates come in pairs (a lone one is valid JSON; we never write it).
 const loneSurrogate = /\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f])|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}/i;
-function inOurStyle(text) {
+function inOurStyle(text, noExponent) {
   if (loneSurrogate.test(text)) return false;
   for (const line of text.split("\n").slice(1)) {
     if (/^[ \t]*/.exec(line)[0].length > 20) return false;
@@ -209,7 +283,7 @@ function inOurStyle(text) {
       for (i++; text[i] !== '"'; i++) if (text[i] === "\\") i++;
     } else if (c === "-" || (c >= "0" && c <= "9")) {
       const m = /^-?[0-9.eE+-]+/.exec(text.slice(i))[0];
-      if (!ourNumber.test(m)) return false;
+      if (!ourNumber.test(m) || (noExponent && /[eE]/.test(m))) return false;
       i += m.length - 1;
     }
   }
@@ -217,7 +291,7 @@ function inOurStyle(text) {
 }
 
 // --- mutations ---
-const replacements = [0, 1, -7, 2.5, "x", "", "abc", true, false, null, [], {}, [1], { a: 1 }];
+const replacements = [0, 1, -7, 2.5, -0.5, 150, 1000, -1000, "x", "", "abc", true, false, null, [], {}, [1], { a: 1 }];
 const strings = ["", "a", "ab", "abc", "AB-123", "Ab Cd", "foo", "xbarx", "ab1", "q", "z1", "12-34", "é", "red",
   "2024-02-29", "2023-02-29", "2024-13-01", "12:30:00Z", "12:30:00", "24:00:00Z", "12:30:00.5-08:00",
   "2024-01-01T12:00:00+01:00", "2024-01-01 12:00:00Z", "2024-01-01T12:00:00",
@@ -273,7 +347,7 @@ function mutate(value) {
     default: {
       const p = pick(numbers);
       const n = getAt(v, p);
-      return setAt(v, p, pick([n + 1, n + 0.5, -n, 0, Math.round(n / 3)]));
+      return setAt(v, p, pick([n + 1, n - 1, n + 0.5, n - 0.001, -n, 0, Math.round(n / 3), n * 10]));
     }
   }
 }
@@ -318,8 +392,9 @@ const checkJobs = schemas.map((s) => {
     docs.push(JSON.stringify(v), JSON.stringify(v, null, 2), JSON.stringify(v, null, "\t"));
     for (let k = 0; k < 6; k++) docs.push(JSON.stringify(mutate(v), null, chance(0.3) ? 2 : 0));
   }
+  const noExponent = boundsIn(s.schema);
   s.docs = [...new Set(docs)].filter((d) => {
-    if (inOurStyle(d)) return true;
+    if (inOurStyle(d, noExponent)) return true;
     outOfStyle++;
     return false;
   });
