@@ -1,6 +1,7 @@
 #include "server/grammar/grammar.h"
 
 #include <functional>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "server/grammar/mask_cache.h"
@@ -172,6 +173,7 @@ absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::Build(
   g->root_ = root;
   g->alternatives_.resize(size_t(n));
   g->names_.reserve(size_t(n));
+  std::unordered_map<ByteSet, int32_t> set_index;
   for (int i = 0; i < n; ++i) {
     g->names_.push_back(rules_[size_t(i)].name);
     for (const Sequence& alt : rules_[size_t(i)].alternatives) {
@@ -181,19 +183,11 @@ absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::Build(
           g->elements_.push_back({Grammar::Element::Kind::kRule, s.rule});
           continue;
         }
-        // Byte sets deduplicated (a JSON grammar repeats a few sets many times).
-        int32_t index = -1;
-        for (size_t k = 0; k < g->byte_sets_.size(); ++k) {
-          if (g->byte_sets_[k] == s.bytes) {
-            index = int32_t(k);
-            break;
-          }
-        }
-        if (index < 0) {
-          index = int32_t(g->byte_sets_.size());
-          g->byte_sets_.push_back(s.bytes);
-        }
-        g->elements_.push_back({Grammar::Element::Kind::kBytes, index});
+        // Byte sets deduplicated (a JSON grammar repeats a few sets many times), through
+        // a hash map: a grammar of 400,000 symbols may hold thousands of distinct sets.
+        auto [it, added] = set_index.try_emplace(s.bytes, int32_t(g->byte_sets_.size()));
+        if (added) g->byte_sets_.push_back(s.bytes);
+        g->elements_.push_back({Grammar::Element::Kind::kBytes, it->second});
       }
       g->elements_.push_back({Grammar::Element::Kind::kEnd, -1});
     }

@@ -101,17 +101,29 @@ absl::StatusOr<grammar::Constraint> Compile(const v1::Constraint& constraint) {
                                     "tool_calls is set");
 }
 
+const char* KindName(const v1::Constraint& constraint) {
+  switch (constraint.kind_case()) {
+    case v1::Constraint::kJsonSchema: return "json_schema";
+    case v1::Constraint::kJsonObject: return "json_object";
+    case v1::Constraint::kToolCalls: return "tool_calls";
+    case v1::Constraint::KIND_NOT_SET: break;
+  }
+  return "";
+}
+
 }  // namespace
 
 absl::StatusOr<grammar::Constraint> CompileConstraint(const v1::Constraint& constraint) {
   absl::StatusOr<grammar::Constraint> compiled = Compile(constraint);
-  if (compiled.ok()) return compiled;
+  if (compiled.ok()) {
+    // The dry run, here on the admitting thread: a grammar whose parse stacks grow past
+    // their budget is refused now, not after its turn has entered the engine's batch.
+    absl::Status dry = grammar::DryRun(*compiled->grammar);
+    if (dry.ok()) return compiled;
+    compiled = Named(absl::StrCat("sampling.constraint.", KindName(constraint)), dry);
+  }
   absl::Status refused = compiled.status();
-  const char* kind = constraint.kind_case() == v1::Constraint::kJsonSchema   ? "json_schema"
-                     : constraint.kind_case() == v1::Constraint::kJsonObject ? "json_object"
-                     : constraint.kind_case() == v1::Constraint::kToolCalls  ? "tool_calls"
-                                                                             : "";
-  refused.SetPayload(kConstraintErrorPayload, absl::Cord(kind));
+  refused.SetPayload(kConstraintErrorPayload, absl::Cord(KindName(constraint)));
   return refused;
 }
 

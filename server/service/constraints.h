@@ -22,7 +22,9 @@ namespace attnserve::service {
 // "sampling.constraint.json_schema: <the compiler's message>" for a schema outside the
 // supported subset or over a limit (the message names the keyword and its path); the same
 // under "sampling.constraint.tool_calls..." for a tool list (a function's parameters,
-// an unknown format or choice, a named function not declared).
+// an unknown format or choice, a named function not declared); and under the kind's field
+// for a grammar whose dry run (grammar::DryRun) finds its parse stacks growing past their
+// budget ("... needs more than N steps or M parse stacks for one byte after the text ...").
 // Every refusal carries kConstraintErrorPayload, whose value is the constraint's kind
 // ("json_schema", "json_object", "tool_calls"), so that an edge can name its own field
 // (HTTP: response_format, text.format, tools) without parsing messages.

@@ -4,6 +4,8 @@ Each check is one attack from issue 29 and what a serious server answers instead
   - bodies nested 100,000 deep (metadata, a message field, conversation items): 400, and
     the server lives on;
   - a chat of 60,000 empty assistant messages: 400 at once, naming messages;
+  - schemas whose grammar work froze the engine (issue 36): each answered 200 or 400
+    while another client's chat is answered as fast as alone;
   - fields the server would ignore (tools on /v1/completions, a description in
     response_format or text.format, a schema keyword outside the supported subset, in a
     format or a tool's parameters, an unknown field): 400 naming the field, never 200;
@@ -13,7 +15,7 @@ Each check is one attack from issue 29 and what a serious server answers instead
 Driven by http_hostile_test.sh, which starts the server.
 
 Usage: http_hostile.py HTTP_PORT REQUEST_TIMEOUT_SECONDS [SECTION,...] [--tls_ca=PEM]
-(sections: deep, messages, fields, slow; all by default). With --tls_ca the port is
+(sections: deep, messages, fields, grammar, slow; all by default). With --tls_ca the port is
 HTTPS: /health is asked over TLS, and the slow clients are TCP connections that send a
 few bytes of a handshake every 2 s and never finish it.
 """
@@ -207,6 +209,71 @@ def slow_clients(port, sources, request_timeout, label):
         c.sock.close()
 
 
+def grammar_attacks(port):
+    """Schemas whose grammar work froze the engine for every client (issue 36): each is
+    answered (200 or 400) while another client's chat is answered as fast as it is alone,
+    give or take a machine's noise (the turn that waited 42.8 s behind the first of them
+    is far outside the bound)."""
+    user = [{"role": "user", "content": "In the beginning"}]
+
+    def fmt(schema):
+        return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+
+    defs = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]}
+            for i in range(40)}
+    defs["d40"] = {"type": "integer"}
+    many = {f"p{i}": {"type": "integer"} for i in range(1101)}
+    # Two array branches at every level: 2^depth distinct parses of "[[[[...".
+    growing = {"$ref": "#/$defs/x", "$defs": {"x": {"anyOf": [
+        {"type": "array", "items": {"$ref": "#/$defs/x"}},
+        {"type": "array", "items": {"$ref": "#/$defs/x"}, "maxItems": 3}]}}}
+    attacks = [
+        ("pattern (?:|){27}", {"type": "string", "pattern": "^(?:|){27}$"}, {200}),
+        ("pattern (?:|){40}", {"type": "string", "pattern": "^(?:|){40}$"}, {200}),
+        ("40 nested anyOf of two equal $refs", {"$ref": "#/$defs/d0", "$defs": defs}, {200}),
+        ("1,101 optional properties",
+         {"type": "object", "properties": many, "additionalProperties": False}, {200}),
+        ("an anyOf whose parses double with every byte", growing, {400}),
+    ]
+
+    def chat_seconds():
+        status, parsed, took = request(
+            port, "POST", "/v1/chat/completions", {"messages": user, "max_tokens": 4})
+        check(status == 200, f"a plain chat: {status} {str(parsed)[:200]}")
+        return took
+
+    alone = sorted(chat_seconds() for _ in range(3))[1]
+    for name, schema, expect in attacks:
+        answer = {}
+
+        def attack():
+            answer["reply"] = request(port, "POST", "/v1/chat/completions",
+                                      {"messages": user, "max_tokens": 16,
+                                       "response_format": fmt(schema)}, timeout=60)
+
+        thread = threading.Thread(target=attack)
+        thread.start()
+        beside = chat_seconds()
+        thread.join(timeout=90)
+        status, parsed, took = answer.get("reply", (None, "no answer", 90.0))
+        check(status in expect, f"{name}: {status} {str(parsed)[:300]}")
+        if status == 400:
+            check(param_of(parsed) == "response_format", f"{name}: refused naming {param_of(parsed)}")
+        if status == 200:
+            text = parsed["choices"][0]["message"]["content"]
+            reason = parsed["choices"][0]["finish_reason"]
+            check(reason in ("stop", "length"), f"{name}: finish_reason {reason}")
+            if reason == "stop":
+                try:
+                    json.loads(text)
+                except ValueError:
+                    check(False, f"{name}: a finished answer that is not JSON: {text!r}")
+        check(beside < 10 * alone + 3.0,
+              f"{name}: a chat beside it took {beside:.2f} s, alone {alone:.2f} s")
+        print(f"{name}: {status} in {took:.2f} s; a chat beside it {beside:.2f} s "
+              f"(alone {alone:.2f} s)")
+
+
 def main():
     global tls
     args = [a for a in sys.argv[1:] if not a.startswith("--tls_ca=")]
@@ -215,13 +282,16 @@ def main():
             tls = ssl.create_default_context(cafile=a.split("=", 1)[1])
             tls.check_hostname = False
     port, request_timeout = int(args[0]), float(args[1])
-    sections = args[2].split(",") if len(args) > 2 else ["deep", "messages", "fields", "slow"]
+    sections = (args[2].split(",") if len(args) > 2
+                else ["deep", "messages", "fields", "grammar", "slow"])
     if "deep" in sections:
         deep_bodies(port)
     if "messages" in sections:
         many_messages(port)
     if "fields" in sections:
         ignored_fields(port)
+    if "grammar" in sections:
+        grammar_attacks(port)
     if "slow" in sections:
         slow_clients(port, ["127.0.0.2"] * 80, request_timeout, "one address")
         slow_clients(port, [f"127.0.1.{i}" for i in range(1, 81)], request_timeout, "80 addresses")
