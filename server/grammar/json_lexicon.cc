@@ -292,24 +292,41 @@ Symbol JsonLexicon::AnyObject() {
 
 absl::StatusOr<Sequence> JsonLexicon::Repeat(const Symbol& item, int64_t min, int64_t max,
                                              const std::string& name) {
+  // The chains are shared by every repetition of the same item (many properties with
+  // the same maxLength cost one chain): times(k) ::= item times(k-1), a tail call each,
+  // so no stack depth; up(k) ::= ε | item up(k-1).
+  const std::string key = item.kind == Symbol::Kind::kRule ? absl::StrCat("r", item.rule)
+                                                           : "b" + item.bytes.to_string();
+  Chains& c = chains_[key];
   const bool unbounded = max < 0;
-  const int64_t chained = (min > 8 ? min : 0) + (unbounded ? 1 : max - min);
-  if (absl::Status s = Reserve(chained, name); !s.ok()) return s;
+  const int64_t new_times = min > 8 ? std::max<int64_t>(0, min - int64_t(c.times.size())) : 0;
+  const int64_t new_up = unbounded ? (c.star < 0 ? 1 : 0)
+                                   : std::max<int64_t>(0, max - min - int64_t(c.up.size()));
+  if (absl::Status s = Reserve(new_times + new_up, name); !s.ok()) return s;
   Sequence out;
   if (min <= 8) {
     out.assign(size_t(min), item);
   } else {
-    // times(k) ::= item times(k-1): a tail call each, so no stack depth.
-    int chain = builder_.RuleOf(name + "-times-1", {item});
-    for (int64_t k = 2; k <= min; ++k) {
-      chain = builder_.RuleOf(absl::StrCat(name, "-times-", k), {item, Symbol::Ref(chain)});
+    while (int64_t(c.times.size()) < min) {
+      Sequence seq = {item};
+      if (!c.times.empty()) seq.push_back(Symbol::Ref(c.times.back()));
+      c.times.push_back(builder_.RuleOf(absl::StrCat(name, "-times-", c.times.size() + 1), std::move(seq)));
     }
-    out.push_back(Symbol::Ref(chain));
+    out.push_back(Symbol::Ref(c.times[size_t(min - 1)]));
   }
   if (unbounded) {
-    out.push_back(Symbol::Ref(builder_.Star(name + "-more", {item})));
+    if (c.star < 0) c.star = builder_.Star(name + "-more", {item});
+    out.push_back(Symbol::Ref(c.star));
   } else if (max > min) {
-    out.push_back(Symbol::Ref(UpTo(builder_, name + "-up-to", item, int(max - min))));
+    while (int64_t(c.up.size()) < max - min) {
+      const int r = builder_.NewRule(absl::StrCat(name, "-up-to-", c.up.size() + 1));
+      builder_.AddAlternative(r, {});
+      Sequence more = {item};
+      if (!c.up.empty()) more.push_back(Symbol::Ref(c.up.back()));
+      builder_.AddAlternative(r, std::move(more));
+      c.up.push_back(r);
+    }
+    out.push_back(Symbol::Ref(c.up[size_t(max - min - 1)]));
   }
   return out;
 }

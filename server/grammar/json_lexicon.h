@@ -72,7 +72,8 @@ class JsonLexicon {
   std::optional<Symbol> EncodedChar(const CodePointSet& set);
 
   // `item` min to max times (max -1: any number) as chains of rules named `name`-...,
-  // reserved first: few rules for small counts, one per count past 8.
+  // reserved first: few rules for small counts, one per count past 8, shared by every
+  // repetition of the same item in this compilation.
   absl::StatusOr<Sequence> Repeat(const Symbol& item, int64_t min, int64_t max,
                                   const std::string& name);
 
@@ -97,6 +98,11 @@ class JsonLexicon {
   int max_rules_;
   std::map<std::string, int> shared_;
   std::map<CodePointSet, int> encoded_;
+  struct Chains {
+    std::vector<int> times, up;  // item k+1 times; up to k+1 times
+    int star = -1;
+  };
+  std::map<std::string, Chains> chains_;  // Repeat's, by item
 };
 
 }  // namespace attnserve::grammar

@@ -7,9 +7,10 @@
 // ("unsupported keyword 'patternProperties' at /properties/a"), never ignored.
 //
 // The subset. `type` (object, array, string, number, integer, boolean, null, or a list);
-// `properties`, `required`, `additionalProperties` (true or false), `minProperties` and
-// `maxProperties` where every object written keeps them (at most the required ones, at
-// least the declared ones); `items` (a schema), `prefixItems`, draft 4-7's `items` as an
+// `properties`, `required`, `additionalProperties` (true, false or a schema),
+// `patternProperties` (patterns as `pattern`'s), `minProperties` and `maxProperties`
+// where every object written keeps them (at most the required ones, at least the
+// declared ones; 1 on an object whose other members are written); `items` (a schema), `prefixItems`, draft 4-7's `items` as an
 // array with `additionalItems`, `minItems`, `maxItems`, `uniqueItems: false`;
 // `minLength`, `maxLength`, `pattern` and `format` (date, time, date-time, uuid) on
 // strings (schema_pattern.h says which patterns); `minimum`, `maximum`,
@@ -49,9 +50,15 @@
 // - Objects: the declared properties (`properties`, then names only in `required`), each
 //   at most once, in declared order (the order of the ordered_json the schema is given
 //   as: parse schemas as nlohmann::ordered_json to keep it), required ones always,
-//   optional ones or not. No others, even where additionalProperties is absent or true
-//   (what is left out is still valid). Without `properties` and `required`: any object,
-//   unless additionalProperties is false (then {}).
+//   optional ones or not. A declared name that a patternProperties pattern matches takes
+//   both schemas. Then other members: when additionalProperties is a schema (and no
+//   pattern is there), any number of them with keys other than the declared names,
+//   values under that schema; with one pattern that no declared name matches, keys the
+//   pattern matches, values under its schema; none under maxProperties. No others, even
+//   where additionalProperties is absent or true (what is left out is still valid).
+//   Without `properties`, `required`, `patternProperties` and an additionalProperties
+//   schema: any object, unless additionalProperties is false (then {}). Keys are written
+//   as JSON.stringify writes them.
 // - Without `type`, the types the keywords name: object for properties, required,
 //   additionalProperties, patternProperties, minProperties or maxProperties; array for
 //   items, prefixItems, minItems or maxItems; string for minLength, maxLength, pattern or
@@ -62,7 +69,8 @@
 //   exponent. `integer`: no fraction or exponent.
 // - Strings: any code point raw in UTF-8 except " \ and U+0000..U+001F, or escaped:
 //   \" \\ \/ \b \f \n \r \t \uXXXX (surrogates only as a high-low pair). minLength and
-//   maxLength count code points, as Ajv does. Under `pattern` or `format`, and for enum
+//   maxLength count code points, as Ajv does. A maxLength past 1000 (without pattern or format): strings
+//   of at most 1000 code points. Under `pattern` or `format`, and for enum
 //   and const values, keys and strings are written as JSON.stringify writes them (only
 //   " \ and controls escaped, as \" \\ \b \f \n \r \t or \u00xx).
 // - enum and const values: their canonical tokens (strings as above, numbers as

@@ -1,6 +1,7 @@
 #include "server/grammar/regex_syntax.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 
@@ -447,6 +448,80 @@ absl::StatusOr<std::vector<Branch>> Parse(std::string_view pattern, const std::s
         absl::StrCat("unsupported keyword 'pattern' at ", where, ": not UTF-8"));
   }
   return Parser(std::move(text), where, max_depth).Top();
+}
+
+}  // namespace attnserve::grammar::regex
+
+namespace attnserve::grammar::regex {
+namespace {
+
+// The positions where a match of `n` starting at one of `from` may end, in `text`.
+std::set<size_t> Ends(const Node& n, const std::u32string& text, const std::set<size_t>& from) {
+  std::set<size_t> out;
+  switch (n.kind) {
+    case Node::Kind::kSet:
+      for (size_t i : from) {
+        if (i >= text.size()) continue;
+        for (const auto& [lo, hi] : n.set.ranges()) {
+          if (text[i] >= lo && text[i] <= hi) {
+            out.insert(i + 1);
+            break;
+          }
+        }
+      }
+      return out;
+    case Node::Kind::kConcat: {
+      std::set<size_t> cur = from;
+      for (const Node& k : n.kids) {
+        if (cur.empty()) break;
+        cur = Ends(k, text, cur);
+      }
+      return cur;
+    }
+    case Node::Kind::kAlt:
+      for (const Node& k : n.kids) {
+        std::set<size_t> e = Ends(k, text, from);
+        out.insert(e.begin(), e.end());
+      }
+      return out;
+    case Node::Kind::kRepeat: {
+      std::set<size_t> cur = from, seen;
+      if (n.min == 0) out = from;
+      for (int64_t k = 1; (n.max < 0 || k <= n.max) && !cur.empty(); ++k) {
+        cur = Ends(n.kids[0], text, cur);
+        if (k >= n.min) {
+          // Past min, a position seen before adds nothing new.
+          std::set<size_t> fresh;
+          for (size_t p : cur) {
+            if (seen.insert(p).second) fresh.insert(p);
+          }
+          out.insert(cur.begin(), cur.end());
+          cur = std::move(fresh);
+        }
+        if (k > int64_t(text.size()) + n.min + 1 && n.max < 0) break;
+      }
+      return out;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<bool> Matches(const std::vector<Branch>& branches, std::string_view utf8) {
+  std::u32string text;
+  if (!DecodeUtf8(utf8, text)) return std::nullopt;
+  for (const Branch& b : branches) {
+    std::set<size_t> from;
+    if (b.start) {
+      from.insert(0);
+    } else {
+      for (size_t i = 0; i <= text.size(); ++i) from.insert(i);
+    }
+    const std::set<size_t> ends = Ends(b.node, text, from);
+    if (b.end ? ends.count(text.size()) > 0 : !ends.empty()) return true;
+  }
+  return false;
 }
 
 }  // namespace attnserve::grammar::regex

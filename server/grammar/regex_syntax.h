@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -48,5 +49,9 @@ std::pair<int64_t, int64_t> Lengths(const Node& n);
 // goes into errors; `max_depth` bounds the nesting of groups.
 absl::StatusOr<std::vector<Branch>> Parse(std::string_view pattern, const std::string& where,
                                           int max_depth);
+
+// Whether `utf8` holds a match of the parsed pattern (what the pattern's test() says in
+// JavaScript); nullopt when it is not UTF-8.
+std::optional<bool> Matches(const std::vector<Branch>& branches, std::string_view utf8);
 
 }  // namespace attnserve::grammar::regex

@@ -134,6 +134,10 @@ class SchemaCompiler {
   absl::StatusOr<unsigned> Types(const json& s, const std::string& ptr) const;
   absl::StatusOr<int64_t> Count(const json& s, const char* key, const std::string& ptr,
                                 int64_t absent) const;
+  // Whether `s` is the root's schema at `ptr` (its subschemas may then be referred to).
+  bool IsReal(const json& s, const std::string& ptr) const;
+  // A JSON string, keys written as JSON.stringify writes them, other than `names`.
+  absl::StatusOr<int> KeysExcept(const std::vector<std::string>& names, const std::string& ptr);
   // One rule matching exactly the byte strings `texts` (a trie: one parse at a time).
   absl::StatusOr<int> Trie(const std::vector<std::string>& texts, const std::string& ptr);
 

@@ -13,8 +13,10 @@
 //
 // Formats, as ajv-formats' full mode checks them: date (leap years included), time and
 // date-time (a time zone required; seconds 00-59 and at most 9 fraction digits: the
-// leap second 60, which Ajv accepts only at 23:59 UTC, is never written), uuid (with an
-// optional urn:uuid: prefix, any case).
+// leap second 60, which Ajv accepts only at 23:59 UTC, is never written; as RFC 3339
+// writes them, which every validator accepts: T or t between date and time, the zone as
+// Z, z or +hh:mm; Ajv also takes a space, +hhmm and +hh, which are not written), uuid
+// (with an optional urn:uuid: prefix, any case).
 #pragma once
 
 #include <cstdint>

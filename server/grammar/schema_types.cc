@@ -6,9 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/grammar/schema_compiler.h"
+#include "server/grammar/regex_syntax.h"
 #include "server/grammar/schema_pattern.h"
 
 namespace attnserve::grammar::schema {
+
+constexpr int64_t kLongString = 1000;
 
 absl::StatusOr<unsigned> SchemaCompiler::Types(const json& s, const std::string& ptr) const {
   if (!Has(s, "type")) return kAllTypes;
@@ -253,6 +256,8 @@ absl::StatusOr<int> SchemaCompiler::CompileString(const json& s, const std::stri
   const Symbol quote = Symbol::Byte('"');
   if (!Has(s, "pattern") && !Has(s, "format")) {
     if (*min == 0 && *max < 0) return lex_.String().rule;
+    // A long maxLength: strings written up to kLongString code points (json_schema.h).
+    if (*max > kLongString && *min <= kLongString) *max = kLongString;
     absl::StatusOr<Sequence> chars =
         lex_.Repeat(lex_.StringChar(), *min, *max, Where(ptr) + " chars");
     if (!chars.ok()) return chars.status();
@@ -340,22 +345,86 @@ absl::StatusOr<int> SchemaCompiler::CompileArray(const json& s, const std::strin
   return Rule(ptr, "array", std::move(alts));
 }
 
+bool SchemaCompiler::IsReal(const json& s, const std::string& ptr) const {
+  try {
+    const json::json_pointer p(ptr);
+    return root_.contains(p) && &root_.at(p) == &s;
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
+absl::StatusOr<int> SchemaCompiler::KeysExcept(const std::vector<std::string>& names,
+                                               const std::string& ptr) {
+  // A trie of the names' code points; from each node: the next code point of a name (on
+  // in the trie), any other (then anything), or the end where no name ends.
+  struct Node {
+    std::map<char32_t, int> next;
+    bool end = false;
+  };
+  std::vector<Node> nodes(1);
+  for (const std::string& name : names) {
+    int n = 0;
+    for (size_t i = 0; i < name.size();) {
+      const uint8_t c = uint8_t(name[i]);
+      const int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+      char32_t cp = len == 1 ? c : c & (0x3F >> (len - 1));
+      for (int k = 1; k < len && i + size_t(k) < name.size(); ++k) cp = (cp << 6) | (uint8_t(name[i + size_t(k)]) & 0x3F);
+      i += size_t(len);
+      auto it = nodes[size_t(n)].next.find(cp);
+      if (it == nodes[size_t(n)].next.end()) {
+        nodes.emplace_back();
+        it = nodes[size_t(n)].next.emplace(cp, int(nodes.size()) - 1).first;
+      }
+      n = it->second;
+    }
+    nodes[size_t(n)].end = true;
+  }
+  if (absl::Status st = lex_.Reserve(int64_t(nodes.size()) + 4, "keys at " + Where(ptr)); !st.ok()) {
+    return st;
+  }
+  const CodePointSet all = CodePointSet::Range(0, 0x10FFFF);
+  const Symbol any = *lex_.EncodedChar(all);
+  absl::StatusOr<Sequence> rest = lex_.Repeat(any, 0, -1, Where(ptr) + " key-chars");
+  if (!rest.ok()) return rest.status();
+  std::vector<int> rule(nodes.size(), -1);
+  for (size_t n = nodes.size(); n-- > 0;) {  // children come after their parent
+    const int r = b_.NewRule(absl::StrCat(Where(ptr), " key-", n));
+    CodePointSet taken;
+    for (const auto& [cp, child] : nodes[n].next) {
+      taken.Add(cp, cp);
+      if (std::optional<Symbol> c = lex_.EncodedChar(CodePointSet::Range(cp, cp))) {
+        b_.AddAlternative(r, {*c, Symbol::Ref(rule[size_t(child)])});
+      }
+    }
+    const CodePointSet other = taken.empty() ? all : taken.Complement();
+    if (std::optional<Symbol> c = lex_.EncodedChar(other)) b_.AddAlternative(r, Concat({*c}, *rest));
+    if (!nodes[n].end) b_.AddAlternative(r, {});
+    rule[n] = r;
+  }
+  return Rule(ptr, "key", {{Symbol::Byte('"'), Symbol::Ref(rule[0]), Symbol::Byte('"')}});
+}
+
 absl::StatusOr<int> SchemaCompiler::CompileObject(const json& s, const std::string& ptr) {
+  const json empty = json::object();
+  for (const char* key : {"properties", "patternProperties"}) {
+    if (Has(s, key) && !s[key].is_object()) return Invalid(key, ptr, "must be an object");
+  }
+  const json& declared = Has(s, "properties") ? s["properties"] : empty;
+  const json& pattern_schemas = Has(s, "patternProperties") ? s["patternProperties"] : empty;
+  // additionalProperties: absent or true (open: only the declared members written), false
+  // (closed), or a schema for every other member.
   bool closed = false;
+  const json* extra = nullptr;
   if (Has(s, "additionalProperties")) {
     const json& a = s["additionalProperties"];
     if (a.is_boolean()) {
       closed = !a.get<bool>();
-    } else if (!(a.is_object() && a.empty())) {
-      return Unsupported("additionalProperties", ptr, "a schema: only true or false");
+    } else if (!a.is_object()) {
+      return Invalid("additionalProperties", ptr, "must be a schema");
+    } else if (!AlwaysTrue(a)) {
+      extra = &a;
     }
-  }
-  if (Has(s, "properties") && !s["properties"].is_object()) {
-    return Invalid("properties", ptr, "must be an object");
-  }
-  if (Has(s, "patternProperties")) {
-    if (!s["patternProperties"].is_object()) return Invalid("patternProperties", ptr, "must be an object");
-    if (!s["patternProperties"].empty()) return Unsupported("patternProperties", ptr);
   }
   std::vector<std::string> required;
   if (Has(s, "required")) {
@@ -368,54 +437,138 @@ absl::StatusOr<int> SchemaCompiler::CompileObject(const json& s, const std::stri
       required.push_back(n.get<std::string>());
     }
   }
-  if (!Has(s, "properties") && !Has(s, "required")) {
-    if (closed) {
-      if (Count(s, "minProperties", ptr, 0).value_or(1) > 0) return kNever;
-      return Rule(ptr, "object", {{Symbol::Byte('{'), lex_.Ws(), Symbol::Byte('}')}});
-    }
-    for (const char* key : {"minProperties", "maxProperties"}) {
-      if (Has(s, key) && !(std::string(key) == "minProperties" && Count(s, key, ptr, 0).value_or(1) == 0)) {
-        return Unsupported(key, ptr, "on an object without properties");
-      }
-    }
-    return lex_.AnyObject().rule;
+  struct Pattern {
+    std::string text;
+    std::vector<regex::Branch> branches;
+    const json* schema;
+  };
+  std::vector<Pattern> patterns;
+  for (auto it = pattern_schemas.begin(); it != pattern_schemas.end(); ++it) {
+    absl::StatusOr<std::vector<regex::Branch>> br =
+        regex::Parse(it.key(), Where(ptr + "/patternProperties/" + Token(it.key())), opt_.max_depth);
+    if (!br.ok()) return br.status();
+    patterns.push_back({it.key(), *std::move(br), &it.value()});
   }
+  const bool real = IsReal(s, ptr);
+  auto sub = [&](const json& v, const std::string& rel) { return real ? json{{kMergeRef, ptr + rel}} : v; };
+  // The patterns `name` matches (all of them when that cannot be told).
+  auto matching = [&](const std::string& name) {
+    std::vector<const Pattern*> out;
+    for (const Pattern& p : patterns) {
+      if (regex::Matches(p.branches, name).value_or(true)) out.push_back(&p);
+    }
+    return out;
+  };
+  // A member's value: its own schema (if declared) and each matching pattern's; else
+  // additionalProperties'. kNever when no value may be there.
+  auto value_rule = [&](const std::string& name, const json* own) -> absl::StatusOr<int> {
+    const std::string at = ptr + "/properties/" + Token(name);
+    std::vector<const Pattern*> m = matching(name);
+    if (own != nullptr && m.empty()) return CompileInside(*own, at);
+    std::vector<json> parts;
+    if (own != nullptr) parts.push_back(sub(*own, "/properties/" + Token(name)));
+    for (const Pattern* p : m) parts.push_back(sub(*p->schema, "/patternProperties/" + Token(p->text)));
+    if (parts.empty()) {
+      if (closed) return kNever;
+      if (extra == nullptr) return lex_.AnyValue().rule;
+      parts.push_back(sub(*extra, "/additionalProperties"));
+    }
+    made_.push_back(std::make_unique<json>(json{{kMergeAll, std::move(parts)}}));
+    return CompileInside(*made_.back(), at);
+  };
+
   struct Property {
     std::string name;
     int rule;
     bool required;
   };
   std::vector<Property> props;
-  const json empty = json::object();
-  const json& declared = Has(s, "properties") ? s["properties"] : empty;
+  std::vector<std::string> names;
   for (auto it = declared.begin(); it != declared.end(); ++it) {
     const bool req = std::find(required.begin(), required.end(), it.key()) != required.end();
-    absl::StatusOr<int> r = CompileInside(it.value(), ptr + "/properties/" + Token(it.key()));
+    absl::StatusOr<int> r = value_rule(it.key(), &it.value());
     if (!r.ok()) return r.status();
     if (*r == kNever && req) return kNever;
     if (*r != kNever) props.push_back({it.key(), *r, req});
+    names.push_back(it.key());
   }
   for (const std::string& name : required) {
     if (declared.contains(name)) continue;
-    if (closed) return kNever;  // required, yet no property may be there
-    props.push_back({name, lex_.AnyValue().rule, true});
+    absl::StatusOr<int> r = value_rule(name, nullptr);
+    if (!r.ok()) return r.status();
+    if (*r == kNever) return kNever;  // required, yet no value may be there
+    props.push_back({name, *r, true});
+    names.push_back(name);
   }
-  // minProperties and maxProperties where every object written keeps them.
+
   absl::StatusOr<int64_t> min_props = Count(s, "minProperties", ptr, 0);
   if (!min_props.ok()) return min_props.status();
   absl::StatusOr<int64_t> max_props = Count(s, "maxProperties", ptr, -1);
   if (!max_props.ok()) return max_props.status();
+
+  // Members past the declared ones: under the one pattern (when no declared name matches
+  // it), or additionalProperties' schema with any other name. Not under maxProperties.
+  int key = -1, value = kNever;
+  if (*max_props < 0) {
+    if (patterns.size() == 1) {
+      bool clash = false;
+      for (const std::string& n : names) clash = clash || !matching(n).empty();
+      if (!clash) {
+        const std::string at = ptr + "/patternProperties/" + Token(patterns[0].text);
+        absl::StatusOr<std::optional<StringBodyRule>> body =
+            AddPattern(lex_, patterns[0].text, Where(at), opt_.max_depth);
+        if (!body.ok()) return body.status();
+        if (*body) {
+          absl::StatusOr<int> v = CompileInside(*patterns[0].schema, at);
+          if (!v.ok()) return v.status();
+          value = *v;
+          key = Rule(at, "key", {{Symbol::Byte('"'), Symbol::Ref((*body)->rule), Symbol::Byte('"')}});
+        }
+      }
+    } else if (patterns.empty() && extra != nullptr) {
+      absl::StatusOr<int> v = CompileInside(*extra, ptr + "/additionalProperties");
+      if (!v.ok()) return v.status();
+      value = *v;
+      if (value != kNever) {
+        absl::StatusOr<int> k = KeysExcept(names, ptr);
+        if (!k.ok()) return k.status();
+        key = *k;
+      }
+    }
+  }
+  const bool extras = key >= 0 && value != kNever;
+  const Symbol ws = lex_.Ws();
+  // more ::= ε | "," member more, member ::= key ":" value.
+  int more = -1;
+  Sequence member;
+  if (extras) {
+    if (absl::Status st = lex_.Reserve(1, "object at " + Where(ptr)); !st.ok()) return st;
+    member = {Symbol::Ref(key), ws, Symbol::Byte(':'), ws, Symbol::Ref(value), ws};
+    more = b_.NewRule(Where(ptr) + " more-members");
+    b_.AddAlternative(more, {});
+    b_.AddAlternative(more, Concat(Concat({Symbol::Byte(','), ws}, member), {Symbol::Ref(more)}));
+  }
+
+  // minProperties and maxProperties where every object written keeps them.
   int64_t n_required = 0;
   for (const Property& p : props) n_required += p.required ? 1 : 0;
   if (*max_props >= 0 && n_required > *max_props) return kNever;
-  if (*min_props > n_required) {
+  // No constraint on any member (a declared property no value satisfies is one).
+  const bool any_object = names.empty() && !closed && patterns.empty() && extra == nullptr;
+  if (*min_props > n_required && !(extras && props.empty() && *min_props == 1)) {
     return Unsupported("minProperties", ptr, "above the count of required properties");
   }
-  if (*max_props >= 0 && int64_t(props.size()) > *max_props) {
-    return Unsupported("maxProperties", ptr, "below the count of declared properties");
+  if (*max_props >= 0 && (any_object || int64_t(props.size()) > *max_props)) {
+    return Unsupported("maxProperties", ptr, "below the count of properties an object may have");
   }
-  const Symbol ws = lex_.Ws();
-  if (props.empty()) return Rule(ptr, "object", {{Symbol::Byte('{'), ws, Symbol::Byte('}')}});
+  if (any_object) return lex_.AnyObject().rule;
+  const Sequence empty_object = {Symbol::Byte('{'), ws, Symbol::Byte('}')};
+  if (props.empty()) {
+    std::vector<Sequence> alts;
+    if (*min_props == 0) alts.push_back(empty_object);
+    if (extras) alts.push_back(Concat(Concat({Symbol::Byte('{'), ws}, member), {Symbol::Ref(more), Symbol::Byte('}')}));
+    return Rule(ptr, "object", std::move(alts));
+  }
   const int n = int(props.size());
   int last_required = -1;
   for (int k = 0; k < n; ++k) {
@@ -423,24 +576,28 @@ absl::StatusOr<int> SchemaCompiler::CompileObject(const json& s, const std::stri
   }
   if (absl::Status st = lex_.Reserve(2 * n + 1, "object at " + Where(ptr)); !st.ok()) return st;
   // choice(k): the next property written is k, or (k optional) a later one; then rest(k+1).
-  // rest(k): the object may end (no required property from k on), or "," and choice(k).
-  int rest = -1, choice = -1;
+  // rest(k): the object may end (no required property from k on) or go on with the other
+  // members, or "," and choice(k).
+  int rest = more, choice = -1;
   for (int k = n - 1; k >= 0; --k) {
     const Property& p = props[size_t(k)];
-    Sequence member = Literal("\"" + JsonLexicon::StringBody(p.name) + "\"");
-    member = Concat(std::move(member), {ws, Symbol::Byte(':'), ws, Symbol::Ref(p.rule), ws});
-    if (rest >= 0) member.push_back(Symbol::Ref(rest));
-    std::vector<Sequence> alts = {std::move(member)};
+    Sequence m = Literal("\"" + JsonLexicon::StringBody(p.name) + "\"");
+    m = Concat(std::move(m), {ws, Symbol::Byte(':'), ws, Symbol::Ref(p.rule), ws});
+    if (rest >= 0) m.push_back(Symbol::Ref(rest));
+    std::vector<Sequence> alts = {std::move(m)};
     if (!p.required && choice >= 0) alts.push_back({Symbol::Ref(choice)});
     choice = Rule(ptr, absl::StrCat("member-", k), std::move(alts));
     if (k == 0) break;
     std::vector<Sequence> rest_alts;
-    if (k > last_required) rest_alts.emplace_back();
+    if (k > last_required) rest_alts.push_back(extras ? Sequence{Symbol::Ref(more)} : Sequence{});
     rest_alts.push_back({Symbol::Byte(','), ws, Symbol::Ref(choice)});
     rest = Rule(ptr, absl::StrCat("after-", k - 1), std::move(rest_alts));
   }
   std::vector<Sequence> alts;
-  if (last_required < 0) alts.push_back({Symbol::Byte('{'), ws, Symbol::Byte('}')});
+  if (last_required < 0) {
+    alts.push_back(empty_object);
+    if (extras) alts.push_back(Concat(Concat({Symbol::Byte('{'), ws}, member), {Symbol::Ref(more), Symbol::Byte('}')}));
+  }
   alts.push_back({Symbol::Byte('{'), ws, Symbol::Ref(choice), Symbol::Byte('}')});
   return Rule(ptr, "object", std::move(alts));
 }

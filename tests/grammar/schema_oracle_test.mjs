@@ -8,7 +8,8 @@
 // (compact, 2-space and tab indented) and mutations of them (values replaced, properties
 // dropped and added, arrays grown and shrunk, strings and numbers changed). Where the
 // document is in our style (json_schema.h: whitespace as JSON.stringify writes it within
-// our bound, numbers within our digit bounds, no lone surrogates), our verdict must equal
+// our bound, numbers within our digit bounds and without exponents under numeric bounds,
+// no lone surrogates, times as RFC 3339 writes them), our verdict must equal
 // Ajv's; for the
 // schemas marked inexact (additionalProperties left open: we write only the declared
 // properties; no type: we write the types the keywords name), every document we accept
@@ -193,6 +194,18 @@ const written = [
       price: { type: ["number", "null"], minimum: 0 },
     }), extra: [{ ratio: 1, positive: 0.001, temp: -40, price: 0 }, { ratio: 0.5, positive: 12, temp: 59.99, price: null },
       { ratio: 1.5, positive: 0, temp: 60, price: -1 }, { ratio: -0.1, positive: -2, temp: -40.5, price: 3.25 }] },
+  { name: "additionalProperties as a schema", schema: closed({
+      map: { type: "object", additionalProperties: { type: "integer", minimum: 0 } },
+      named: { type: "object", properties: { id: { type: "integer" }, name: { type: "string", maxLength: 3 } }, required: ["id"],
+               additionalProperties: { type: "boolean" } },
+      nonEmpty: { type: "object", additionalProperties: { type: "null" }, minProperties: 1 },
+    }), extra: [{ map: { "": 1, "é\"": 2, id: 3 }, named: { id: 1, ids: true, nam: false, "\u0000": true }, nonEmpty: { x: null } },
+      { map: { a: -1 }, named: { id: 1, name: true }, nonEmpty: {} }, { map: {}, named: { id: 1, name: "abc", x: 1 }, nonEmpty: { a: 1 } }] },
+  { name: "patternProperties", schema: closed({
+      codes: { type: "object", patternProperties: { "^[A-Z]{2}$": { type: "string", maxLength: 2 } }, additionalProperties: false },
+      both: { type: "object", properties: { x1: { type: "integer" }, y: { type: "string" } },
+              patternProperties: { "\\d$": { minimum: 5 } }, additionalProperties: false },
+    }), extra: [{ codes: { FR: "fr", DE: "" }, both: { x1: 5 } }, { codes: { fr: "x" }, both: { x1: 4 } }, { codes: { FR: "xyz" }, both: { y: "a" } }] },
   { name: "property counts", schema: { type: "object", properties: { a: { type: "integer" }, b: { type: "null" } },
       required: ["a"], minProperties: 1, maxProperties: 2, additionalProperties: false } },
 ];
@@ -258,7 +271,7 @@ const schemas = [...written, ...generated];
 
 // --- Ajv ---
 
-const ajv = new Ajv2020({ strict: true, strictTypes: false, strictTuples: false, strictRequired: false, allowUnionTypes: true, allErrors: false });
+const ajv = new Ajv2020({ strict: true, strictTypes: false, strictTuples: false, strictRequired: false, allowUnionTypes: true, allowMatchingProperties: true, allErrors: false });
 addFormats(ajv);
 // Keywords no draft defines are errors in Ajv's strict mode: schemas marked lax go to an
 // Ajv without it (which ignores them, as we do).
@@ -272,6 +285,8 @@ const boundsIn = (schema) => /"(exclusiveM|m)(in|ax)imum"/.test(JSON.stringify(s
 const ourNumber = /^-?(0|[1-9]\d{0,15})(\.\d{1,16})?([eE][+-]?\d{1,2})?$/;
 // Escaped surrogates come in pairs (a lone one is valid JSON; we never write it).
 const loneSurrogate = /\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f])|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}/i;
+const ajvTime = /^(\d{4}-\d\d-\d\d[tT\s])?\d\d:\d\d:\d\d(\.\d+)?([zZ]|[+-]\d\d(:?\d\d)?)$/;
+const rfcTime = /^(\d{4}-\d\d-\d\d[tT])?\d\d:\d\d:\d\d(\.\d+)?([zZ]|[+-]\d\d:\d\d)$/;
 function inOurStyle(text, noExponent) {
   if (loneSurrogate.test(text)) return false;
   for (const line of text.split("\n").slice(1)) {
@@ -280,7 +295,11 @@ function inOurStyle(text, noExponent) {
   for (let i = 0; i < text.length; i++) {
     const c = text[i];
     if (c === '"') {
+      const start = i;
       for (i++; text[i] !== '"'; i++) if (text[i] === "\\") i++;
+      // Times as RFC 3339 writes them (schema_pattern.h): not Ajv's other forms.
+      const value = JSON.parse(text.slice(start, i + 1));
+      if (ajvTime.test(value) && !rfcTime.test(value)) return false;
     } else if (c === "-" || (c >= "0" && c <= "9")) {
       const m = /^-?[0-9.eE+-]+/.exec(text.slice(i))[0];
       if (!ourNumber.test(m) || (noExponent && /[eE]/.test(m))) return false;
