@@ -14,6 +14,7 @@
 #include "server/common/torch_status.h"
 #include "server/model/logprobs.h"
 #include "server/scheduler/stop_matcher.h"
+#include "server/scheduler/vocabularies.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace attnserve::scheduler {
@@ -381,20 +382,6 @@ void Scheduler::RunBatch(const model::Model& m, StepWork& work) {
   }
 }
 
-const grammar::Vocabulary& Scheduler::VocabularyOf(
-    const std::shared_ptr<const tokenizer::Tokenizer>& tokenizer) {
-  auto& [owner, vocabulary] = vocabularies_[tokenizer.get()];
-  if (vocabulary == nullptr || owner.lock() != tokenizer) {
-    std::vector<std::string> bytes(size_t(tokenizer->vocab_size()));
-    for (int32_t id = 0; id < tokenizer->vocab_size(); ++id) {
-      bytes[size_t(id)] = tokenizer->TokenBytes(id);
-    }
-    vocabulary = std::make_unique<grammar::Vocabulary>(bytes, tokenizer->eos_ids());
-    owner = tokenizer;
-  }
-  return *vocabulary;
-}
-
 void Scheduler::Emit(Turn& t, float* logits, int64_t vocab) {
   const auto row = absl::MakeConstSpan(logits, size_t(vocab));
   const tokenizer::Tokenizer& tok = *t.session->served().tokenizer;
@@ -406,7 +393,9 @@ void Scheduler::Emit(Turn& t, float* logits, int64_t vocab) {
   if (t.constraint) {
     if (t.request.logprobs) unmasked.assign(logits, logits + vocab);
     const auto& tokenizer = t.session->served().tokenizer;
-    const grammar::Vocabulary& vocabulary = VocabularyOf(tokenizer);
+    // Built at admission for a turn whose model was known then (vocabularies.h).
+    const std::shared_ptr<const grammar::Vocabulary> shared = SharedVocabulary(tokenizer);
+    const grammar::Vocabulary& vocabulary = *shared;
     // The text's first bytes may differ from a token's mid-text bytes (SentencePiece
     // drops the first piece's leading space): that step checks id by id.
     std::function<std::string(int32_t)> peek = [&](int32_t id) { return t.decoder->Peek(id); };

@@ -124,15 +124,6 @@ class Scheduler {
   bool stop_turns_ = false;                  // guarded by mu_
   // Engine thread only: models whose turn gauges were set, so they drop back to 0.
   std::set<metrics::ModelMetrics*> gauge_models_;
-  // Engine thread only: each tokenizer's vocabulary as constrained decoding sees it
-  // (built at the first constrained turn on it; the weak pointer tells a tokenizer that
-  // was freed from a new one at the same address).
-  const grammar::Vocabulary& VocabularyOf(
-      const std::shared_ptr<const tokenizer::Tokenizer>& tokenizer);
-  std::map<const tokenizer::Tokenizer*,
-           std::pair<std::weak_ptr<const tokenizer::Tokenizer>,
-                     std::unique_ptr<grammar::Vocabulary>>>
-      vocabularies_;
   std::thread engine_;
 };
 

@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/excerpt.h"
+#include "server/scheduler/vocabularies.h"
 #include "server/service/constraints.h"
 
 namespace attnserve::service {
@@ -13,6 +14,28 @@ namespace {
 
 absl::Status Invalid(const std::string& message) {
   return absl::InvalidArgumentError(message);
+}
+
+// A constrained turn's first mask, computed here on the admitting thread over the model's
+// vocabulary (built here too, once per tokenizer), within a sampling step's budget: the
+// engine thread then finds it in the grammar's mask cache. A mask past its budget is a
+// 400 naming the constraint (a schema the server refuses). A lazy constraint (tool
+// choice auto) waits for its trigger, and a SentencePiece text's first piece is checked
+// id by id: both are left to the step, which is bounded the same way.
+absl::Status WarmFirstMask(const v1::Constraint& request, const grammar::Constraint& constraint,
+                           const catalogue::ServedModel& model) {
+  if (!constraint.trigger.empty()) return absl::OkStatus();
+  const auto vocabulary = scheduler::SharedVocabulary(model.tokenizer);
+  grammar::Matcher start(constraint.grammar);
+  grammar::Work work;
+  absl::StatusOr<std::shared_ptr<const grammar::TokenMask>> mask = vocabulary->Mask(start, work);
+  if (mask.ok()) return absl::OkStatus();
+  const char* kind = ConstraintKindName(request);
+  absl::Status refused = Invalid(absl::StrCat("sampling.constraint.", kind,
+                                              ": the first token mask over the model's ",
+                                              vocabulary->size(), " ids: ", mask.status().message()));
+  refused.SetPayload(kConstraintErrorPayload, absl::Cord(kind));
+  return refused;
 }
 
 // Hex text ("0a0d") -> bytes.
@@ -135,6 +158,9 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
     auto constraint = SharedConstraintCache().Get(r.sampling().constraint());
     if (!constraint.ok()) return constraint.status();
     out.turn.constraint = *std::move(constraint);
+    if (out.model) {
+      if (absl::Status s = WarmFirstMask(r.sampling().constraint(), *out.turn.constraint, *out.model); !s.ok()) return s;
+    }
   }
   if (out.model) {
     if (absl::Status s = CheckPromptFits(out.turn, *out.model); !s.ok()) return s;

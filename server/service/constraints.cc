@@ -101,7 +101,9 @@ absl::StatusOr<grammar::Constraint> Compile(const v1::Constraint& constraint) {
                                     "tool_calls is set");
 }
 
-const char* KindName(const v1::Constraint& constraint) {
+}  // namespace
+
+const char* ConstraintKindName(const v1::Constraint& constraint) {
   switch (constraint.kind_case()) {
     case v1::Constraint::kJsonSchema: return "json_schema";
     case v1::Constraint::kJsonObject: return "json_object";
@@ -111,8 +113,6 @@ const char* KindName(const v1::Constraint& constraint) {
   return "";
 }
 
-}  // namespace
-
 absl::StatusOr<grammar::Constraint> CompileConstraint(const v1::Constraint& constraint) {
   absl::StatusOr<grammar::Constraint> compiled = Compile(constraint);
   if (compiled.ok()) {
@@ -120,10 +120,10 @@ absl::StatusOr<grammar::Constraint> CompileConstraint(const v1::Constraint& cons
     // their budget is refused now, not after its turn has entered the engine's batch.
     absl::Status dry = grammar::DryRun(*compiled->grammar);
     if (dry.ok()) return compiled;
-    compiled = Named(absl::StrCat("sampling.constraint.", KindName(constraint)), dry);
+    compiled = Named(absl::StrCat("sampling.constraint.", ConstraintKindName(constraint)), dry);
   }
   absl::Status refused = compiled.status();
-  refused.SetPayload(kConstraintErrorPayload, absl::Cord(KindName(constraint)));
+  refused.SetPayload(kConstraintErrorPayload, absl::Cord(ConstraintKindName(constraint)));
   return refused;
 }
 

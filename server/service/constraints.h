@@ -31,6 +31,8 @@ namespace attnserve::service {
 absl::StatusOr<grammar::Constraint> CompileConstraint(const v1::Constraint& constraint);
 
 inline constexpr char kConstraintErrorPayload[] = "attnserve/constraint-error";
+// The kind's name as kConstraintErrorPayload carries it ("" when none is set).
+const char* ConstraintKindName(const v1::Constraint& constraint);
 
 // Compiled constraints by their message's serialized bytes, the least recently used
 // dropped past `capacity`. Refusals are kept too (compiling is deterministic), so a

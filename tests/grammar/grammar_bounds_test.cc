@@ -11,6 +11,7 @@
 #include "server/grammar/constraint.h"
 #include "server/grammar/grammar.h"
 #include "server/grammar/json_schema.h"
+#include "server/grammar/mask_cache.h"
 #include "server/grammar/matcher.h"
 #include "server/grammar/vocabulary.h"
 
@@ -195,6 +196,29 @@ TEST(SchemaBoundsTest, AnObjectOfManyOptionalPropertiesIsAnswerable) {
   ASSERT_TRUE(mask.ok()) << mask.status();
   EXPECT_TRUE(MaskAllows(*mask, 5));   // "1" after {"p
   EXPECT_FALSE(MaskAllows(*mask, 3));  // "p"
+}
+
+TEST(MaskCacheBoundsTest, AllGrammarsTogetherHoldAtMostTheTotal) {
+  // 48 grammars (the constraint cache keeps 16; the others as held by running turns),
+  // each filling its own cache to its 16 MiB: 768 MiB unbounded. One 4 MiB mask object
+  // stands for every entry (the cache counts each as its size).
+  auto big = std::make_shared<const TokenMask>((size_t(4) << 20) / sizeof(uint64_t), 0);
+  const Vocabulary v = SmallVocabulary("ab");
+  const size_t before = Grammar::MaskCache::total_bytes();
+  std::vector<std::shared_ptr<const Grammar>> alive;
+  for (int i = 0; i < 48; ++i) {
+    alive.push_back(EmptyChoices(1));
+    Grammar::MaskCache& cache = alive.back()->mask_cache();
+    for (int32_t k = 0; k < 5; ++k) {
+      StackSet state;
+      state.data = {1, k};
+      cache.Put(&v, state, big);
+      ASSERT_LE(Grammar::MaskCache::total_bytes(), Grammar::MaskCache::kMaxTotalBytes);
+    }
+  }
+  EXPECT_GT(Grammar::MaskCache::total_bytes(), Grammar::MaskCache::kMaxTotalBytes / 2);
+  alive.clear();
+  EXPECT_EQ(Grammar::MaskCache::total_bytes(), before);  // freed with their grammars
 }
 
 }  // namespace
