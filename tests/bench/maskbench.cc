@@ -474,7 +474,8 @@ json RunSchema(const std::string& path, const std::vector<const Vocab*>& vocabs,
     json m = {{"us", json::array()},
               {"defects", json::array()},
               {"budget", json::array()},
-              {"steps", 0}};
+              {"steps", 0},
+              {"walks", 0}};
     double spent_us = 0;
     for (size_t n = 0;
          n < accepted_valid.size() && int(n) < flags.mask_instances; ++n) {
@@ -485,6 +486,7 @@ json RunSchema(const std::string& path, const std::vector<const Vocab*>& vocabs,
             absl::StrCat("instance ", n, ": the tokenizer does not spell it"));
         continue;
       }
+      m["walks"] = m["walks"].get<int>() + 1;
       const size_t steps = ids.size() + 1;  // each token, then end-of-sequence
       const size_t stride =
           std::max<size_t>(1, (steps + size_t(flags.mask_tokens) - 1) /
@@ -641,7 +643,7 @@ struct Tally {
   std::vector<double>
       dry_run_us;  // compiled schemas' dry runs (refused ones too)
   std::map<std::string, std::vector<double>> mask_us;
-  std::map<std::string, int> mask_defects, mask_budget;
+  std::map<std::string, int> mask_defects, mask_budget, mask_walks;
 
   void Add(const json& r) {
     ++schemas;
@@ -673,6 +675,7 @@ struct Tally {
       for (const json& x : it.value()["us"]) us.push_back(x.get<double>());
       mask_defects[it.key()] += int(it.value()["defects"].size());
       mask_budget[it.key()] += int(it.value()["budget"].size());
+      mask_walks[it.key()] += it.value().value("walks", 0);
     }
   }
 };
@@ -732,10 +735,12 @@ std::string Row(const std::string& name, const Tally& t,
     const std::vector<double>& us = it == t.mask_us.end() ? none : it->second;
     auto d = t.mask_defects.find(v->name);
     auto b = t.mask_budget.find(v->name);
+    auto w = t.mask_walks.find(v->name);
     absl::StrAppend(&row, " ", Stats(us, 1, 0), " (",
                     Commas(int64_t(us.size())), ") | ",
                     d == t.mask_defects.end() ? 0 : d->second, " / ",
-                    b == t.mask_budget.end() ? 0 : b->second, " |");
+                    Commas(b == t.mask_budget.end() ? 0 : b->second), " of ",
+                    Commas(w == t.mask_walks.end() ? 0 : w->second), " |");
   }
   absl::StrAppend(&row, " ", TopKeys(t.keys, 4), " |");
   return row;
@@ -887,7 +892,8 @@ int Main(int argc, char** argv) {
       "accepted | compile ms mean / p99 / max | dry run ms mean / p99 / max |");
   for (const Vocab* v : vocabs) {
     std::printf(
-        " %s mask µs mean / p99 / max (masks) | refused / over budget |",
+        " %s mask µs mean / p99 / max (masks) | refused / over budget of "
+        "walks |",
         v->name.c_str());
   }
   std::printf(
