@@ -12,8 +12,10 @@
 // where every object written keeps them (at most the required ones, at least the
 // declared ones; 1 on an object whose other members are written); `items` (a schema), `prefixItems`, draft 4-7's `items` as an
 // array with `additionalItems`, `minItems`, `maxItems`, `uniqueItems: false`;
-// `minLength`, `maxLength`, `pattern` and `format` (date, time, date-time, uuid) on
-// strings (schema_pattern.h says which patterns); `minimum`, `maximum`,
+// `minLength`, `maxLength`, `pattern` and `format` (date, time, date-time, uuid, email,
+// ipv4, hostname, uri, uri-reference, url, byte, password, binary) on strings
+// (schema_pattern.h says which patterns, and which part of each format is written);
+// `format` int32, int64, float, double on numbers; `minimum`, `maximum`,
 // `exclusiveMinimum`, `exclusiveMaximum` (numbers, or draft 4's booleans) on integers,
 // and on numbers where the bound is an integer; `multipleOf: 1` on integers; `enum` and
 // `const` (any JSON values; beside them `type`, and string lengths and numeric bounds,

@@ -47,6 +47,8 @@ const std::set<std::string>& ObjectKeywords();
 const std::set<std::string>& ArrayKeywords();
 const std::set<std::string>& StringKeywords();
 const std::set<std::string>& NumberKeywords();
+// ajv-formats' formats of numbers: int32, int64, float, double.
+bool NumberFormat(const json& format);
 
 // Keys the merge writes into the schemas it makes (schema_merge.cc): not valid UTF-8, so
 // that no parsed schema holds them. {kMergeAll: [...]} holds when each element does;

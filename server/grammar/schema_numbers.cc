@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "server/grammar/schema_compiler.h"
@@ -178,6 +179,29 @@ absl::StatusOr<int> SchemaCompiler::CompileNumber(const json& s, const std::stri
     }
     if (Has(s, exclusive) && !draft4) {
       if (absl::Status st = take(exclusive, true); !st.ok()) return st;
+    }
+  }
+  // ajv-formats' int32 and int64 (integers, int32 within 32 bits); float and double hold
+  // for any number; the formats of strings do not apply to numbers.
+  if (Has(s, "format") && !NumberFormat(s["format"])) {
+    // ajv-formats' formats of strings (which do not apply to numbers); any other is not
+    // known to hold for numbers or not.
+    static const std::set<std::string> kStringFormats = {
+        "date", "time", "date-time", "iso-time", "iso-date-time", "duration", "uri",
+        "uri-reference", "uri-template", "url", "email", "hostname", "ipv4", "ipv6", "regex",
+        "uuid", "json-pointer", "json-pointer-uri-fragment", "relative-json-pointer", "byte",
+        "password", "binary"};
+    if (!s["format"].is_string() || !kStringFormats.count(s["format"].get<std::string>())) {
+      return Unsupported("format", ptr, "on a number: only int32, int64, float, double");
+    }
+  }
+  if (Has(s, "format") && NumberFormat(s["format"])) {
+    if (s["format"] == "int32" || s["format"] == "int64") integer_only = true;
+    if (s["format"] == "int32") {
+      for (auto [v, is_lower] : {std::pair<double, bool>{-2147483648.0, true}, {2147483647.0, false}}) {
+        std::optional<Found>& slot = is_lower ? lower : upper;
+        if (!slot || (is_lower ? v > slot->v : v < slot->v)) slot = Found{v, false, "format"};
+      }
     }
   }
   if (Has(s, "multipleOf")) {

@@ -135,6 +135,19 @@ constexpr char kDate[] =
     "|(?:\\d\\d(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)";
 constexpr char kTime[] =
     "(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d{1,9})?(?:[zZ]|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)";
+// ajv-formats' email (case-insensitive there: A-Z added) and ipv4, whole. For uri,
+// uri-reference, url, hostname and byte, a part of what ajv-formats accepts (and what
+// RFC 3986 and 1123 call valid): a scheme, "://", a host of dot-separated labels, an
+// optional port, path, query and fragment of unreserved, sub-delims, ":" "@" and
+// %-escapes; hostnames of up to 3 labels; base64 without line breaks.
+constexpr char kEmail[] =
+    "[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+(?:\\.[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+    "@(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?\\.)+[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?";
+constexpr char kIpv4[] =
+    "(?:(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
+constexpr char kLabel[] = "[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?";
+constexpr char kPchar[] = "(?:[a-zA-Z0-9._~!$&'()*+,;=:@-]|%[0-9a-fA-F]{2})";
+constexpr char kQueryChar[] = "(?:[a-zA-Z0-9._~!$&'()*+,;=:@/?-]|%[0-9a-fA-F]{2})";
 constexpr char kUuid[] =
     "(?:[uU][rR][nN]:[uU][uU][iI][dD]:)?[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}";
 
@@ -157,10 +170,35 @@ absl::StatusOr<StringBodyRule> AddFormat(JsonLexicon& lexicon, std::string_view 
     pattern = absl::StrCat(kDate, "[tT]", kTime);
   } else if (format == "uuid") {
     pattern = kUuid;
+  } else if (format == "email") {
+    pattern = kEmail;
+  } else if (format == "ipv4") {
+    pattern = kIpv4;
+  } else if (format == "hostname") {
+    pattern = absl::StrCat(kLabel, "(?:\\.", kLabel, "){0,2}");
+  } else if (format == "uri" || format == "uri-reference" || format == "url") {
+    const std::string host = absl::StrCat("[a-z0-9]+(?:-[a-z0-9]+)*(?:\\.[a-z0-9]+(?:-[a-z0-9]+)*)*");
+    const std::string tail = absl::StrCat("(?:/", kPchar, "*)*(?:\\?", kQueryChar, "*)?(?:#", kQueryChar, "*)?");
+    if (format == "url") {
+      // url: http, https or ftp, a domain whose last label is letters, then nothing or "/".
+      pattern = absl::StrCat("(?:https?|ftp)://[a-z0-9]+(?:-[a-z0-9]+)*(?:\\.[a-z0-9]+(?:-[a-z0-9]+)*)*",
+                             "\\.[a-z]{2,}(?::[1-9]\\d{1,4})?",
+                             "(?:/(?:[a-zA-Z0-9._~!$&'()*+,;=:@/?#-]|%[0-9a-fA-F]{2})*)?");
+    } else {
+      pattern = absl::StrCat("[a-z][a-z0-9+.-]*://", host, "(?::\\d{1,5})?", tail);
+      if (format == "uri-reference") {
+        // Or a path from the root, or a fragment alone.
+        pattern = absl::StrCat(pattern, "|/", kPchar, "+(?:/", kPchar, "*)*(?:\\?", kQueryChar,
+                               "*)?(?:#", kQueryChar, "*)?|#", kQueryChar, "*");
+      }
+    }
+  } else if (format == "byte") {
+    pattern = "(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?";
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unsupported keyword 'format' at ", where, " (format '", std::string(format),
-                     "' is not one of date, time, date-time, uuid)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unsupported keyword 'format' at ", where, " (format '", std::string(format),
+        "' is not one of date, time, date-time, uuid, email, ipv4, hostname, uri, "
+        "uri-reference, url, byte)"));
   }
   absl::StatusOr<std::optional<StringBodyRule>> rule =
       AddRegex(lexicon, absl::StrCat("^(?:", pattern, ")$"), where, 8);

@@ -16,7 +16,11 @@
 // leap second 60, which Ajv accepts only at 23:59 UTC, is never written; as RFC 3339
 // writes them, which every validator accepts: T or t between date and time, the zone as
 // Z, z or +hh:mm; Ajv also takes a space, +hhmm and +hh, which are not written), uuid
-// (with an optional urn:uuid: prefix, any case).
+// (with an optional urn:uuid: prefix, any case), email and ipv4 (exactly); uri,
+// uri-reference, url, hostname and byte: the part schema_pattern.cc describes (a
+// scheme, "://", a host of labels, optional port, path, query and fragment; relative
+// paths and fragments too for uri-reference; http, https or ftp and a top-level label
+// of letters for url; up to 3 labels for hostname; base64 on one line for byte).
 #pragma once
 
 #include <cstdint>
@@ -42,8 +46,7 @@ absl::StatusOr<std::optional<StringBodyRule>> AddPattern(JsonLexicon& lexicon,
                                                          std::string_view pattern,
                                                          const std::string& where, int max_depth);
 
-// The strings of `format` (date, time, date-time or uuid); INVALID_ARGUMENT naming
-// `format` for any other.
+// The strings of `format` (those above); INVALID_ARGUMENT naming `format` for any other.
 absl::StatusOr<StringBodyRule> AddFormat(JsonLexicon& lexicon, std::string_view format,
                                          const std::string& where);
 

@@ -13,6 +13,10 @@ namespace attnserve::grammar::schema {
 
 constexpr int64_t kLongString = 1000;
 
+bool NumberFormat(const json& f) {
+  return f.is_string() && (f == "int32" || f == "int64" || f == "float" || f == "double");
+}
+
 absl::StatusOr<unsigned> SchemaCompiler::Types(const json& s, const std::string& ptr) const {
   if (!Has(s, "type")) return kAllTypes;
   const json& t = s["type"];
@@ -119,6 +123,13 @@ absl::StatusOr<bool> SchemaCompiler::ValueAllowed(const json& s, const json& v,
                        ObjectKeywords().count(k) || ArrayKeywords().count(k) ||
                        k == "additionalItems" || k == "uniqueItems";
     if (!known) return refuse(k);
+    if (k == "format" && NumberFormat(it.value())) {  // formats of numbers
+      if (!(type & (kInt | kFrac)) || it.value() == "float" || it.value() == "double") continue;
+      const double x = v.get<double>();
+      if (std::floor(x) != x) return false;
+      if (it.value() == "int32" && (x < -2147483648.0 || x > 2147483647.0)) return false;
+      continue;
+    }
     if (!applies) continue;
     if (k == "minLength" || k == "maxLength") {
       absl::StatusOr<int64_t> n = Count(s, k.c_str(), ptr, 0);
@@ -254,7 +265,10 @@ absl::StatusOr<int> SchemaCompiler::CompileString(const json& s, const std::stri
   if (!max.ok()) return max.status();
   if (*max >= 0 && *min > *max) return kNever;
   const Symbol quote = Symbol::Byte('"');
-  if (!Has(s, "pattern") && !Has(s, "format")) {
+  // Formats of numbers (ajv-formats), and those that any string satisfies, ignored here.
+  const bool format = Has(s, "format") && !NumberFormat(s["format"]) &&
+                      !(s["format"].is_string() && (s["format"] == "password" || s["format"] == "binary"));
+  if (!Has(s, "pattern") && !format) {
     if (*min == 0 && *max < 0) return lex_.String().rule;
     // A long maxLength: strings written up to kLongString code points (json_schema.h).
     if (*max > kLongString && *min <= kLongString) *max = kLongString;
@@ -263,7 +277,7 @@ absl::StatusOr<int> SchemaCompiler::CompileString(const json& s, const std::stri
     if (!chars.ok()) return chars.status();
     return Rule(ptr, "string", {Concat(Concat({quote}, *chars), {quote})});
   }
-  if (Has(s, "pattern") && Has(s, "format")) return Unsupported("pattern", ptr, "beside format");
+  if (Has(s, "pattern") && format) return Unsupported("pattern", ptr, "beside format");
   const char* key = Has(s, "pattern") ? "pattern" : "format";
   if (!s[key].is_string()) return Invalid(key, ptr, "must be a string");
   const std::string& text = s[key].get_ref<const std::string&>();

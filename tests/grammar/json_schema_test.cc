@@ -261,6 +261,7 @@ TEST(JsonSchemaTest, NumberBoundsAreExactWithoutExponents) {
 TEST(JsonSchemaTest, EnumBesideOtherKeywordsKeepsTheValuesTheyAllow) {
   ExpectTexts(R"({"enum":["a","abc",5,-1,null],"maxLength":2,"minimum":0})", {"\"a\"", "5", "null"},
               {"\"abc\"", "-1"});
+  ExpectTexts(R"({"enum":[1,3000000000,2.5,"x"],"format":"int32"})", {"1", "\"x\""}, {"3000000000", "2.5"});
   EXPECT_THAT(Refusal(R"({"enum":["a"],"pattern":"a"})"),
               HasSubstr("unsupported keyword 'pattern' at / (beside enum or const)"));
 }
@@ -410,8 +411,32 @@ TEST(JsonSchemaTest, Formats) {
               {"\"123e4567-e89b-12d3-a456-426614174000\"",
                "\"URN:uuid:123E4567-E89B-12D3-A456-426614174000\""},
               {"\"123e4567e89b12d3a456426614174000\"", "\"123e4567-e89b-12d3-a456-42661417400g\""});
-  EXPECT_THAT(Refusal(R"({"type":"string","format":"email"})"),
-              HasSubstr("unsupported keyword 'format' at / (format 'email'"));
+  ExpectTexts(R"({"type":"string","format":"email"})",
+              {"\"a.b+c@example.com\"", "\"X_Y@Mail.Example.ORG\"", "\"a@b.c\""},
+              {"\"a@b\"", "\"a@\"", "\"@b.c\"", "\"a b@c.d\"", "\"a..b@c.d\"", "\"a@-b.c\""});
+  ExpectTexts(R"({"type":"string","format":"ipv4"})", {"\"0.0.0.0\"", "\"192.168.1.255\""},
+              {"\"256.1.1.1\"", "\"01.1.1.1\"", "\"1.1.1\""});
+  ExpectTexts(R"({"type":"string","format":"hostname"})", {"\"example.com\"", "\"a-b.c.d\"", "\"x\""},
+              {"\"-a.com\"", "\"a_b.com\"", "\"a..b\"", "\"a.b.c.d\""});
+  ExpectTexts(R"({"type":"string","format":"uri"})",
+              {"\"https://example.com\"", "\"http://a.b:8080/p/a%20th?q=1&r=(2)#frag\"", "\"urn+x://h/\""},
+              {"\"example.com\"", "\"/path\"", "\"http://a b\"", "\"http://a/%zz\"", "\"HTTP://a\""});
+  ExpectTexts(R"({"type":"string","format":"uri-reference"})",
+              {"\"https://example.com/x\"", "\"/a/b?c#d\"", "\"#top\""}, {"\"a b\"", "\"//\""});
+  ExpectTexts(R"({"type":"string","format":"url"})", {"\"https://example.com/a?b\"", "\"ftp://x-y.io:21\""},
+              {"\"mailto://a.com\"", "\"http://localhost\"", "\"http://a.b1\"", "\"http://a.bc?q\""});
+  ExpectTexts(R"({"type":"string","format":"byte"})", {"\"\"", "\"QUJD\"", "\"QUI=\"", "\"QQ==\"", "\"a+/b\""},
+              {"\"QUJ\"", "\"Q===\"", "\"QUJD\\nQUJD\""});
+  // Formats of numbers: int32 bounds integers; float and double hold for every number.
+  ExpectTexts(R"({"type":"integer","format":"int32"})", {"2147483647", "-2147483648", "0"},
+              {"2147483648", "-2147483649"});
+  ExpectTexts(R"({"type":"number","format":"int64"})", {"12"}, {"1.5"});
+  ExpectTexts(R"({"type":["number","string"],"format":"double"})", {"1.5", "\"x\""}, {"null"});
+  ExpectTexts(R"({"type":["integer","string"],"format":"date"})", {"7", "\"2024-01-01\""}, {"\"x\""});
+  EXPECT_THAT(Refusal(R"({"type":"string","format":"phone"})"),
+              HasSubstr("unsupported keyword 'format' at / (format 'phone'"));
+  EXPECT_THAT(Refusal(R"({"type":"integer","format":"uint32"})"),
+              HasSubstr("unsupported keyword 'format' at / (on a number"));
 }
 
 TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
@@ -426,7 +451,7 @@ TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
       {R"({"type":"object","dependentRequired":{}})", "unsupported keyword 'dependentRequired' at /"},
       {R"({"$ref":"https://example.com/s.json"})", "unsupported keyword '$ref' at / (a remote reference"},
       {R"({"$ref":"#anchor"})", "unsupported keyword '$ref' at / (a plain-name fragment"},
-      {R"({"anyOf":[{"type":"string","format":"uri"}]})", "unsupported keyword 'format' at /anyOf/0"},
+      {R"({"anyOf":[{"type":"string","format":"iri"}]})", "unsupported keyword 'format' at /anyOf/0"},
       {R"({"$ref":"#/$defs/a","description":"d","pattern":"b","$defs":{"a":{"pattern":"a"}}})",
        "unsupported keyword 'pattern' at / (beside another pattern in allOf)"},
       {R"({"enum":[{}],"minProperties":3})", "unsupported keyword 'minProperties' at / (beside enum"},

@@ -131,6 +131,21 @@ const written = [
       { date: "2023-04-30", time: "12:00:00z", when: "2000-02-29\t00:00:00+05", id: "123e4567-e89b-12d3-a456-42661417400" },
       { date: "2023-04-30", time: "12:00:00+24:00", when: "2000-02-30T00:00:00Z", id: "123e4567-e89b-12d3-a456-426614174000" },
     ] },
+  { name: "formats: email, ipv4, numbers'", schema: closed({
+      mail: { type: "string", format: "email" },
+      ip: { type: "string", format: "ipv4" },
+      i32: { type: "integer", format: "int32" },
+      d: { type: "number", format: "double" },
+    }), extra: [{ mail: "A.b+c@x-y.Example.org", ip: "255.255.255.255", i32: 2147483647, d: 1.5 },
+      { mail: "a@b", ip: "256.0.0.1", i32: 2147483648, d: 1 }, { mail: "a..b@c.d", ip: "01.2.3.4", i32: -2147483649, d: -2 }] },
+  { name: "formats we write a part of (inexact)", exact: false, schema: closed({
+      uri: { type: "string", format: "uri" },
+      ref: { type: "string", format: "uri-reference" },
+      url: { type: "string", format: "url" },
+      host: { type: "string", format: "hostname" },
+      b64: { type: "string", format: "byte" },
+    }), extra: [{ uri: "https://a.example/p?q#f", ref: "/a/b", url: "http://example.com:8080/x", host: "a-b.example.com", b64: "QUJD" },
+      { uri: "example.com", ref: "a b", url: "http://localhost", host: "-x", b64: "QUJ" }] },
   { name: "string lengths", schema: closed({
       s: { type: "string", minLength: 2, maxLength: 4 }, t: { type: "string", minLength: 1 } }),
     extra: [{ s: "é😀", t: "x" }, { s: "😀", t: "x" }, { s: "ab\n\"", t: "\u2028" }, { s: "abcde", t: "x" }] },
@@ -212,7 +227,7 @@ const written = [
 
 // Random schemas from the subset, objects closed (so that our grammar is exact).
 const patterns = ["^[a-z]{1,6}$", "^\\d{2}(-\\d{2})?$", "q", "^(?:ab|cd)+$", "z\\d$", "^[A-Z][a-z]*( [A-Z][a-z]*)*$", "^.{0,3}$"];
-const formats = ["date", "time", "date-time", "uuid"];
+const formats = ["date", "time", "date-time", "uuid", "email", "ipv4"];
 function gen(depth) {
   const kinds = ["string", "integer", "number", "boolean", "null", "enum", "const", "typelist", "integer", "number"];
   if (depth > 0) kinds.push("array", "array", "object", "object", "anyOf", "oneOf");
@@ -315,7 +330,8 @@ const strings = ["", "a", "ab", "abc", "AB-123", "Ab Cd", "foo", "xbarx", "ab1",
   "2024-02-29", "2023-02-29", "2024-13-01", "12:30:00Z", "12:30:00", "24:00:00Z", "12:30:00.5-08:00",
   "2024-01-01T12:00:00+01:00", "2024-01-01 12:00:00Z", "2024-01-01T12:00:00",
   "123e4567-e89b-12d3-a456-426614174000", "urn:uuid:123e4567-e89b-12d3-a456-426614174000",
-  "123e4567-e89b-12d3-a456-42661417400", "abcd", "ab12", "ffff"];
+  "123e4567-e89b-12d3-a456-42661417400", "abcd", "ab12", "ffff", "a@b.co", "a@b", "x.y@z-z.org", "10.0.0.1",
+  "1.2.3.256", "https://example.com/a?b#c", "example.com", "QUJD", "QUI="];
 function paths(v, at = [], out = []) {
   out.push(at);
   if (Array.isArray(v)) v.forEach((x, i) => paths(x, [...at, i], out));
