@@ -12,20 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-// OK if every member of `object` is one of `allowed`; else names the first other one.
-absl::Status OnlyMembers(const json& object, const std::string& param,
-                         std::initializer_list<const char*> allowed) {
-  for (const auto& [key, value] : object.items()) {
-    bool known = false;
-    for (const char* a : allowed) known = known || key == a;
-    if (!known) {
-      return InvalidParam(absl::StrCat(param, ".", key.size() <= 40 ? key : key.substr(0, 40) + "..."),
-                          "unrecognized member (not served here)");
-    }
-  }
-  return absl::OkStatus();
-}
-
 // tools[i] (`tool`, `ordered` the same in declared order) into `out`; `flat`: the
 // Responses API's shape, the function's members beside `type`.
 absl::Status ReadTool(const json& tool, const nlohmann::ordered_json& ordered, size_t i,

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -17,12 +16,6 @@ using nlohmann::json;
 
 constexpr char kFormat[] = "attnserve-conversation/2";
 
-bool IsHex32(const std::string& s, size_t from) {
-  return s.size() == from + 32 && std::all_of(s.begin() + from, s.end(), [](char c) {
-           return absl::ascii_isdigit(c) || (c >= 'a' && c <= 'f');
-         });
-}
-
 absl::Status Corrupt(const std::string& why) {
   return absl::DataLossError(absl::StrCat("stored conversation: ", why));
 }
@@ -30,7 +23,7 @@ absl::Status Corrupt(const std::string& why) {
 }  // namespace
 
 bool IsConversationId(const std::string& id) {
-  return absl::StartsWith(id, "conv_") && IsHex32(id, 5);
+  return absl::StartsWith(id, "conv_") && IsRandomId128(std::string_view(id).substr(5));
 }
 
 absl::Status ConversationNotFound(const std::string& id, const std::string& param) {

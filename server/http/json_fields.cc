@@ -20,8 +20,27 @@ std::string ParamOf(const absl::Status& status) {
 
 const json* Field(const json& body, const char* key) {
   auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return nullptr;
+  if (it == body.end() || IsAbsent(*it)) return nullptr;
   return &*it;
+}
+
+std::string ShownName(const std::string& name) {
+  return name.size() <= 40 ? name : name.substr(0, 40) + "...";
+}
+
+absl::Status OnlyMembers(const json& object, const std::string& param,
+                         std::initializer_list<const char*> allowed,
+                         const std::function<const char*(const std::string&)>& why) {
+  for (const auto& [key, value] : object.items()) {
+    if (IsAbsent(value)) continue;
+    bool known = false;
+    for (const char* a : allowed) known = known || key == a;
+    if (known) continue;
+    const char* message = why ? why(key) : nullptr;
+    return InvalidParam(absl::StrCat(param, ".", ShownName(key)),
+                        message != nullptr ? message : "unrecognized member (not served here)");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WrongType(const std::string& param, const char* expected) {
@@ -72,12 +91,7 @@ absl::Status ReadToolCalls(const json& list, const std::string& param,
     const std::string call = absl::StrCat(param, "[", j, "]");
     const json& c = list[j];
     if (!c.is_object()) return WrongType(call, "an object");
-    for (const auto& [key, value] : c.items()) {
-      if (key != "id" && key != "type" && key != "function") {
-        return InvalidParam(absl::StrCat(call, ".", key.substr(0, 40)),
-                            "unrecognized member (not served here)");
-      }
-    }
+    if (absl::Status s = OnlyMembers(c, call, {"id", "type", "function"}); !s.ok()) return s;
     const json* id = Field(c, "id");
     if (id == nullptr || !id->is_string()) return WrongType(call + ".id", "a string");
     if (const json* type = Field(c, "type"); type != nullptr && *type != "function") {
@@ -85,11 +99,8 @@ absl::Status ReadToolCalls(const json& list, const std::string& param,
     }
     const json* f = Field(c, "function");
     if (f == nullptr || !f->is_object()) return WrongType(call + ".function", "an object");
-    for (const auto& [key, value] : f->items()) {
-      if (key != "name" && key != "arguments") {
-        return InvalidParam(absl::StrCat(call, ".function.", key.substr(0, 40)),
-                            "unrecognized member (not served here)");
-      }
+    if (absl::Status s = OnlyMembers(*f, call + ".function", {"name", "arguments"}); !s.ok()) {
+      return s;
     }
     const json* name = Field(*f, "name");
     const json* arguments = Field(*f, "arguments");

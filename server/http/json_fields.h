@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,8 +24,21 @@ absl::Status InvalidParam(const std::string& param, const std::string& message);
 // The param payload of `status` ("" when it has none).
 std::string ParamOf(const absl::Status& status);
 
-// The field `key` of `body` when present and not null.
+// A member whose value is null is as if absent: the one rule for every field and member
+// of a request read here (what Field finds, what OnlyMembers and the request gate refuse).
+inline bool IsAbsent(const nlohmann::json& value) { return value.is_null(); }
+// The field `key` of `body` when present and not absent (IsAbsent).
 const nlohmann::json* Field(const nlohmann::json& body, const char* key);
+// A member's name as an error shows it, in its message and as its param: at most 40
+// bytes of it (then "..."), so no error echoes the input.
+std::string ShownName(const std::string& name);
+// OK if every member of `object` that is not absent (IsAbsent) is one of `allowed`; else
+// InvalidParam("<param>.<name>") naming the first other one, with `why(name)` as the
+// message when `why` is given and returns one, else "unrecognized member (not served
+// here)".
+absl::Status OnlyMembers(const nlohmann::json& object, const std::string& param,
+                         std::initializer_list<const char*> allowed,
+                         const std::function<const char*(const std::string&)>& why = nullptr);
 // InvalidParam(param, "must be <expected>").
 absl::Status WrongType(const std::string& param, const char* expected);
 // Optional fields of one type: absent or null leaves `*out` as it is.

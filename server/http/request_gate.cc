@@ -159,17 +159,13 @@ const std::vector<FieldRule>& RulesFor(RequestKind kind) {
   return *fork;
 }
 
-// A field name for a message: at most 40 bytes of it, so no message echoes the input.
-std::string Shown(const std::string& name) {
-  return name.size() <= 40 ? name : name.substr(0, 40) + "...";
-}
-
 absl::Status CheckFields(const json& body, RequestKind kind) {
   const std::vector<FieldRule>& rules = RulesFor(kind);
   for (const auto& [key, value] : body.items()) {
+    if (IsAbsent(value)) continue;
     const bool known = std::any_of(rules.begin(), rules.end(),
                                    [&key = key](const FieldRule& r) { return key == r.name; });
-    if (!known) return InvalidParam(Shown(key), "unrecognized request argument (not served here)");
+    if (!known) return InvalidParam(ShownName(key), "unrecognized request argument (not served here)");
   }
   // In the rules' order, so the refusal names the field that matters (tools before
   // tool_choice), whatever the body's order.
@@ -190,13 +186,13 @@ absl::Status CheckMessageFields(const json& message, const std::string& item, bo
     return absl::OkStatus();
   }
   for (const auto& [key, value] : message.items()) {
+    if (IsAbsent(value)) continue;
     if (key == "role" || key == "content" || key == "type") continue;
     // Output items fed back as input carry their id and status.
     if (key == "id" || key == "status") continue;
-    const bool empty = value.is_null() || IsEmpty(value);
     if ((key == "refusal" || key == "annotations" || key == "audio" || key == "tool_calls" ||
          key == "function_call") &&
-        empty) {
+        IsEmpty(value)) {
       continue;
     }
     if (tools && key == "tool_calls" && value.is_array() && value.size() > L::kMaxToolCalls) {
@@ -207,7 +203,7 @@ absl::Status CheckMessageFields(const json& message, const std::string& item, bo
     if (key == "tool_calls" || key == "function_call" || key == "tool_call_id") {
       return InvalidParam(absl::StrCat(item, ".", key), kNoTools);
     }
-    return InvalidParam(absl::StrCat(item, ".", Shown(key)),
+    return InvalidParam(absl::StrCat(item, ".", ShownName(key)),
                         "is not supported in a message (only role and content)");
   }
   const json* content = Field(message, "content");
@@ -220,11 +216,9 @@ absl::Status CheckMessageFields(const json& message, const std::string& item, bo
     const json& part = (*content)[p];
     if (!part.is_object()) continue;  // the decoder names it
     for (const auto& [key, value] : part.items()) {
-      if (key == "type" || key == "text") continue;
-      if ((key == "annotations" || key == "logprobs") && (value.is_null() || IsEmpty(value))) {
-        continue;
-      }
-      return InvalidParam(absl::StrCat(item, ".content[", p, "].", Shown(key)),
+      if (IsAbsent(value) || key == "type" || key == "text") continue;
+      if ((key == "annotations" || key == "logprobs") && IsEmpty(value)) continue;
+      return InvalidParam(absl::StrCat(item, ".content[", p, "].", ShownName(key)),
                           "is not supported in a content part (only type and text)");
     }
   }

@@ -14,34 +14,20 @@ namespace {
 
 using nlohmann::json;
 
-// At most 40 bytes of a member's name, so no message echoes the input.
-std::string Shown(const std::string& name) {
-  return name.size() <= 40 ? name : name.substr(0, 40) + "...";
-}
-
-// OK if every member of `object` is one of `allowed` or null (as if absent, like every
-// field here); else names the first other one.
-absl::Status OnlyMembers(const json& object, const std::string& param,
-                         std::initializer_list<const char*> allowed) {
-  for (const auto& [key, value] : object.items()) {
-    if (value.is_null()) continue;
-    bool known = false;
-    for (const char* a : allowed) known = known || key == a;
-    if (!known) {
-      return InvalidParam(absl::StrCat(param, ".", Shown(key)),
-                          key == "description"
-                              ? "is not supported (the schema alone constrains the answer; "
-                                "give no description)"
-                              : "unrecognized member (not served here)");
-    }
-  }
-  return absl::OkStatus();
+// OnlyMembers (json_fields.h), saying why a description is refused.
+absl::Status OnlyFormatMembers(const json& object, const std::string& param,
+                               std::initializer_list<const char*> allowed) {
+  return OnlyMembers(object, param, allowed, [](const std::string& name) -> const char* {
+    return name == "description" ? "is not supported (the schema alone constrains the answer; "
+                                   "give no description)"
+                                 : nullptr;
+  });
 }
 
 // The members of a json_schema format (`spec`, at `param`): name, schema, strict.
 absl::Status ReadSchemaSpec(const json& spec, const std::string& param,
                             v1::SamplingParams* sampling) {
-  if (absl::Status s = OnlyMembers(spec, param, {"name", "schema", "strict", "type"}); !s.ok()) {
+  if (absl::Status s = OnlyFormatMembers(spec, param, {"name", "schema", "strict", "type"}); !s.ok()) {
     return s;
   }
   if (const json* name = Field(spec, "name"); name != nullptr && !name->is_string()) {
@@ -70,17 +56,17 @@ absl::Status ReadFormat(const json& format, const std::string& param, bool flat,
                         "is required: \"text\", \"json_object\" or \"json_schema\"");
   }
   if (*type == "text" || *type == "json_object") {
-    if (absl::Status s = OnlyMembers(format, param, {"type"}); !s.ok()) return s;
+    if (absl::Status s = OnlyFormatMembers(format, param, {"type"}); !s.ok()) return s;
     if (*type == "json_object") sampling->mutable_constraint()->set_json_object(true);
     return absl::OkStatus();
   }
   if (*type != "json_schema") {
-    return InvalidParam(param + ".type", absl::StrCat("unknown type '", Shown(type->get<std::string>()),
+    return InvalidParam(param + ".type", absl::StrCat("unknown type '", ShownName(type->get<std::string>()),
                                                       "'; valid: \"text\", \"json_object\", "
                                                       "\"json_schema\""));
   }
   if (flat) return ReadSchemaSpec(format, param, sampling);
-  if (absl::Status s = OnlyMembers(format, param, {"type", "json_schema"}); !s.ok()) return s;
+  if (absl::Status s = OnlyFormatMembers(format, param, {"type", "json_schema"}); !s.ok()) return s;
   const json* spec = Field(format, "json_schema");
   if (spec == nullptr) return InvalidParam(param + ".json_schema", "is required");
   if (!spec->is_object()) return WrongType(param + ".json_schema", "an object");
@@ -121,7 +107,7 @@ absl::Status ReadTextFormat(const json& body, std::string_view body_text,
   const json* text = Field(body, "text");
   if (text == nullptr) return absl::OkStatus();
   if (!text->is_object()) return WrongType("text", "an object");
-  if (absl::Status s = OnlyMembers(*text, "text", {"format"}); !s.ok()) return s;
+  if (absl::Status s = OnlyFormatMembers(*text, "text", {"format"}); !s.ok()) return s;
   const json* format = Field(*text, "format");
   if (format == nullptr) return absl::OkStatus();
   if (absl::Status s = ReadFormat(*format, "text.format", /*flat=*/true, sampling); !s.ok()) {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/random_id.h"
@@ -37,14 +36,10 @@ absl::Status StringMember(const json& item, const std::string& param, const char
 // function_call_output item (its result) at `param` into `input`.
 absl::Status ReadFunctionItem(const json& item, const std::string& param, bool call,
                               std::vector<ChatMessage>* input) {
-  for (const auto& [key, value] : item.items()) {
-    const bool known = key == "type" || key == "id" || key == "status" || key == "call_id" ||
-                       (call ? key == "name" || key == "arguments" : key == "output");
-    if (!known) {
-      return InvalidParam(absl::StrCat(param, ".", key.substr(0, 40)),
-                          "unrecognized member (not served here)");
-    }
-  }
+  absl::Status members =
+      call ? OnlyMembers(item, param, {"type", "id", "status", "call_id", "name", "arguments"})
+           : OnlyMembers(item, param, {"type", "id", "status", "call_id", "output"});
+  if (!members.ok()) return members;
   std::string call_id;
   if (absl::Status s = StringMember(item, param, "call_id", &call_id); !s.ok()) return s;
   if (!call) {
@@ -180,10 +175,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const std::string& body_t
 }
 
 bool IsResponseId(const std::string& id) {
-  if (id.size() != 5 + 32 || !absl::StartsWith(id, "resp_")) return false;
-  return std::all_of(id.begin() + 5, id.end(), [](char c) {
-    return absl::ascii_isdigit(c) || (c >= 'a' && c <= 'f');
-  });
+  return absl::StartsWith(id, "resp_") && IsRandomId128(std::string_view(id).substr(5));
 }
 
 std::string EncodeResponseRecord(const ResponseRecord& record) {

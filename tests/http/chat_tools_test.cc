@@ -96,6 +96,30 @@ TEST(ChatToolsTest, RefusalsNameTheMember) {
   EXPECT_EQ(ParamOf(Chat(many + "]").status()), "tools");
 }
 
+// A member whose value is null is as if absent (json_fields.h's IsAbsent), as in
+// response_format and messages: in a tool, its function, tool_choice and a message's
+// tool_calls; the flat tools of /v1/responses too. Given a value, the member is refused.
+TEST(ChatToolsTest, ANullMemberIsAbsent) {
+  auto r = Chat(R"("tools":[{"type":"function","function":{"name":"f","description":null,
+      "parameters":null,"strict":null,"extra":null},"extra":null}],
+      "tool_choice":{"type":"function","function":{"name":"f","extra":null},"extra":null})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tools.constraint->choice(), v1::ToolCallConstraint::CHOICE_NAMED);
+  EXPECT_EQ(r->tools.constraint->functions(0).parameters_schema(), "");
+  auto history = ParseOpenAiRequest(Route::kChat, R"({"messages":[{"role":"user","content":"x"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","index":null,
+       "function":{"name":"f","arguments":"{}","extra":null}}]},
+      {"role":"tool","tool_call_id":"c","content":"ok"}]})", 1);
+  ASSERT_TRUE(history.ok()) << history.status();
+  EXPECT_EQ(history->messages[1].tool_calls.size(), 1u);
+  auto flat = ParseResponsesRequest(R"({"input":[{"type":"function_call","call_id":"c","name":"f",
+      "arguments":"{}","extra":null}],"tools":[{"type":"function","name":"f","extra":null}],
+      "tool_choice":{"type":"function","name":"f","extra":null}})", 1);
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_EQ(ParamOf(Chat(R"("tools":[{"type":"function","function":{"name":"f"},"extra":1}])").status()),
+            "tools[0].extra");
+}
+
 TEST(ChatToolsTest, HistoryCarriesCallsAndResults) {
   auto r = ParseOpenAiRequest(Route::kChat, R"({"messages":[
       {"role":"user","content":"Weather?"},

@@ -148,6 +148,26 @@ TEST(RequestGateTest, AcceptsTheNoOpValuesSdksSend) {
   EXPECT_TRUE(completions.ok()) << completions.status();
 }
 
+// A member whose value is null is as if absent (json_fields.h's IsAbsent), as in
+// response_format and tools: a message's name, a content part's member, a body field the
+// server does not know. Given a value, each is refused by name.
+TEST(RequestGateTest, ANullMemberIsAbsent) {
+  auto chat = ParseOpenAiRequest(Route::kChat, R"({"messages":[
+      {"role":"user","name":null,"content":[{"type":"text","text":"x","cache_control":null}]}],
+      "no_such_field":null})", 1);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->messages[0].content, "x");
+  auto responses = ParseResponsesRequest(
+      R"({"input":[{"type":"message","role":"user","name":null,"content":"x"}]})", 1);
+  EXPECT_TRUE(responses.ok()) << responses.status();
+  EXPECT_EQ(BodyParam(ParseOpenAiRequest(Route::kChat,
+                R"({"messages":[{"role":"user","content":"x","name":"bob"}]})", 1).status()),
+            "messages[0].name");
+  EXPECT_EQ(BodyParam(ParseOpenAiRequest(Route::kChat, R"({"messages":[{"role":"user",
+                "content":[{"type":"text","text":"x","cache_control":{}}]}]})", 1).status()),
+            "messages[0].content[0].cache_control");
+}
+
 TEST(RequestGateTest, ErrorMessagesDoNotEchoTheInput) {
   const std::string name(100000, 'x');
   auto r = ParseRequestBody(absl::StrCat("{\"", name, "\":1}"), RequestKind::kChat);

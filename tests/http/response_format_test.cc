@@ -56,6 +56,20 @@ TEST(ResponseFormatTest, SchemaKeepsTheDeclaredOrderOfMembers) {
             R"({"required":["b","a"],"properties":{"b":{},"a":{}}})");
 }
 
+// A member whose value is null is as if absent (json_fields.h's IsAbsent), here as in
+// tools and messages; given a value, the same member is refused by name.
+TEST(ResponseFormatTest, ANullMemberIsAbsent) {
+  auto chat = Chat(R"({"type":"json_schema","json_schema":{"name":"p","schema":{"type":"object"},
+      "strict":null,"description":null,"extra":null},"extra":null})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->generate.sampling().constraint().json_schema(), R"({"type":"object"})");
+  auto responses = ParseResponsesRequest(
+      R"({"input":"x","text":{"format":{"type":"json_object","name":null},"verbosity":null}})", 1);
+  ASSERT_TRUE(responses.ok()) << responses.status();
+  EXPECT_TRUE(responses->generate.sampling().constraint().json_object());
+  EXPECT_EQ(ParamOf(Chat(R"({"type":"json_object","extra":1})").status()), "response_format.extra");
+}
+
 TEST(ResponseFormatTest, JsonObjectAndTextAndAbsent) {
   auto object = Chat(R"({"type":"json_object"})");
   ASSERT_TRUE(object.ok()) << object.status();
