@@ -165,4 +165,58 @@ absl::StatusOr<std::optional<grammar::ToolCallFormat>> ConstrainToolCalls(
   return format;
 }
 
+void FinishToolAnswer(grammar::ToolCallStreamParser& parser,
+                      std::vector<grammar::ToolCallStreamParser::Event>* events) {
+  std::vector<grammar::ToolCallStreamParser::Event> last;
+  parser.Finish(&last);
+  for (grammar::ToolCallStreamParser::Event& e : last) {
+    if (e.kind != grammar::ToolCallStreamParser::Event::Kind::kContent) {
+      events->push_back(std::move(e));
+    }
+  }
+}
+
+grammar::ParsedAnswer ReadToolAnswer(grammar::ToolCallFormat format, std::string_view text) {
+  using Kind = grammar::ToolCallStreamParser::Event::Kind;
+  grammar::ToolCallStreamParser parser(format);
+  std::vector<grammar::ToolCallStreamParser::Event> events;
+  parser.Feed(text, &events);
+  FinishToolAnswer(parser, &events);
+  grammar::ParsedAnswer out;
+  size_t ended = 0;
+  for (grammar::ToolCallStreamParser::Event& e : events) {
+    if (e.kind == Kind::kContent) {
+      out.content += e.text;
+    } else if (e.kind == Kind::kCallStart) {
+      out.calls.push_back({std::move(e.text), ""});
+    } else if (e.kind == Kind::kArguments) {
+      out.calls[size_t(e.index)].arguments += e.text;
+    } else {
+      ++ended;
+    }
+  }
+  out.complete = ended == out.calls.size();
+  return out;
+}
+
+absl::Status CheckStopWithConstraint(const v1::SamplingParams& sampling, const ChatTools& tools) {
+  if (sampling.stop_size() == 0) return absl::OkStatus();
+  const v1::Constraint& c = sampling.constraint();
+  const char* constraint = nullptr;
+  if (c.kind_case() == v1::Constraint::kJsonSchema) {
+    constraint = "a json_schema response_format";
+  } else if (c.kind_case() == v1::Constraint::kJsonObject) {
+    constraint = "a json_object response_format";
+  } else if (tools.constraint.has_value() &&
+             tools.constraint->choice() != v1::ToolCallConstraint::CHOICE_AUTO) {
+    constraint = "tool_choice \"required\" or a named function";
+  }
+  if (constraint == nullptr) return absl::OkStatus();
+  return InvalidParam(
+      "stop", absl::StrCat("cannot be combined with ", constraint,
+                           ": the answer is constrained from its first byte, and a stop string "
+                           "would cut it short of what the constraint requires (with "
+                           "tool_choice \"auto\", stop strings end only the text before a call)"));
+}
+
 }  // namespace attnserve::http

@@ -61,4 +61,20 @@ absl::StatusOr<std::optional<grammar::ToolCallFormat>> ConstrainToolCalls(
     const ChatTools& tools, ChatTemplateKind kind, const std::string& format_param,
     v1::GenerateRequest* generate);
 
+// Ends the answer `parser` read: appends the events ToolCallStreamParser::Finish gives,
+// less its text, which is the start of an envelope cut short (an opening tag, a header
+// or a name that did not become a call, held until the end): a truncated envelope is
+// never content, wherever the answer stopped.
+void FinishToolAnswer(grammar::ToolCallStreamParser& parser,
+                      std::vector<grammar::ToolCallStreamParser::Event>* events);
+// `text` read whole as grammar::ParseToolCalls reads it, less the same cut envelope.
+grammar::ParsedAnswer ReadToolAnswer(grammar::ToolCallFormat format, std::string_view text);
+
+// OK unless `request` has stop strings under a constraint that applies from the answer's
+// first byte (response_format json_schema or json_object, tool_choice "required" or a
+// named function: `tools`), where a stop string would cut the constrained answer and the
+// answer would still say it was complete: INVALID_ARGUMENT naming "stop". Under
+// tool_choice "auto" stop strings end only the text before a call (answer_stops.h).
+absl::Status CheckStopWithConstraint(const v1::SamplingParams& sampling, const ChatTools& tools);
+
 }  // namespace attnserve::http

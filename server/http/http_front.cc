@@ -413,7 +413,9 @@ void HttpFront::Generate(const std::string& route_name, int route_number,
     }
   }
 
-  auto started = StartQueuedTurn(*tenant, generate, arrival);
+  auto free_text_stops = TakeFreeTextStops(*request, &generate);
+  if (!free_text_stops.ok()) return Fail(route_name, free_text_stops.status(), res, generate.model());
+  auto started = StartQueuedTurn(*tenant, generate, arrival, *std::move(free_text_stops));
   if (!started.ok()) {
     return Fail(route_name, NameConstraintError(started.status(), "response_format"), res,
                 generate.model());
@@ -526,9 +528,29 @@ void HttpFront::KeepChat(KeptChat& chat, const scheduler::TurnResult& result) {
   chat.session->Close();
 }
 
+absl::StatusOr<std::optional<AnswerStops>> HttpFront::TakeFreeTextStops(
+    const OpenAiRequest& request, v1::GenerateRequest* generate) const {
+  // Stop strings under any other constraint were refused (CheckStopWithConstraint).
+  if (!request.tool_format.has_value() || request.stop.empty()) return std::nullopt;
+  // Admission's own checks of them (count, empty, length), on a request with nothing else
+  // to check: the same refusal as when the scheduler is given them.
+  v1::GenerateRequest probe;
+  probe.set_model(generate->model());
+  probe.mutable_tokens()->add_ids(0);
+  *probe.mutable_sampling() = generate->sampling();
+  probe.mutable_sampling()->clear_constraint();
+  if (auto checked = service::ParseGenerate(probe, *deps_.models, deps_.limits); !checked.ok()) {
+    return checked.status();
+  }
+  generate->mutable_sampling()->clear_stop();
+  return AnswerStops(request.stop, std::string(grammar::kToolCallOpening));
+}
+
 absl::StatusOr<std::shared_ptr<TurnQueue>> HttpFront::StartQueuedTurn(
-    const std::string& tenant, const v1::GenerateRequest& generate, absl::Time arrival) {
+    const std::string& tenant, const v1::GenerateRequest& generate, absl::Time arrival,
+    std::optional<AnswerStops> free_text_stops) {
   auto queue = std::make_shared<TurnQueue>(deps_.scheduler);
+  if (free_text_stops.has_value()) queue->StopInFreeText(*std::move(free_text_stops));
   auto make_sink = [&](const std::shared_ptr<session::Session>& session) {
     queue->set_model_name(session->served().name);
     return queue;

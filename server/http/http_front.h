@@ -31,9 +31,11 @@
 #include "nlohmann/json.hpp"
 #include "server/catalogue/model_catalogue.h"
 #include "server/config/defaults.h"
+#include "server/http/answer_stops.h"
 #include "server/http/chat_template.h"
 #include "server/http/connection_limits.h"
 #include "server/http/conversation_store.h"
+#include "server/http/openai_request.h"
 #include "server/http/own_session.h"
 #include "server/http/prefix_cache.h"
 #include "server/http/web_page.h"
@@ -189,10 +191,17 @@ class HttpFront {
   void StreamTurn(const std::string& route_name, std::shared_ptr<TurnQueue> queue,
                   TurnWriter writer, std::shared_ptr<Slot> slot, httplib::Response& res);
   // Submits `generate` for `tenant` (service::StartTurn: may wait for its session) with a
-  // TurnQueue as its sink, named after the model the turn runs on.
-  absl::StatusOr<std::shared_ptr<TurnQueue>> StartQueuedTurn(const std::string& tenant,
-                                                              const v1::GenerateRequest& generate,
-                                                              absl::Time arrival);
+  // TurnQueue as its sink, named after the model the turn runs on; `free_text_stops`: stop
+  // strings the queue applies itself (TurnQueue::StopInFreeText).
+  absl::StatusOr<std::shared_ptr<TurnQueue>> StartQueuedTurn(
+      const std::string& tenant, const v1::GenerateRequest& generate, absl::Time arrival,
+      std::optional<AnswerStops> free_text_stops = std::nullopt);
+  // A chat whose tool calls start lazily (tool_choice "auto") with stop strings: they end
+  // only the text before a call, so the scheduler is not given them (it would match them
+  // inside a call); they are checked as admission checks any (INVALID_ARGUMENT naming
+  // them), then taken out of `generate`, and returned for the turn's queue to apply.
+  absl::StatusOr<std::optional<AnswerStops>> TakeFreeTextStops(const OpenAiRequest& request,
+                                                               v1::GenerateRequest* generate) const;
   // Waits for the whole turn, passing its tokens to `add`; returns its result.
   static scheduler::TurnResult CollectTurn(
       TurnQueue& queue, const std::function<void(std::vector<scheduler::TokenEvent>)>& add);

@@ -148,6 +148,10 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(Route route, const std::string&
   if (route == Route::kChat) {
     if (absl::Status s = ReadChatTools(body, body_text, &out.tools); !s.ok()) return s;
   }
+  if (absl::Status s = CheckStopWithConstraint(out.generate.sampling(), out.tools); !s.ok()) {
+    return s;
+  }
+  out.stop.assign(out.generate.sampling().stop().begin(), out.generate.sampling().stop().end());
   return out;
 }
 

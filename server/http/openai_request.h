@@ -29,6 +29,10 @@ struct OpenAiRequest {
   // Chat whose turn runs under a tool-call constraint: the envelope its answer is read
   // in for calls (set by the front once the model's template is known).
   std::optional<grammar::ToolCallFormat> tool_format;
+  // `stop`, also in generate's sampling, where the scheduler ends the turn at one; the
+  // front takes them out of it for a turn whose calls start lazily (tool_choice "auto"),
+  // where they end only the text before a call (answer_stops.h).
+  std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
 };
@@ -36,7 +40,8 @@ struct OpenAiRequest {
 // Parses `body` for `route`. INVALID_ARGUMENT naming the field for: a body that is not a
 // JSON object, a field of the wrong type, n other than 1, a prompt that is neither a
 // string, a list of one string, nor a list of token ids, a chat without messages or with
-// a message content that is not text; and whatever ParseRequestBody (request_gate.h)
+// a message content that is not text, stop strings under a constraint that applies from
+// the answer's first byte (CheckStopWithConstraint); and whatever ParseRequestBody (request_gate.h)
 // refuses first: a body nested too deep or over a count limit, a field this server does
 // not honour (never accepted and ignored).
 // `seed` absent draws a random seed (`random_seed`), as OpenAI's sampling is random

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/common/random_id.h"
+#include "server/http/chat_tools.h"
 #include "server/http/http_errors.h"
 #include "server/http/utf8.h"
 
@@ -73,37 +74,12 @@ OpenAiAnswer::OpenAiAnswer(const OpenAiRequest& request, std::string id, absl::T
       arrival_(arrival),
       created_(absl::ToUnixSeconds(arrival)),
       model_(std::move(model)),
-      stops_(request.generate.sampling().stop().begin(), request.generate.sampling().stop().end()),
+      stops_(request.stop, request.route == Route::kChat && request.tool_format.has_value()
+                               ? std::string(grammar::kToolCallOpening)
+                               : ""),
       completion_logprobs_(EmptyCompletionLogprobs()),
       tool_format_(request.route == Route::kChat ? request.tool_format : std::nullopt) {
   if (tool_format_.has_value() && request.stream) tool_parser_.emplace(*tool_format_);
-}
-
-std::string OpenAiAnswer::PassStops(const std::string& bytes) {
-  if (stopped_) return "";
-  if (stops_.empty()) return bytes;
-  unsure_ += bytes;
-  size_t first = std::string::npos;
-  for (const std::string& s : stops_) first = std::min(first, unsure_.find(s));
-  if (first != std::string::npos) {
-    std::string out = unsure_.substr(0, first);
-    unsure_.clear();
-    stopped_ = true;
-    return out;
-  }
-  // Hold the longest tail that is a proper prefix of a stop string.
-  size_t keep = 0;
-  for (const std::string& s : stops_) {
-    for (size_t k = std::min(s.size() - 1, unsure_.size()); k > keep; --k) {
-      if (unsure_.compare(unsure_.size() - k, k, s, 0, k) == 0) {
-        keep = k;
-        break;
-      }
-    }
-  }
-  std::string out = unsure_.substr(0, unsure_.size() - keep);
-  unsure_.erase(0, unsure_.size() - keep);
-  return out;
 }
 
 std::string OpenAiAnswer::Absorb(std::vector<scheduler::TokenEvent> tokens, bool final) {
@@ -134,13 +110,11 @@ std::string OpenAiAnswer::Absorb(std::vector<scheduler::TokenEvent> tokens, bool
         text_offset_ += t.bytes.size();
       }
     }
-    text += TakeWholeCharacters(&held_, PassStops(t.bytes), /*final=*/false);
+    text += TakeWholeCharacters(&held_, stops_.Pass(t.bytes), /*final=*/false);
   }
   if (final) {
     // A turn that ended otherwise (length, EOS) gives back what looked like a stop's start.
-    std::string rest;
-    rest.swap(unsure_);
-    text += TakeWholeCharacters(&held_, stopped_ ? "" : rest, /*final=*/true);
+    text += TakeWholeCharacters(&held_, stops_.Rest(), /*final=*/true);
   }
   return text;
 }
@@ -191,7 +165,7 @@ std::string OpenAiAnswer::ToolChunks(const std::string& text, bool final) {
   using Kind = grammar::ToolCallStreamParser::Event::Kind;
   std::vector<grammar::ToolCallStreamParser::Event> events;
   tool_parser_->Feed(text, &events);
-  if (final) tool_parser_->Finish(&events);
+  if (final) FinishToolAnswer(*tool_parser_, &events);
   std::string out;
   for (grammar::ToolCallStreamParser::Event& e : events) {
     json delta;
@@ -282,7 +256,8 @@ json OpenAiAnswer::Body(const scheduler::TurnResult& result, const std::string& 
     j = {{"id", id_}, {"object", "chat.completion"}, {"created", created_}, {"model", model_}};
     choice["message"] = {{"role", "assistant"}, {"content", content_}};
     if (tool_format_.has_value()) {
-      grammar::ParsedAnswer a = grammar::ParseToolCalls(*tool_format_, content_);
+      grammar::ParsedAnswer a = ReadToolAnswer(*tool_format_, content_);
+      choice["message"]["content"] = a.content;
       if (!a.calls.empty()) {
         json calls = json::array();
         for (grammar::ToolCall& c : a.calls) {

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 #include "server/grammar/tool_calls.h"
+#include "server/http/answer_stops.h"
 #include "server/http/openai_request.h"
 #include "server/scheduler/turn.h"
 
@@ -33,15 +34,18 @@ nlohmann::json Timings(const scheduler::TurnResult& result, absl::Duration total
 // that are not valid UTF-8, and an incomplete character at the end, become U+FFFD.
 // As in the OpenAI API, a stop string is not part of the content: the turn ends after
 // the token that completes it (the scheduler's rule, the same as gRPC's), and the text
-// here ends before it. Bytes that may begin a stop string are held until they do not.
+// here ends before it. Bytes that may begin a stop string are held until they do not
+// (AnswerStops; under tool_choice "auto" stop strings end only the text before a call).
 //
 // A chat turn under a tool-call constraint (OpenAiRequest::tool_format) is read for calls
 // in its envelope (grammar::ToolCallStreamParser): the text before the first call is
 // `content` (null when there is none and calls follow), each call a `tool_calls` entry
 // {id "call_...", type "function", function {name, arguments}} with the arguments' exact
-// text, and a turn that ended normally after a call finishes with "tool_calls". Streamed,
-// a call's first delta carries index, id, type, function.name and arguments "", later
-// deltas pieces of arguments (as the SDKs accumulate them).
+// text, and a turn that ended normally after a call finishes with "tool_calls" (one cut
+// short by max_tokens with "length"). Streamed, a call's first delta carries index, id,
+// type, function.name and arguments "", later deltas pieces of arguments (as the SDKs
+// accumulate them). Bytes that may begin a call's envelope are held until they do or do
+// not, and an envelope cut short is dropped (FinishToolAnswer): never content.
 class OpenAiAnswer {
  public:
   // `id` is "chatcmpl-..." or "cmpl-...", `arrival` when the request came (`created`, and
@@ -74,9 +78,6 @@ class OpenAiAnswer {
   // Appends the tokens' bytes to the held text and logprob entries; returns the whole
   // characters now complete.
   std::string Absorb(std::vector<scheduler::TokenEvent> tokens, bool final);
-  // `bytes` less what may be, or is, the start of a stop string (held in unsure_), and
-  // nothing once one matched.
-  std::string PassStops(const std::string& bytes);
   nlohmann::json Envelope(const char* object) const;
   nlohmann::json Chunk(const std::string& content, const nlohmann::json& finish_reason);
   nlohmann::json DeltaChunk(nlohmann::json delta, const nlohmann::json& finish_reason);
@@ -94,10 +95,8 @@ class OpenAiAnswer {
   const absl::Time arrival_;
   const int64_t created_;
   const std::string model_;
-  const std::vector<std::string> stops_;
   int64_t cached_tokens_ = 0;
-  std::string unsure_;   // bytes that may begin a stop string
-  bool stopped_ = false; // a stop string matched: nothing more is content
+  AnswerStops stops_;    // the answer's bytes less a stop string and what follows it
   std::string held_;     // bytes of an incomplete character
   std::string content_;  // non-streaming: everything so far
   // Chat: logprobs.content entries; completions: tokens, token_logprobs, top_logprobs,

@@ -345,7 +345,7 @@ std::string ResponsesAnswer::FeedTools(bool final) {
   std::vector<grammar::ToolCallStreamParser::Event> events;
   tool_parser_->Feed(std::string_view(text_).substr(parsed_), &events);
   parsed_ = text_.size();
-  if (final) tool_parser_->Finish(&events);
+  if (final) FinishToolAnswer(*tool_parser_, &events);
   return ToolEvents(std::move(events));
 }
 

@@ -123,7 +123,9 @@ absl::StatusOr<StoredResponse> ReadStoredResponse(store::CheckpointStore& respon
 // each call a function_call item {id "fc_...", call_id "call_...", name, arguments as
 // written}, streamed as response.output_item.added, response.function_call_arguments.delta
 // ..., response.function_call_arguments.done and response.output_item.done; a message item
-// is added only once text comes (or empty at the end when nothing did).
+// is added only once text comes (or empty at the end when nothing did). An envelope cut
+// short is never text (FinishToolAnswer); a call cut short by max_output_tokens is an
+// item of status "incomplete" in a response of status "incomplete".
 class ResponsesAnswer {
  public:
   // `cached_tokens`: the tokens of the previous response's state, which are input the

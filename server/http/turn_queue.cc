@@ -5,6 +5,15 @@ namespace attnserve::http {
 void TurnQueue::OnToken(scheduler::TokenEvent token) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (free_text_stops_.has_value() && !free_text_stops_->stopped()) {
+      free_text_stops_->Pass(token.bytes);
+      if (free_text_stops_->stopped()) {
+        // The engine thread is running this turn: it sees the cancel at its next step,
+        // before it plans the turn's next token, and needs no wake.
+        cancel_requested_ = true;
+        if (control_) control_->Cancel();
+      }
+    }
     tokens_.push_back(std::move(token));
   }
   cv_.notify_all();
@@ -12,12 +21,23 @@ void TurnQueue::OnToken(scheduler::TokenEvent token) {
 
 bool TurnQueue::Full() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return int(tokens_.size()) >= kMaxQueuedTokens;
+  // Past a stop string in its free text the turn takes no further step, even before its
+  // control is there to cancel it.
+  return int(tokens_.size()) >= kMaxQueuedTokens ||
+         (free_text_stops_.has_value() && free_text_stops_->stopped());
 }
 
 void TurnQueue::OnFinish(scheduler::TurnResult result) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Ended by a stop string in its free text: whether the cancel or the turn's own end
+    // (max_tokens, the same token) came first, it stopped there.
+    const bool cancelled_here = result.reason == scheduler::FinishReason::kCancelled &&
+                                result.error.ok() && !result.reader_stalled;
+    if (free_text_stops_.has_value() && free_text_stops_->stopped() &&
+        (cancelled_here || result.reason == scheduler::FinishReason::kLength)) {
+      result.reason = scheduler::FinishReason::kStop;
+    }
     result_ = std::move(result);
     finished_ = true;
   }

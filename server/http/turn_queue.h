@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "server/http/answer_stops.h"
 #include "server/scheduler/scheduler.h"
 #include "server/scheduler/turn.h"
 
@@ -34,6 +35,14 @@ class TurnQueue : public scheduler::TurnSink {
   // The name of the model the turn runs on; set before submission, read-only after.
   void set_model_name(std::string name) { model_name_ = std::move(name); }
   const std::string& model_name() const { return model_name_; }
+  // Ends the turn at the first stop string in its answer's free text (`stops`, with the
+  // call's opening tag: AnswerStops), for stop strings the scheduler is not given: those of
+  // a turn whose tool calls start lazily (tool_choice "auto"), which end only the text
+  // before a call and never cut one. The turn is then cancelled from OnToken (and Full
+  // from then on, should its control not be set yet), so the scheduler generates no token
+  // after the one that completed the stop string, and it finishes kStop, as one the
+  // scheduler stopped at a stop string would. Before submission.
+  void StopInFreeText(AnswerStops stops) { free_text_stops_.emplace(std::move(stops)); }
   // The submitted turn's control (after StartTurn succeeded).
   void SetControl(std::shared_ptr<scheduler::TurnControl> control);
   // Stops the turn at the engine's next step (the client went away) and wakes the
@@ -61,6 +70,7 @@ class TurnQueue : public scheduler::TurnSink {
   bool finished_ = false;                          // guarded by mu_: OnFinish ran
   std::shared_ptr<scheduler::TurnControl> control_;  // guarded by mu_
   bool cancel_requested_ = false;                  // guarded by mu_
+  std::optional<AnswerStops> free_text_stops_;     // guarded by mu_ after submission
 };
 
 }  // namespace attnserve::http

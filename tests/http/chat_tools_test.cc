@@ -255,6 +255,151 @@ TEST(ToolAnswerTest, StreamedAsTheSdksAccumulateThem) {
   EXPECT_EQ(calls[1]["function"]["arguments"], "{}");
 }
 
+scheduler::TurnResult AtLength(int64_t tokens) {
+  scheduler::TurnResult r = Stopped(tokens);
+  r.reason = scheduler::FinishReason::kLength;
+  return r;
+}
+
+// The content and calls of streamed chat `events`, and the last finish_reason.
+struct Streamed {
+  std::string content;
+  std::vector<json> calls;  // {name, arguments} accumulated by index
+  json finish_reason;
+};
+Streamed ReadChatEvents(const std::string& events) {
+  Streamed out;
+  for (absl::string_view e : absl::StrSplit(events, "\n\n", absl::SkipEmpty())) {
+    if (e == "data: [DONE]") continue;
+    const json chunk = json::parse(e.substr(6));
+    const json& choice = chunk["choices"][0];
+    if (!choice["finish_reason"].is_null()) out.finish_reason = choice["finish_reason"];
+    const json& d = choice["delta"];
+    if (d.contains("content") && d["content"].is_string()) out.content += d["content"].get<std::string>();
+    if (!d.contains("tool_calls")) continue;
+    const json& t = d["tool_calls"][0];
+    const size_t index = t["index"].get<size_t>();
+    if (index == out.calls.size()) out.calls.push_back({{"name", t["function"]["name"]}, {"arguments", ""}});
+    out.calls[index]["arguments"] =
+        out.calls[index]["arguments"].get<std::string>() + t["function"]["arguments"].get<std::string>();
+  }
+  return out;
+}
+
+// max_tokens ends the answer inside a call's envelope: the envelope's bytes are never
+// content, and the answer says "length", never "tool_calls" or "stop".
+TEST(ToolAnswerTest, AnEnvelopeCutByMaxTokensIsNeverContent) {
+  const std::string cuts[] = {"<tool_ca", "Checking.\n<tool_ca", "<tool_call>\n{\"name\": \"get_wea",
+                              "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"zeta\""};
+  for (const std::string& cut : cuts) {
+    const bool text = cut.rfind("Checking.", 0) == 0;
+    const bool call = cut.find("arguments") != std::string::npos;
+    auto request = Chat(absl::StrCat(kTools, R"(,"tool_choice":"auto")"));
+    ASSERT_TRUE(request.ok());
+    request->tool_format = grammar::ToolCallFormat::kHermes;
+    OpenAiAnswer whole(*request, "chatcmpl-1", absl::FromUnixSeconds(1700000000), "m");
+    for (char c : cut) whole.Add({Token(std::string(1, c))});
+    const json body = whole.Body(AtLength(int64_t(cut.size())), "length");
+    const json& choice = body["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "length") << cut;
+    EXPECT_EQ(choice["message"]["content"], text && !call ? json("Checking.\n") : json(call ? nullptr : ""))
+        << cut << ": " << body.dump();
+    EXPECT_EQ(choice["message"].contains("tool_calls"), call) << cut;
+    if (call) {
+      EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["arguments"], "{\"zeta\"");
+    }
+
+    auto streaming = Chat(absl::StrCat(kTools, R"(,"stream":true)"));
+    ASSERT_TRUE(streaming.ok());
+    streaming->tool_format = grammar::ToolCallFormat::kHermes;
+    OpenAiAnswer stream(*streaming, "chatcmpl-2", absl::FromUnixSeconds(1700000000), "m");
+    std::string events = stream.Start();
+    for (char c : cut) events += stream.Tokens({Token(std::string(1, c))});
+    events += stream.Finish(AtLength(int64_t(cut.size())));
+    const Streamed got = ReadChatEvents(events);
+    EXPECT_EQ(got.content, text ? "Checking.\n" : "") << cut;
+    EXPECT_EQ(got.finish_reason, "length") << cut;
+    EXPECT_EQ(got.calls.size(), call ? 1u : 0u) << cut;
+  }
+}
+
+// tool_choice "auto" with stop strings: they end the free text before a call, and never
+// cut a call (every stop string below is inside the calls' text).
+TEST(ToolAnswerTest, UnderAutoStopStringsNeverCutACall) {
+  for (const bool stream : {false, true}) {
+    auto request = Chat(absl::StrCat(kTools, R"(,"stop":["}","\"","</tool_call>"])",
+                                     stream ? R"(,"stream":true)" : ""));
+    ASSERT_TRUE(request.ok()) << request.status();
+    ASSERT_EQ(request->stop.size(), 3u);
+    request->tool_format = grammar::ToolCallFormat::kHermes;
+    OpenAiAnswer answer(*request, "chatcmpl-1", absl::FromUnixSeconds(1700000000), "m");
+    std::string events = answer.Start();
+    for (size_t i = 0; i < kAnswer.size(); i += 3) {
+      if (stream) {
+        events += answer.Tokens({Token(kAnswer.substr(i, 3))});
+      } else {
+        answer.Add({Token(kAnswer.substr(i, 3))});
+      }
+    }
+    if (!stream) {
+      const json body = answer.Body(Stopped(30), "stop");
+      const json& message = body["choices"][0]["message"];
+      EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
+      EXPECT_EQ(message["content"], "Checking.\n");
+      ASSERT_EQ(message["tool_calls"].size(), 2u) << body.dump();
+      EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], "{\"zeta\": \"a\", \"alpha\": 1}");
+      EXPECT_EQ(message["tool_calls"][1]["function"]["arguments"], "{}");
+      continue;
+    }
+    events += answer.Finish(Stopped(30));
+    const Streamed got = ReadChatEvents(events);
+    EXPECT_EQ(got.finish_reason, "tool_calls");
+    EXPECT_EQ(got.content, "Checking.\n");
+    ASSERT_EQ(got.calls.size(), 2u);
+    EXPECT_EQ(got.calls[0]["arguments"], "{\"zeta\": \"a\", \"alpha\": 1}");
+  }
+  // One in the free text ends the answer there, before any call.
+  auto request = Chat(absl::StrCat(kTools, R"(,"stop":"ing")"));
+  ASSERT_TRUE(request.ok());
+  request->tool_format = grammar::ToolCallFormat::kHermes;
+  OpenAiAnswer answer(*request, "chatcmpl-1", absl::FromUnixSeconds(1700000000), "m");
+  for (size_t i = 0; i < kAnswer.size(); i += 3) answer.Add({Token(kAnswer.substr(i, 3))});
+  const json body = answer.Body(Stopped(30), "stop");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "Check");
+  EXPECT_FALSE(body["choices"][0]["message"].contains("tool_calls"));
+}
+
+// Stop strings under a constraint that applies from the first byte would cut the
+// constrained answer: refused naming `stop`, on chat and completions. Under "auto" (and
+// with tools not called) they are served.
+TEST(ChatToolsTest, StopUnderAConstraintFromTheFirstByteIsRefused) {
+  const std::string schema =
+      R"("response_format":{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"object"}}})";
+  const std::vector<std::string> refused = {
+      absl::StrCat(kTools, R"(,"tool_choice":"required","stop":["}"])"),
+      absl::StrCat(kTools, R"(,"tool_choice":{"type":"function","function":{"name":"ping"}},"stop":"x")"),
+      absl::StrCat(schema, R"(,"stop":["\""])"),
+      R"("response_format":{"type":"json_object"},"stop":"}")",
+  };
+  for (const std::string& more : refused) {
+    auto r = Chat(more);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << more;
+    EXPECT_EQ(ParamOf(r.status()), "stop") << more << ": " << r.status();
+    EXPECT_THAT(r.status().message(), HasSubstr("would cut")) << r.status();
+  }
+  auto completion = ParseOpenAiRequest(
+      Route::kCompletions, absl::StrCat(R"({"prompt":"a",)", schema, R"(,"stop":"\""})"), 1);
+  EXPECT_EQ(ParamOf(completion.status()), "stop") << completion.status();
+  for (const std::string& more :
+       {absl::StrCat(kTools, R"(,"stop":["}"])"), absl::StrCat(kTools, R"(,"tool_choice":"none","stop":"}")"),
+        std::string(R"("response_format":{"type":"text"},"stop":"}")")}) {
+    auto r = Chat(more);
+    EXPECT_TRUE(r.ok()) << more << ": " << r.status();
+    EXPECT_EQ(r->stop, std::vector<std::string>{"}"});
+  }
+}
+
 
 // --- /v1/responses ---
 
@@ -357,6 +502,35 @@ TEST(ResponsesToolsTest, StreamsMessageThenFunctionCallItems) {
   ASSERT_EQ(only_calls["output"].size(), 2u);
   EXPECT_EQ(only_calls["output"][0]["type"], "function_call");
   EXPECT_EQ(only_calls["output"][0]["arguments"], "{\"zeta\": \"a\", \"alpha\": 1}");
+}
+
+// max_output_tokens ends the answer inside a call's envelope: its bytes are no message
+// text, and the response is incomplete (max_output_tokens), as the API says.
+TEST(ResponsesToolsTest, AnEnvelopeCutByMaxOutputTokensIsNeverText) {
+  for (const bool stream : {false, true}) {
+    auto request = ParseResponsesRequest(absl::StrCat(R"({"input":"x","max_output_tokens":8,"tools":[
+        {"type":"function","name":"get_weather"}])", stream ? R"(,"stream":true})" : "}"), 1);
+    ASSERT_TRUE(request.ok()) << request.status();
+    request->tool_format = grammar::ToolCallFormat::kHermes;
+    ResponsesAnswer answer(*request, "resp_1", 1700000000, "m", 0);
+    std::string events = answer.Start();
+    for (char c : std::string("<tool_ca")) {
+      if (stream) {
+        events += answer.Tokens({Token(std::string(1, c))});
+      } else {
+        answer.Add({Token(std::string(1, c))});
+      }
+    }
+    const json response = answer.Complete(AtLength(8), "length");
+    events += answer.Finish(response);
+    EXPECT_EQ(response["status"], "incomplete");
+    EXPECT_EQ(response["incomplete_details"]["reason"], "max_output_tokens");
+    ASSERT_EQ(response["output"].size(), 1u) << response.dump();
+    EXPECT_EQ(response["output"][0]["type"], "message");
+    EXPECT_EQ(response["output"][0]["content"][0]["text"], "");
+    EXPECT_EQ(events.find("<tool"), std::string::npos) << events;
+    EXPECT_NE(events.find("response.incomplete"), std::string::npos);
+  }
 }
 
 }  // namespace

@@ -20,6 +20,8 @@
 #include "absl/strings/str_split.h"
 #include "attnserve/v1/attnserve.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "server/http/answer_stops.h"
+#include "server/http/turn_queue.h"
 #include "server/service/server.h"
 #include "tests/testing/tiny_model.h"
 
@@ -81,12 +83,13 @@ class HttpFrontTest : public testing::Test {
  protected:
   void SetUp() override { StartServer(config::ServerOptions{}); }
 
-  void StartServer(config::ServerOptions o) {
+  // `max_prompt_tokens`: 100 by default, so that a few hundred bytes are over the limit.
+  void StartServer(config::ServerOptions o, int max_prompt_tokens = 100) {
     server_.reset();
     o.listen_address = "127.0.0.1:0";
     o.http_listen = "127.0.0.1:0";
     o.metrics_address = "";
-    o.max_prompt_tokens = 100;
+    o.max_prompt_tokens = max_prompt_tokens;
     o.max_generated_tokens = 100000;
     auto s = service::AttnServer::Start(
         o, std::make_unique<catalogue::ModelCatalogue>(
@@ -403,6 +406,200 @@ TEST_F(HttpFrontTest, DrainingAnswers503WithRetryAfter) {
   EXPECT_EQ(refused->get_header_value("retry-after"), "1");
   reader.Close();
   drain.join();
+}
+
+// --- how constrained answers end ---
+
+scheduler::TokenEvent Token(std::string bytes) {
+  scheduler::TokenEvent t;
+  t.bytes = std::move(bytes);
+  return t;
+}
+
+// The queue of a turn whose stop strings end only its free text (tool_choice "auto"):
+// one in the free text cancels the turn from the engine thread, which then takes no
+// step, and the turn ends kStop; inside a call nothing is matched.
+TEST(TurnQueueTest, AStopInTheFreeTextCancelsTheTurnAndItEndsStopped) {
+  TurnQueue call(/*scheduler=*/nullptr);
+  call.StopInFreeText(AnswerStops({"\"", "}"}, "<tool_call>"));
+  auto call_control = std::make_shared<scheduler::TurnControl>();
+  call.SetControl(call_control);
+  call.OnToken(Token("Sure. <tool_call>{\"name\": \"f\", \"arguments\": {}}"));
+  EXPECT_FALSE(call_control->cancelled());
+  EXPECT_FALSE(call.Full());
+  scheduler::TurnResult length;
+  length.reason = scheduler::FinishReason::kLength;
+  call.OnFinish(length);
+  EXPECT_EQ(call.Take(absl::ZeroDuration()).result->reason, scheduler::FinishReason::kLength);
+
+  TurnQueue text(/*scheduler=*/nullptr);
+  text.StopInFreeText(AnswerStops({"\"", "}"}, "<tool_call>"));
+  auto control = std::make_shared<scheduler::TurnControl>();
+  text.SetControl(control);
+  text.OnToken(Token("Sure"));
+  EXPECT_FALSE(control->cancelled());
+  text.OnToken(Token(". \"Q"));
+  EXPECT_TRUE(control->cancelled());
+  EXPECT_TRUE(text.Full());
+  scheduler::TurnResult cancelled;
+  cancelled.reason = scheduler::FinishReason::kCancelled;
+  text.OnFinish(cancelled);
+  TurnQueue::Batch batch = text.Take(absl::ZeroDuration());
+  EXPECT_EQ(batch.tokens.size(), 2u);
+  ASSERT_TRUE(batch.result.has_value());
+  EXPECT_EQ(batch.result->reason, scheduler::FinishReason::kStop);
+}
+
+const json kTool = {{"type", "function"}, {"function", {{"name", "f"}}}};
+const json kHi = json::array({{{"role", "user"}, {"content", "Hi"}}});
+
+// Stop strings under a constraint that applies from the first byte would cut the answer
+// while it said it was complete: refused, naming `stop`, before anything runs.
+TEST_F(HttpFrontTest, StopUnderAConstraintFromTheFirstByteIs400NamingStop) {
+  const json schema = {{"type", "json_schema"},
+                       {"json_schema", {{"name", "p"}, {"schema", {{"type", "object"}}}}}};
+  const std::vector<std::pair<std::string, json>> refused = {
+      {"/v1/chat/completions",
+       {{"messages", kHi}, {"tools", {kTool}}, {"tool_choice", "required"}, {"stop", {"}"}}}},
+      {"/v1/chat/completions", {{"messages", kHi}, {"response_format", schema}, {"stop", "\""}}},
+      {"/v1/completions", {{"prompt", "a"}, {"response_format", schema}, {"stop", "\""}}},
+      {"/v1/completions", {{"prompt", "a"}, {"response_format", {{"type", "json_object"}}}, {"stop", "}"}}},
+  };
+  for (const auto& [path, body] : refused) {
+    auto r = Post(path, body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << body << ": " << r->body;
+    EXPECT_EQ(json::parse(r->body)["error"]["param"], "stop") << r->body;
+  }
+  // /v1/responses takes no stop strings at all.
+  auto responses = Post("/v1/responses", {{"input", "a"}, {"stop", "x"}});
+  ASSERT_TRUE(responses);
+  EXPECT_EQ(responses->status, 400);
+  EXPECT_EQ(json::parse(responses->body)["error"]["param"], "stop");
+}
+
+// A call that max_tokens cuts, anywhere in its envelope: the answer says "length" (on
+// /v1/responses: incomplete, max_output_tokens), the envelope's bytes are never content,
+// and a call is reported only with its arguments as far as they were written.
+TEST_F(HttpFrontTest, ACallCutByMaxTokensIsLengthAndNeverContent) {
+  StartServer(config::ServerOptions{}, /*max_prompt_tokens=*/1000);
+  for (const int max_tokens : {3, 8, 20, 40}) {
+    for (const bool stream : {false, true}) {
+      const json body = {{"messages", kHi}, {"tools", {kTool}}, {"tool_choice", "required"},
+                         {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", stream}};
+      auto r = Post("/v1/chat/completions", body);
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << r->body;
+      std::string content;
+      std::string finish;
+      std::vector<std::string> arguments;
+      if (stream) {
+        for (const std::string& e : Events(r->body)) {
+          if (e == "[DONE]") continue;
+          const json chunk = json::parse(e);
+          const json& choice = chunk["choices"][0];
+          if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+          const json& d = choice["delta"];
+          if (d.contains("content") && d["content"].is_string()) content += d["content"].get<std::string>();
+          if (!d.contains("tool_calls")) continue;
+          const size_t index = d["tool_calls"][0]["index"];
+          if (index == arguments.size()) arguments.emplace_back();
+          arguments[index] += d["tool_calls"][0]["function"]["arguments"].get<std::string>();
+        }
+      } else {
+        const json answer = json::parse(r->body);
+        const json& choice = answer["choices"][0];
+        finish = choice["finish_reason"];
+        if (choice["message"]["content"].is_string()) content = choice["message"]["content"];
+        for (const json& c : choice["message"].value("tool_calls", json::array())) {
+          arguments.push_back(c["function"]["arguments"]);
+        }
+      }
+      const std::string where = absl::StrCat("max_tokens ", max_tokens, stream ? " streamed" : "");
+      EXPECT_EQ(content, "") << where;  // "required": nothing but calls
+      if (max_tokens < 24) {  // <tool_call>{"name": "f" is 24 bytes
+        EXPECT_EQ(finish, "length") << where;
+        EXPECT_TRUE(arguments.empty()) << where;
+      } else if (finish == "tool_calls") {
+        for (const std::string& a : arguments) EXPECT_TRUE(json::accept(a)) << where << ": " << a;
+      } else {
+        EXPECT_EQ(finish, "length") << where << ": " << r->body;
+      }
+    }
+    const json body = {{"input", "Hi"}, {"tools", {{{"type", "function"}, {"name", "f"}}}},
+                       {"tool_choice", "required"}, {"max_output_tokens", max_tokens},
+                       {"temperature", 0}};
+    auto r = Post("/v1/responses", body);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json response = json::parse(r->body);
+    for (const json& item : response["output"]) {
+      if (item["type"] == "message") {
+        EXPECT_EQ(item["content"][0]["text"], "") << r->body;
+      }
+    }
+    if (max_tokens < 24) {
+      EXPECT_EQ(response["status"], "incomplete") << r->body;
+      EXPECT_EQ(response["incomplete_details"]["reason"], "max_output_tokens") << r->body;
+    }
+  }
+}
+
+// tool_choice "auto" with a stop string in the free text: the answer ends before it, at
+// the token that completed it (no token generated after), with "stop", as without tools.
+TEST_F(HttpFrontTest, UnderAutoAStopStringEndsTheFreeTextAtItsToken) {
+  StartServer(config::ServerOptions{}, /*max_prompt_tokens=*/1000);
+  json body = {{"messages", kHi}, {"tools", {kTool}}, {"max_tokens", 40}, {"temperature", 0},
+               {"logprobs", true}};
+  auto plain = Post("/v1/chat/completions", body);
+  ASSERT_TRUE(plain);
+  ASSERT_EQ(plain->status, 200) << plain->body;
+  const json answer = json::parse(plain->body);
+  const json& choice = answer["choices"][0];
+  ASSERT_FALSE(choice["message"].contains("tool_calls")) << plain->body;  // free text only
+  const std::string text = choice["message"]["content"];
+  ASSERT_GE(text.size(), 12u) << text;
+  for (char c : text) ASSERT_TRUE(c > 0 && c < 127) << text;  // bytes are characters
+  const std::string stop = text.substr(8, 3);
+  const size_t at = text.find(stop);
+  // The token that completes the stop string's first occurrence.
+  std::string so_far;
+  int64_t tokens = 0;
+  for (const json& t : choice["logprobs"]["content"]) {
+    for (int b : t["bytes"]) so_far.push_back(char(b));
+    ++tokens;
+    if (so_far.find(stop) != std::string::npos) break;
+  }
+  body["stop"] = {stop};
+  for (const bool stream : {false, true}) {
+    body["stream"] = stream;
+    body["stream_options"] = stream ? json{{"include_usage", true}} : json(nullptr);
+    auto r = Post("/v1/chat/completions", body);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    std::string content;
+    std::string finish;
+    json usage;
+    if (stream) {
+      for (const std::string& e : Events(r->body)) {
+        if (e == "[DONE]") continue;
+        const json chunk = json::parse(e);
+        if (chunk["usage"].is_object()) usage = chunk["usage"];
+        if (chunk["choices"].empty()) continue;
+        const json& c = chunk["choices"][0];
+        if (c["finish_reason"].is_string()) finish = c["finish_reason"];
+        if (c["delta"].contains("content")) content += c["delta"]["content"].get<std::string>();
+      }
+    } else {
+      const json b = json::parse(r->body);
+      content = b["choices"][0]["message"]["content"];
+      finish = b["choices"][0]["finish_reason"];
+      usage = b["usage"];
+    }
+    EXPECT_EQ(content, text.substr(0, at)) << "stop '" << stop << "'";
+    EXPECT_EQ(finish, "stop");
+    EXPECT_EQ(usage["completion_tokens"], tokens) << r->body;
+  }
 }
 
 }  // namespace

@@ -13,7 +13,9 @@
 //   - a named function with parallel_tool_calls false, through the SDK's runTools;
 //   - streamed tool calls through the SDK's stream helper (chat.completions.stream):
 //     argument deltas accumulate to the unstreamed call's arguments;
-//   - refusals naming the field: a schema keyword not served, an undeclared function;
+//   - refusals naming the field: a schema keyword not served, an undeclared function, stop
+//     strings under tool_choice "required";
+//   - a call cut by max_tokens: "length" (incomplete on /v1/responses), no envelope as text;
 //   - the Responses API: function_call output items, function_call_output inputs
 //     continuing a response on the other replica (equal to the whole history sent at
 //     once to BASE_C), responses.stream's function-call events;
@@ -179,7 +181,37 @@ async function refusals() {
                 "tools", "patternProperties");
   await refused({ tools: TOOLS, tool_choice: { type: "function", function: { name: "get_date" } } },
                 "tool_choice.function.name", "names no function");
-  console.log("tools: a schema keyword not served and an undeclared function refused, naming the field");
+  await refused({ tools: TOOLS, tool_choice: "required", stop: ["}"] }, "stop", "would cut");
+  console.log("tools: a schema keyword not served, an undeclared function and stop strings under " +
+              "tool_choice required refused, naming the field");
+}
+
+// max_tokens ends the answer inside the call's envelope: "length" (the Responses API:
+// incomplete, max_output_tokens), and the envelope's bytes are never text.
+async function cutEnvelope() {
+  const a = client(base);
+  const params = { model, messages: QUESTION, tools: TOOLS, tool_choice: "required", max_tokens: 6 };
+  const whole = await a.chat.completions.create(params);
+  const choice = whole.choices[0];
+  expect(choice.finish_reason === "length", `cut call: finish_reason ${choice.finish_reason}`);
+  expect(!choice.message.content && !choice.message.tool_calls?.length,
+         `cut call: message ${JSON.stringify(choice.message)}`);
+  let streamedText = "", finish = null;
+  for await (const chunk of await a.chat.completions.create({ ...params, stream: true })) {
+    for (const c of chunk.choices) {
+      streamedText += c.delta?.content ?? "";
+      finish = c.finish_reason ?? finish;
+    }
+  }
+  expect(finish === "length" && streamedText === "", `cut call streamed: ${finish} ${JSON.stringify(streamedText)}`);
+  const response = await a.responses.create({
+    model, input: QUESTION[0].content, max_output_tokens: 6, tool_choice: "required",
+    tools: TOOLS.map((t) => ({ type: "function", ...t.function })),
+  });
+  expect(response.status === "incomplete" && response.incomplete_details?.reason === "max_output_tokens",
+         `cut call: response ${response.status} ${JSON.stringify(response.incomplete_details)}`);
+  expect(!JSON.stringify(response.output).includes("<tool"), `cut call: output ${JSON.stringify(response.output)}`);
+  console.log("tools: a call cut by max_tokens ends \"length\" (incomplete on /v1/responses), its envelope never text");
 }
 
 // The Responses API's function calls: tool_choice "required" on BASE; the results as
@@ -269,5 +301,6 @@ const first = await toolLoop();
 await namedRunTools();
 await streamed(first);
 await refusals();
+await cutEnvelope();
 await responses();
 await conversationLoop();
