@@ -81,7 +81,7 @@ void ForEachSubschema(const json& s, const std::string& ptr, F f) {
 
 bool AlwaysTrue(const json& s) {
   if (s.is_boolean()) return s.get<bool>();
-  if (!s.is_object()) return false;
+  if (!s.is_object() || s.contains(kMergeAll) || s.contains(kMergeRef)) return false;
   for (auto it = s.begin(); it != s.end(); ++it) {
     if (IsValidationKeyword(it.key()) && it.key() != "$defs" && it.key() != "definitions") {
       return false;
@@ -217,8 +217,13 @@ absl::Status SchemaCompiler::CheckKeywords(const json& s, const std::string& ptr
       return Unsupported(k, ptr, "true: the grammar cannot compare items");
     }
     if (k == "not") {
-      if (it.value().is_boolean() || AlwaysTrue(it.value())) continue;
-      return Unsupported(k, ptr, "only not of true, false or {}");
+      const json& n = it.value();
+      bool type_only = n.is_object() && n.contains("type");
+      for (auto e = n.begin(); type_only && e != n.end(); ++e) {
+        type_only = e.key() == "type" || !IsValidationKeyword(e.key());
+      }
+      if (n.is_boolean() || AlwaysTrue(n) || type_only) continue;
+      return Unsupported(k, ptr, "only not of true, false, {} or a type");
     }
     if (ObjectKeywords().count(k) || ArrayKeywords().count(k) || StringKeywords().count(k) ||
         NumberKeywords().count(k) || OtherKeywords().count(k)) {

@@ -117,7 +117,16 @@ absl::Status SchemaCompiler::Flatten(const Member& m, Merged& acc,
       if (absl::Status st = Flatten(e, acc, inlining, depth + 1); !st.ok()) return st;
     }
   }
-  if (Has(s, "not") && AlwaysTrue(s["not"])) acc.never = true;  // CheckKeywords: else false
+  if (Has(s, "not")) {
+    const json& n = s["not"];
+    if (AlwaysTrue(n)) {
+      acc.never = true;
+    } else if (n.is_object()) {  // CheckKeywords: only `type` there
+      absl::StatusOr<unsigned> t = Types(n, m.ptr + "/not");
+      if (!t.ok()) return t.status();
+      acc.types &= ~*t;
+    }
+  }
   if (Has(s, "type")) {
     absl::StatusOr<unsigned> t = Types(s, m.ptr);
     if (!t.ok()) return t.status();
@@ -216,6 +225,9 @@ absl::Status SchemaCompiler::Flatten(const Member& m, Merged& acc,
 
 absl::StatusOr<json> SchemaCompiler::Emit(Merged& acc, const std::string& ptr) {
   if (acc.never || acc.types == 0) return json(false);
+  if ((acc.types & kFrac) && !(acc.types & kInt)) {
+    return Unsupported("not", ptr, "a number that is not an integer");
+  }
   json out = json::object();
   if (acc.types != kAllTypes) {
     json names = json::array();
@@ -361,9 +373,57 @@ absl::StatusOr<int> SchemaCompiler::CompileMerge(const Member& m, const std::str
 
   // anyOf/oneOf beside the rest: each branch merged with the rest (and with one branch of
   // each other list). A oneOf's branches must not overlap once merged (then it is anyOf).
+  // A oneOf whose branches only require names: branch i is written without, for each
+  // other branch, one name that branch requires and i does not, so that no other holds;
+  // a branch whose names include another's always has both hold (never written).
+  std::vector<std::optional<std::vector<json>>> exclusions(acc.choices.size());
+  for (size_t c = 0; c < acc.choices.size(); ++c) {
+    const auto& [key, list] = acc.choices[c];
+    if (key != "oneOf") continue;
+    std::vector<std::set<std::string>> names;
+    for (const Member& b : list) {
+      const json& r = b.s->is_object() ? b.s->value("required", json()) : json();
+      bool only = b.s->is_object() && r.is_array();
+      for (auto it = b.s->begin(); only && it != b.s->end(); ++it) {
+        only = it.key() == "required" || !IsValidationKeyword(it.key());
+      }
+      std::set<std::string> n;
+      for (const json& x : only ? r : json::array()) {
+        if (x.is_string()) n.insert(x.get<std::string>()); else only = false;
+      }
+      if (!only) break;
+      names.push_back(std::move(n));
+    }
+    if (names.size() != list.size()) continue;
+    std::vector<json> each;
+    for (size_t i = 0; i < list.size(); ++i) {
+      json props = json::object();
+      bool implied = false;
+      // Fewest names first, each excluded name reused where it serves another branch.
+      std::vector<size_t> order;
+      for (size_t j = 0; j < list.size(); ++j) {
+        if (j != i) order.push_back(j);
+      }
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t x, size_t y) { return names[x].size() < names[y].size(); });
+      for (size_t j : order) {
+        std::vector<std::string> missing;
+        for (const std::string& n : names[j]) {
+          if (!names[i].count(n)) missing.push_back(n);
+        }
+        if (missing.empty()) implied = true;
+        bool done = false;
+        for (const std::string& n : missing) done = done || props.contains(n);
+        if (!done && !missing.empty()) props[missing[0]] = false;  // one name absent is enough
+      }
+      each.push_back(implied ? json(false) : json{{"properties", std::move(props)}});
+    }
+    exclusions[c] = std::move(each);
+  }
   size_t total = 1;
-  for (const auto& [key, list] : acc.choices) {
-    if (key == "oneOf") {
+  for (size_t c = 0; c < acc.choices.size(); ++c) {
+    const auto& [key, list] = acc.choices[c];
+    if (key == "oneOf" && !exclusions[c]) {
       for (size_t i = 0; i < list.size(); ++i) {
         for (size_t j = i + 1; j < list.size(); ++j) {
           const bool apart = (ValidTypes(*list[i].s, 0) & ValidTypes(*list[j].s, 0) & acc.types) == 0 ||
@@ -388,9 +448,11 @@ absl::StatusOr<int> SchemaCompiler::CompileMerge(const Member& m, const std::str
     size_t rest = n;
     for (size_t c = 0; c < acc.choices.size(); ++c) {
       const std::vector<Member>& list = acc.choices[c].second;
-      const Member& b = list[rest % list.size()];
+      const size_t i = rest % list.size();
+      const Member& b = list[i];
       rest /= list.size();
       all.push_back(SubOf(b, *b.s, ""));
+      if (exclusions[c]) all.push_back((*exclusions[c])[i]);
     }
     made_.push_back(std::make_unique<json>(json{{kMergeAll, std::move(all)}}));
     absl::StatusOr<int> r = Compile(*made_.back(), ptr);

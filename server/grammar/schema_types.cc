@@ -523,7 +523,14 @@ absl::StatusOr<int> SchemaCompiler::CompileObject(const json& s, const std::stri
   // Members past the declared ones: under the one pattern (when no declared name matches
   // it), or additionalProperties' schema with any other name. Not under maxProperties.
   int key = -1, value = kNever;
-  if (*max_props < 0) {
+  // No constraint on any member (a declared property no value satisfies is one).
+  bool any_object = names.empty() && !closed && patterns.empty() && extra == nullptr;
+  if (any_object && *min_props == 1 && *max_props < 0) {
+    // Any object but {}: one member or more, any names.
+    key = lex_.String().rule;
+    value = lex_.AnyValue().rule;
+    any_object = false;
+  } else if (*max_props < 0) {
     if (patterns.size() == 1) {
       bool clash = false;
       for (const std::string& n : names) clash = clash || !matching(n).empty();
@@ -567,9 +574,8 @@ absl::StatusOr<int> SchemaCompiler::CompileObject(const json& s, const std::stri
   int64_t n_required = 0;
   for (const Property& p : props) n_required += p.required ? 1 : 0;
   if (*max_props >= 0 && n_required > *max_props) return kNever;
-  // No constraint on any member (a declared property no value satisfies is one).
-  const bool any_object = names.empty() && !closed && patterns.empty() && extra == nullptr;
-  if (*min_props > n_required && !(extras && props.empty() && *min_props == 1)) {
+  // Past the required members, objects written hold one member at least (no {}).
+  if (*min_props > n_required && !((extras || !props.empty()) && *min_props == 1)) {
     return Unsupported("minProperties", ptr, "above the count of required properties");
   }
   if (*max_props >= 0 && (any_object || int64_t(props.size()) > *max_props)) {
@@ -609,7 +615,7 @@ absl::StatusOr<int> SchemaCompiler::CompileObject(const json& s, const std::stri
   }
   std::vector<Sequence> alts;
   if (last_required < 0) {
-    alts.push_back(empty_object);
+    if (*min_props == 0) alts.push_back(empty_object);
     if (extras) alts.push_back(Concat(Concat({Symbol::Byte('{'), ws}, member), {Symbol::Ref(more), Symbol::Byte('}')}));
   }
   alts.push_back({Symbol::Byte('{'), ws, Symbol::Ref(choice), Symbol::Byte('}')});

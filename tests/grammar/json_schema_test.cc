@@ -195,7 +195,12 @@ TEST(JsonSchemaTest, AllOfMergesItsSchemas) {
   // `not` of true or false: a schema no value or every value satisfies.
   ExpectTexts(R"({"type":"object","properties":{"a":{"not":{}},"b":{"not":false}},"additionalProperties":false})",
               {"{}", R"({"b":[1]})"}, {R"({"a":1})"});
-  EXPECT_THAT(Refusal(R"({"not":{"type":"null"}})"), HasSubstr("unsupported keyword 'not' at /"));
+  ExpectTexts(R"({"not":{"type":["null","object"]},"type":["null","string","integer"]})", {"\"a\"", "1"},
+              {"null", "{}"});
+  ExpectTexts(R"({"not":{"type":"string"}})", {"1", "null", "[]"}, {"\"a\""});
+  EXPECT_THAT(Refusal(R"({"type":"number","not":{"type":"integer"}})"),
+              HasSubstr("unsupported keyword 'not' at / (a number that is not an integer"));
+  EXPECT_THAT(Refusal(R"({"not":{"required":["a"]}})"), HasSubstr("unsupported keyword 'not' at /"));
 }
 
 TEST(JsonSchemaTest, RefBesideKeywordsIsMergedWithItsTarget) {
@@ -211,6 +216,11 @@ TEST(JsonSchemaTest, RefBesideKeywordsIsMergedWithItsTarget) {
       "kids":{"type":"array","items":{"$ref":"#/$defs/node","maxProperties":1}}}}},
       "$ref":"#/$defs/node","required":["kids"]})",
               {R"({"kids":[]})", R"({"kids":[{},{"kids":[{"kids":[]}]}]})"}, {"{}", R"({"kids":[1]})"});
+  // additionalProperties merged at each level of a recursion.
+  ExpectTexts(R"({"definitions":{"r":{"type":"object","additionalProperties":{"minProperties":1,
+      "anyOf":[{"type":"string"},{"$ref":"#/definitions/r"}]}}},"$ref":"#/definitions/r"})",
+              {"{}", R"({"a":"x"})", R"({"a":{"b":"x"}})", R"({"a":{"b":{"c":"y"},"d":"z"}})"},
+              {R"({"a":{}})", R"({"a":{"b":{}}})", R"({"a":{"b":{"c":{}}}})"});
   EXPECT_THAT(Refusal(R"({"$defs":{"a":{"$ref":"#/$defs/a","type":"null"}},"$ref":"#/$defs/a"})"),
               HasSubstr("contains itself before any text"));
 }
@@ -223,6 +233,11 @@ TEST(JsonSchemaTest, TypeBesideAnyOfAndOneOf) {
   ExpectTexts(R"({"type":["string","null"],"oneOf":[{"type":"string","maxLength":1},{"type":["null","integer"]},
       {"type":"integer"}]})",
               {"\"a\"", "null"}, {"\"ab\"", "1"});
+  // oneOf of required names: each branch written without the names only others require.
+  ExpectTexts(R"({"type":"object","properties":{"r":{},"w":{},"h":{},"n":{}},
+      "oneOf":[{"required":["r"]},{"required":["w","h"]},{"required":["w"],"description":"d"}]})",
+              {R"({"r":1})", R"({"r":1,"h":2,"n":3})", R"({"w":1})"},
+              {R"({"r":1,"w":2})", R"({"w":1,"h":2})", R"({"n":1})", "{}", R"({"w":1,"n":2,"h":3})"});
   EXPECT_THAT(Refusal(R"({"type":"integer","oneOf":[{"minimum":1},{"maximum":5}]})"),
               HasSubstr("unsupported keyword 'oneOf' at / (branches 0 and 1 may both match"));
 }
@@ -315,7 +330,10 @@ TEST(JsonSchemaTest, LongStringsAreWrittenShorter) {
 TEST(JsonSchemaTest, PropertyCountsWhereEveryObjectKeepsThem) {
   ExpectTexts(R"({"type":"object","properties":{"a":{},"b":{}},"required":["a"],"minProperties":1,"maxProperties":2})",
               {R"({"a":1})", R"({"a":1,"b":2})"}, {"{}"});
-  EXPECT_THAT(Refusal(R"({"type":"object","properties":{"a":{},"b":{}},"minProperties":1})"),
+  ExpectTexts(R"({"type":"object","properties":{"a":{},"b":{}},"minProperties":1})",
+              {R"({"a":1})", R"({"b":1})", R"({"a":1,"b":2})"}, {"{}"});
+  ExpectTexts(R"({"type":"object","minProperties":1})", {R"({"x":1})", R"({"x":1,"y":[]})"}, {"{}"});
+  EXPECT_THAT(Refusal(R"({"type":"object","properties":{"a":{},"b":{}},"minProperties":2})"),
               HasSubstr("unsupported keyword 'minProperties' at /"));
   EXPECT_THAT(Refusal(R"({"type":"object","properties":{"a":{},"b":{}},"maxProperties":1})"),
               HasSubstr("unsupported keyword 'maxProperties' at /"));
@@ -444,7 +462,7 @@ TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
       {R"({"type":"object","properties":{"a":{"type":"object","patternProperties":{"\\bx":{}}}}})",
        "unsupported keyword 'pattern' at /properties/a/patternProperties/\\bx"},
       {R"({"type":"number","minimum":0.5})", "unsupported keyword 'minimum' at /"},
-      {R"({"not":{"type":"null"}})", "unsupported keyword 'not' at /"},
+      {R"({"not":{"enum":[null]}})", "unsupported keyword 'not' at /"},
       {R"({"if":{},"then":{}})", "unsupported keyword 'if' at /"},
       {R"({"type":"array","items":{"type":"array","uniqueItems":true}})",
        "unsupported keyword 'uniqueItems' at /items"},
@@ -455,7 +473,7 @@ TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
       {R"({"$ref":"#/$defs/a","description":"d","pattern":"b","$defs":{"a":{"pattern":"a"}}})",
        "unsupported keyword 'pattern' at / (beside another pattern in allOf)"},
       {R"({"enum":[{}],"minProperties":3})", "unsupported keyword 'minProperties' at / (beside enum"},
-      {R"({"properties":{"a/b":{"minProperties":1}}})", "unsupported keyword 'minProperties' at /properties/a~1b"},
+      {R"({"properties":{"a/b":{"minProperties":2}}})", "unsupported keyword 'minProperties' at /properties/a~1b"},
       {R"({"type":"strng"})", "keyword 'type' at / must be one of"},
       {R"({"type":"array","maxItems":-1})", "keyword 'maxItems' at / must be a non-negative integer"},
       {R"({"required":"a"})", "keyword 'required' at / must be an array of distinct strings"},

@@ -221,6 +221,19 @@ const written = [
       both: { type: "object", properties: { x1: { type: "integer" }, y: { type: "string" } },
               patternProperties: { "\\d$": { minimum: 5 } }, additionalProperties: false },
     }), extra: [{ codes: { FR: "fr", DE: "" }, both: { x1: 5 } }, { codes: { fr: "x" }, both: { x1: 4 } }, { codes: { FR: "xyz" }, both: { y: "a" } }] },
+  { name: "oneOf of required names, not of types, minProperties 1", schema: closed({
+      shape: { type: "object", properties: { radius: { type: "number" }, width: { type: "number" }, height: { type: "number" }, unit: { enum: ["cm", "in"] } },
+               additionalProperties: false,
+               oneOf: [{ required: ["radius"] }, { required: ["width", "height"] }, { required: ["width"] }] },
+      notNull: { not: { type: ["null", "object", "array"] }, type: ["string", "null", "boolean"] },
+      some: { type: "object", properties: { a: { type: "integer" }, b: { type: "null" } }, minProperties: 1, additionalProperties: false },
+      anyOne: { type: "object", minProperties: 1 },
+    }), extra: [{ shape: { radius: 1, height: 2 }, notNull: "x", some: { b: null }, anyOne: { x: 1 } },
+      { shape: { radius: 1, width: 2 }, notNull: null, some: {}, anyOne: {} }, { shape: { width: 1, height: 2 }, notNull: true, some: { a: 1 }, anyOne: { y: [] } }] },
+  { name: "recursive additionalProperties merged", schema: {
+      $defs: { r: { type: "object", additionalProperties: { minProperties: 1, anyOf: [{ type: "string", maxLength: 3 }, { $ref: "#/$defs/r" }] } } },
+      $ref: "#/$defs/r" },
+    extra: [{ a: "x", b: { c: "y" } }, { a: {} }, { a: { b: {} } }, { a: { b: { c: "long" } } }] },
   { name: "property counts", schema: { type: "object", properties: { a: { type: "integer" }, b: { type: "null" } },
       required: ["a"], minProperties: 1, maxProperties: 2, additionalProperties: false } },
 ];
