@@ -128,7 +128,22 @@ CodePointSet CodePointSet::Range(char32_t lo, char32_t hi) {
 
 void CodePointSet::Add(char32_t lo, char32_t hi) {
   if (lo > hi) return;
-  ranges_.emplace_back(lo, std::min(hi, kMaxCodePoint));
+  hi = std::min(hi, kMaxCodePoint);
+  if (normal_ && !ranges_.empty() && lo <= ranges_.back().second + 1 &&
+      lo >= ranges_.back().first) {
+    ranges_.back().second = std::max(ranges_.back().second, hi);  // extends the last
+    return;
+  }
+  if (!ranges_.empty() && lo <= ranges_.back().second + 1) normal_ = false;
+  ranges_.emplace_back(lo, hi);
+}
+
+void CodePointSet::Add(const CodePointSet& other) {
+  for (const auto& r : other.ranges()) Add(r.first, r.second);
+}
+
+void CodePointSet::Normalize() const {
+  if (normal_) return;
   std::sort(ranges_.begin(), ranges_.end());
   std::vector<std::pair<char32_t, char32_t>> merged;
   for (const auto& r : ranges_) {
@@ -139,16 +154,13 @@ void CodePointSet::Add(char32_t lo, char32_t hi) {
     }
   }
   ranges_ = std::move(merged);
-}
-
-void CodePointSet::Add(const CodePointSet& other) {
-  for (const auto& r : other.ranges_) Add(r.first, r.second);
+  normal_ = true;
 }
 
 CodePointSet CodePointSet::Complement() const {
   CodePointSet out;
   char32_t next = 0;
-  for (const auto& r : ranges_) {
+  for (const auto& r : ranges()) {
     if (r.first > next) out.ranges_.emplace_back(next, r.first - 1);
     next = r.second + 1;
   }

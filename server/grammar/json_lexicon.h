@@ -19,7 +19,10 @@
 
 namespace attnserve::grammar {
 
-// A set of code points, as sorted, disjoint, non-adjacent ranges [lo, hi].
+// A set of code points, as sorted, disjoint, non-adjacent ranges [lo, hi]. Add appends,
+// and the ranges are sorted and merged once, when next read: a character class of n
+// members costs O(n log n) to build, not a sort per member (a 64 KiB class took seconds).
+// Not thread-safe, reads included.
 class CodePointSet {
  public:
   CodePointSet() = default;
@@ -29,11 +32,16 @@ class CodePointSet {
   // Every code point U+0000..U+10FFFF not in the set.
   CodePointSet Complement() const;
   bool empty() const { return ranges_.empty(); }
-  const std::vector<std::pair<char32_t, char32_t>>& ranges() const { return ranges_; }
-  bool operator<(const CodePointSet& o) const { return ranges_ < o.ranges_; }
+  const std::vector<std::pair<char32_t, char32_t>>& ranges() const {
+    Normalize();
+    return ranges_;
+  }
+  bool operator<(const CodePointSet& o) const { return ranges() < o.ranges(); }
 
  private:
-  std::vector<std::pair<char32_t, char32_t>> ranges_;
+  void Normalize() const;
+  mutable std::vector<std::pair<char32_t, char32_t>> ranges_;
+  mutable bool normal_ = true;  // ranges_ sorted and merged
 };
 
 // The rules of one schema's compilation in `builder`. The shared ones (Ws, String, ...)
