@@ -21,7 +21,9 @@
 // `const` (any JSON values; beside them `type`, and string lengths and numeric bounds,
 // which drop the values they refuse); `anyOf`; `oneOf` where its branches cannot overlap
 // (their types are disjoint, or they are objects that require one property with
-// disjoint const/enum values), so that it equals anyOf; `not` of true, false or {};
+// disjoint const/enum values), so that it equals anyOf, or whose branches only require
+// names (each branch is written without one name of each other branch, so that no
+// other holds); `not` of true, false, {} or a `type`;
 // `$ref` to "#", "#/$defs/...", "#/definitions/..." or any local JSON Pointer (recursion
 // included: each referenced schema is one rule); `$defs`, `definitions`. `{}` and `true`
 // are any JSON value, `false` none.

@@ -28,8 +28,9 @@ bool IsValidationKeyword(const std::string& key) {
   return k.count(key) > 0;
 }
 const std::set<std::string>& ObjectKeywords() {
-  static const std::set<std::string> k = {"properties", "required", "additionalProperties",
-                                          "patternProperties", "minProperties", "maxProperties"};
+  static const std::set<std::string> k = {"properties",    "required",      "additionalProperties",
+                                          "patternProperties", "minProperties", "maxProperties",
+                                          "dependentRequired", "dependencies"};
   return k;
 }
 const std::set<std::string>& ArrayKeywords() {

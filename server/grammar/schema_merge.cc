@@ -45,6 +45,7 @@ struct SchemaCompiler::Merged {
   json bounds = json::object();             // numeric keyword -> its tightest value
   json texts = json::object();              // pattern, format, multipleOf: one value each
   std::vector<std::string> required;
+  json depends = json::object();  // dependentRequired of every member, joined
   std::vector<Member> objects;  // members with properties, additionalProperties or patternProperties
   std::vector<Member> arrays;   // members with items or prefixItems
   std::vector<std::pair<std::string, std::vector<Member>>> choices;  // anyOf, oneOf
@@ -208,6 +209,16 @@ absl::Status SchemaCompiler::Flatten(const Member& m, Merged& acc,
       }
     }
   }
+  for (const char* key : {"dependentRequired", "dependencies"}) {
+    if (!Has(s, key)) continue;
+    if (!s[key].is_object()) return Invalid(key, m.ptr, "must be an object");
+    for (auto it = s[key].begin(); it != s[key].end(); ++it) {
+      if (!it.value().is_array()) return Unsupported(key, m.ptr, "with a schema: only arrays of names");
+      json& mine = acc.depends[it.key()];
+      if (mine.is_null()) mine = json::array();
+      for (const json& n : it.value()) mine.push_back(n);
+    }
+  }
   if (Has(s, "properties") || Has(s, "additionalProperties") || Has(s, "patternProperties")) {
     for (const char* key : {"properties", "patternProperties"}) {
       if (Has(s, key) && !s[key].is_object()) return Invalid(key, m.ptr, "must be an object");
@@ -247,6 +258,7 @@ absl::StatusOr<json> SchemaCompiler::Emit(Merged& acc, const std::string& ptr) {
   for (auto it = acc.bounds.begin(); it != acc.bounds.end(); ++it) out[it.key()] = it.value();
   for (auto it = acc.texts.begin(); it != acc.texts.end(); ++it) out[it.key()] = it.value();
   if (!acc.required.empty()) out["required"] = acc.required;
+  if (!acc.depends.empty()) out["dependentRequired"] = acc.depends;
 
   if (acc.objects.size() == 1) {
     const Member& o = acc.objects[0];

@@ -451,6 +451,42 @@ absl::StatusOr<int> SchemaCompiler::CompileObject(const json& s, const std::stri
       required.push_back(n.get<std::string>());
     }
   }
+  // dependentRequired (and draft 4-7's dependencies with arrays): a name whose
+  // dependencies are required is free; one required makes them required; any other is
+  // not written (json_schema.h).
+  std::map<std::string, std::vector<std::string>> depends;
+  for (const char* key : {"dependentRequired", "dependencies"}) {
+    if (!Has(s, key)) continue;
+    if (!s[key].is_object()) return Invalid(key, ptr, "must be an object");
+    for (auto it = s[key].begin(); it != s[key].end(); ++it) {
+      if (!it.value().is_array()) return Unsupported(key, ptr, "with a schema: only arrays of names");
+      for (const json& n : it.value()) {
+        if (!n.is_string()) return Invalid(key, ptr, "must map names to arrays of names");
+        depends[it.key()].push_back(n.get<std::string>());
+      }
+    }
+  }
+  auto is_required = [&](const std::string& n) {
+    return std::find(required.begin(), required.end(), n) != required.end();
+  };
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const auto& [name, deps] : depends) {
+      if (!is_required(name)) continue;
+      for (const std::string& d : deps) {
+        if (!is_required(d)) {
+          required.push_back(d);
+          grew = true;
+        }
+      }
+    }
+  }
+  std::set<std::string> unwritable;  // depend on names that may be absent
+  for (const auto& [name, deps] : depends) {
+    for (const std::string& d : deps) {
+      if (!is_required(d)) unwritable.insert(name);
+    }
+  }
   struct Pattern {
     std::string text;
     std::vector<regex::Branch> branches;
@@ -498,13 +534,17 @@ absl::StatusOr<int> SchemaCompiler::CompileObject(const json& s, const std::stri
   };
   std::vector<Property> props;
   std::vector<std::string> names;
+  for (const std::string& name : unwritable) {
+    if (!declared.contains(name)) names.push_back(name);  // no other member by that name
+  }
   for (auto it = declared.begin(); it != declared.end(); ++it) {
     const bool req = std::find(required.begin(), required.end(), it.key()) != required.end();
+    names.push_back(it.key());
+    if (unwritable.count(it.key())) continue;
     absl::StatusOr<int> r = value_rule(it.key(), &it.value());
     if (!r.ok()) return r.status();
     if (*r == kNever && req) return kNever;
     if (*r != kNever) props.push_back({it.key(), *r, req});
-    names.push_back(it.key());
   }
   for (const std::string& name : required) {
     if (declared.contains(name)) continue;

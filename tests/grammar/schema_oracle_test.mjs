@@ -234,6 +234,12 @@ const written = [
       $defs: { r: { type: "object", additionalProperties: { minProperties: 1, anyOf: [{ type: "string", maxLength: 3 }, { $ref: "#/$defs/r" }] } } },
       $ref: "#/$defs/r" },
     extra: [{ a: "x", b: { c: "y" } }, { a: {} }, { a: { b: {} } }, { a: { b: { c: "long" } } }] },
+  { name: "dependentRequired", schema: { type: "object",
+      properties: { card: { type: "string", maxLength: 4 }, billing: { type: "string" }, cvv: { type: "integer" }, name: { type: "string" } },
+      required: ["name"], dependentRequired: { card: ["billing"], name: ["cvv"] }, additionalProperties: { type: "null" } },
+    // (card, whose billing may be absent, is never written: a document with both is valid
+    // yet not ours, so none is given.)
+    extra: [{ cvv: 1, name: "a" }, { card: "x", cvv: 1, name: "a" }, { name: "a" }, { cvv: 1, name: "a", zz: null }] },
   { name: "property counts", schema: { type: "object", properties: { a: { type: "integer" }, b: { type: "null" } },
       required: ["a"], minProperties: 1, maxProperties: 2, additionalProperties: false } },
 ];
@@ -286,8 +292,9 @@ function gen(depth) {
     }
     case "number": {
       const s = { type: "number" };
-      if (chance(0.6)) s[pick(["minimum", "exclusiveMinimum"])] = pick([0, 1, -3, 10]);
-      if (chance(0.5)) s[pick(["maximum", "exclusiveMaximum"])] = pick([1, 5, 100, 12345]);
+      const lo = pick([0, 1, -3, 10]);
+      if (chance(0.6)) s[pick(["minimum", "exclusiveMinimum"])] = lo;
+      if (chance(0.5)) s[pick(["maximum", "exclusiveMaximum"])] = lo + pick([1, 5, 100, 12345]);
       return s;
     }
     default: return { type: pick(["string", "integer", "number", "boolean", "null"]) };
