@@ -10,8 +10,9 @@
 // `properties`, `required`, `additionalProperties` (true, false or a schema),
 // `patternProperties` (patterns as `pattern`'s), `minProperties` and `maxProperties`
 // where every object written keeps them (at most the required ones, at least the
-// declared ones; 1 on an object whose other members are written); `items` (a schema), `prefixItems`, draft 4-7's `items` as an
-// array with `additionalItems`, `minItems`, `maxItems`, `uniqueItems: false`;
+// declared ones; 1 on an object whose other members are written); `dependentRequired`
+// and `dependencies` of names; `items` (a schema), `prefixItems`, draft 4-7's `items`
+// as an array with `additionalItems`, `minItems`, `maxItems`, `uniqueItems: false`;
 // `minLength`, `maxLength`, `pattern` and `format` (date, time, date-time, uuid, email,
 // ipv4, hostname, uri, uri-reference, url, byte, password, binary) on strings
 // (schema_pattern.h says which patterns, and which part of each format is written);
