@@ -59,6 +59,18 @@ absl::Status DryRun(const Grammar& grammar) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A step whose grammar work ran out: the turn cannot go on under this grammar (as when
+// no token continues it), FAILED_PRECONDITION, which no client should retry as is.
+absl::Status OverBudget(const Work& work) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the answer's grammar needs more work at this point than a sampling step allows (",
+      work.limit(), " steps; an ambiguous schema: the same text parses too many ways)"));
+}
+
+}  // namespace
+
 ConstraintState::ConstraintState(Constraint constraint)
     : constraint_(std::move(constraint)) {
   if (constraint_.trigger.empty()) matcher_.emplace(constraint_.grammar);
@@ -79,7 +91,7 @@ absl::Status ConstraintState::ApplyMask(
       const std::string text = tail_ + vocabulary.bytes(id);
       const size_t at = text.find(constraint_.trigger);
       if (at != std::string::npos && !start_->Accepts(std::string_view(text).substr(at), &work)) {
-        if (work.exhausted()) return work.Exhausted("a sampling step");
+        if (work.exhausted()) return OverBudget(work);
         logits[id] = kRefused;
       }
     }
@@ -96,14 +108,14 @@ absl::Status ConstraintState::ApplyMask(
       } else {
         const std::string bytes = id < vocabulary.size() ? (*at_start_bytes)(id) : "";
         allowed = !bytes.empty() && matcher_->Accepts(bytes, &work);
-        if (work.exhausted()) return work.Exhausted("a sampling step");
+        if (work.exhausted()) return OverBudget(work);
       }
       if (!allowed) logits[id] = kRefused;
       any = any || allowed;
     }
   } else {
     absl::StatusOr<std::shared_ptr<const TokenMask>> masked = vocabulary.Mask(*matcher_, work);
-    if (!masked.ok()) return masked.status();
+    if (!masked.ok()) return OverBudget(work);
     const TokenMask& mask = **masked;
     const int64_t known = std::min<int64_t>(vocab, vocabulary.size());
     for (int64_t id = 0; id < known; ++id) {
@@ -144,7 +156,7 @@ absl::Status ConstraintState::Advance(std::string_view bytes) {
   }
   Work work;
   if (absl::Status s = matcher_->Accept(bytes, &work); !s.ok()) {
-    if (absl::IsResourceExhausted(s)) return s;
+    if (absl::IsResourceExhausted(s)) return OverBudget(work);
     return absl::InternalError(absl::StrCat("constrained decoding: ", s.message()));
   }
   return absl::OkStatus();

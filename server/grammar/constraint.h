@@ -49,9 +49,9 @@ class ConstraintState {
   // would complete the trigger are checked: the bytes after it in the same token must be
   // what the grammar allows (the rest of the text is free).
   // FAILED_PRECONDITION when no id of the vocabulary continues the grammar (a vocabulary
-  // that cannot spell a byte the grammar needs); RESOURCE_EXHAUSTED when the step's
-  // grammar work passes GrammarBudget::kStepWork (matcher.h): the logits are then partly
-  // masked and the turn must end.
+  // that cannot spell a byte the grammar needs), and when the step's grammar work passes
+  // GrammarBudget::kStepWork (matcher.h): the logits are then partly masked and the turn
+  // must end. Advance answers the same when its bytes pass a byte's budget.
   absl::Status ApplyMask(float* logits, int64_t vocab, const Vocabulary& vocabulary,
                          const std::function<std::string(int32_t)>* at_start_bytes = nullptr);
   // The token chosen added `bytes` to the answer. INTERNAL if the grammar refuses them (a

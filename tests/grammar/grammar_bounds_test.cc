@@ -129,13 +129,15 @@ TEST(MatcherBoundsTest, GrowingStacksAreRefusedWithinTheBudget) {
   EXPECT_EQ(mask.status().code(), absl::StatusCode::kResourceExhausted) << mask.status();
   EXPECT_LE(mask_work.spent(), mask_work.limit() + GrammarBudget::kByteWork);
 
-  // The sampling step says so (the scheduler ends the turn with it) and leaves nothing
-  // half done behind.
+  // The sampling step says so (the scheduler ends the turn with it), as a turn that
+  // cannot go on (409 over HTTP), not as a busy server a client would retry (429).
   ConstraintState state(Constraint{g, ""});
   ASSERT_TRUE(state.Advance(std::string(12, 'a')).ok());
   std::vector<float> logits(size_t(v.size()), 0.0f);
   const absl::Status step = state.ApplyMask(logits.data(), int64_t(logits.size()), v);
-  EXPECT_EQ(step.code(), absl::StatusCode::kResourceExhausted) << step;
+  EXPECT_EQ(step.code(), absl::StatusCode::kFailedPrecondition) << step;
+  EXPECT_NE(step.message().find("more work"), std::string::npos) << step;
+  EXPECT_EQ(state.Advance("aaa").code(), absl::StatusCode::kFailedPrecondition);
 
   // The dry run finds it before any turn starts, naming the bytes that reach it.
   const absl::Status dry = DryRun(*g);
