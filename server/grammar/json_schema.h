@@ -17,8 +17,8 @@
 // ipv4, hostname, uri, uri-reference, url, byte, password, binary) on strings
 // (schema_pattern.h says which patterns, and which part of each format is written);
 // `format` int32, int64, float, double on numbers; `minimum`, `maximum`,
-// `exclusiveMinimum`, `exclusiveMaximum` (numbers, or draft 4's booleans) on integers,
-// and on numbers where the bound is an integer; `multipleOf: 1` on integers; `enum` and
+// `exclusiveMinimum`, `exclusiveMaximum` (numbers, or draft 4's booleans) on integers
+// and numbers (bounds of at most 16 fraction digits); `multipleOf: 1` on integers; `enum` and
 // `const` (any JSON values; beside them `type`, and string lengths and numeric bounds,
 // which drop the values they refuse); `anyOf`; `oneOf` where its branches cannot overlap
 // (their types are disjoint, or they are objects that require one property with

@@ -9,7 +9,10 @@
 // the bounds differ.
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 #include <optional>
+#include <tuple>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +38,8 @@ ByteSet DigitRange(char lo, char hi) {
 class Digits {
  public:
   Digits(GrammarBuilder& b, std::string name) : b_(b), name_(std::move(name)) {}
+  GrammarBuilder& builder() { return b_; }
+  const std::string& name() const { return name_; }
 
   // The integer parts in [lo, hi] (0 <= lo <= hi <= kMaxMagnitude), no leading zeros.
   Sequence Range(int64_t lo, int64_t hi) {
@@ -117,6 +122,121 @@ class Digits {
   std::string name_;
 };
 
+// A bound as an exact decimal: -(i.f) when neg; f without trailing zeros.
+struct Dec {
+  bool neg = false;
+  int64_t i = 0;
+  std::string f;
+  bool strict = false;
+};
+
+// `v` as a Dec: its JavaScript text (what Ajv compares); past our 16 digits clamped,
+// nullopt when its fraction has more digits than we write.
+std::optional<Dec> ToDec(const json& v) {
+  std::string t = JsonLexicon::NumberText(v);
+  Dec d;
+  if (!t.empty() && t[0] == '-') {
+    d.neg = true;
+    t.erase(0, 1);
+  }
+  const size_t dot = t.find('.');
+  const std::string ip = t.substr(0, dot);
+  if (t.find('e') != std::string::npos || ip.size() > 17) {
+    if (!(std::fabs(v.get<double>()) >= 1e16)) return std::nullopt;
+    d.i = kMaxMagnitude + 2;  // past every text
+    return d;
+  }
+  d.i = std::stoll(ip);
+  d.f = dot == std::string::npos ? "" : t.substr(dot + 1);
+  if (d.f.size() > 16) return std::nullopt;
+  if (d.i == 0 && d.f.empty()) d.neg = false;
+  return d;
+}
+
+// The fractions (none, or "." and 1 to 16 digits) F with lo <= 0.F <= hi (or <), each
+// bound given by its digits; nullopt when there is none. States: the digits written and
+// whether they equal each bound's so far.
+std::optional<Sequence> FracRange(GrammarBuilder& b, const std::string& name, const std::optional<Dec>& lo,
+                                  const std::optional<Dec>& hi) {
+  const std::string lf = lo ? lo->f : "", hf = hi ? hi->f : "";
+  auto digit = [](const std::string& f, int i) { return i < int(f.size()) ? f[size_t(i)] : '0'; };
+  auto end_ok = [&](int i, bool tl, bool th) {
+    return (!tl || (i >= int(lf.size()) && !lo->strict)) && (!th || i < int(hf.size()) || !hi->strict);
+  };
+  struct Step {
+    char from, to;
+    bool tl, th;
+  };
+  // The digit ranges from state (i, tl, th), with the state each leads to.
+  auto steps = [&](int i, bool tl, bool th) {
+    std::vector<Step> out;
+    const char lo_d = tl ? digit(lf, i) : '0', hi_d = th ? digit(hf, i) : '9';
+    for (char c = lo_d; c <= hi_d; ++c) {
+      const bool ntl = tl && c == digit(lf, i), nth = th && c == digit(hf, i);
+      if (!out.empty() && out.back().to == c - 1 && out.back().tl == ntl && out.back().th == nth) {
+        out.back().to = c;
+      } else {
+        out.push_back({c, c, ntl, nth});
+      }
+    }
+    return out;
+  };
+  std::map<std::tuple<int, bool, bool>, int> memo;  // -1: no fraction from there
+  std::function<int(int, bool, bool)> state = [&](int i, bool tl, bool th) -> int {
+    if (auto it = memo.find({i, tl, th}); it != memo.end()) return it->second;
+    std::vector<Sequence> alts;
+    if (end_ok(i, tl, th)) alts.emplace_back();
+    if (i < 16) {
+      for (const Step& st : steps(i, tl, th)) {
+        const int next = state(i + 1, st.tl, st.th);
+        if (next >= 0) alts.push_back({Symbol::Bytes(DigitRange(st.from, st.to)), Symbol::Ref(next)});
+      }
+    }
+    int r = -1;
+    if (!alts.empty()) {
+      r = b.NewRule(absl::StrCat(name, " frac-", i, tl ? "l" : "", th ? "h" : ""));
+      for (Sequence& a : alts) b.AddAlternative(r, std::move(a));
+    }
+    return memo[{i, tl, th}] = r;
+  };
+  std::vector<Sequence> alts;
+  const bool tl = lo.has_value(), th = hi.has_value();
+  if (end_ok(0, tl, th)) alts.emplace_back();
+  for (const Step& st : steps(0, tl, th)) {
+    const int next = state(1, st.tl, st.th);
+    if (next >= 0) alts.push_back({Symbol::Byte('.'), Symbol::Bytes(DigitRange(st.from, st.to)), Symbol::Ref(next)});
+  }
+  if (alts.empty()) return std::nullopt;
+  const int r = b.NewRule(name + " frac");
+  for (Sequence& a : alts) b.AddAlternative(r, std::move(a));
+  return Sequence{Symbol::Ref(r)};
+}
+
+// The magnitudes m (integer part and fraction) with lower <= m <= upper (or <): an
+// integer part strictly between the bounds' with any fraction, and at each bound's
+// integer part the fractions FracRange allows.
+void DecimalMagnitudes(Digits& d, std::optional<Dec> lower, std::optional<Dec> upper,
+                       const Sequence& sign, std::vector<Sequence>& alts) {
+  if (lower && lower->i > kMaxMagnitude) return;
+  if (upper && upper->i > kMaxMagnitude) upper.reset();
+  auto at = [&](int64_t k, const std::optional<Dec>& lo, const std::optional<Dec>& hi) {
+    if (std::optional<Sequence> f = FracRange(d.builder(), d.name(), lo, hi)) {
+      alts.push_back(Concat(Concat(sign, d.Range(k, k)), *f));
+    }
+  };
+  if (lower && upper) {
+    if (lower->i > upper->i) return;
+    if (lower->i == upper->i) {
+      at(lower->i, lower, upper);
+      return;
+    }
+  }
+  if (lower) at(lower->i, lower, std::nullopt);
+  const int64_t start = lower ? lower->i + 1 : 0, end = upper ? upper->i - 1 : kMaxMagnitude;
+  if (start <= end) alts.push_back(Concat(Concat(sign, d.Range(start, end)), d.AnyFraction()));
+  if (upper) at(upper->i, std::nullopt, upper);
+}
+
 // The magnitudes m (integer part, fraction unless integer_only) with lower <= m (or <)
 // and m <= upper (or <); alternatives appended to `alts` after `sign`.
 void Magnitudes(Digits& d, std::optional<Bound> lower, std::optional<Bound> upper,
@@ -158,6 +278,7 @@ absl::StatusOr<int> SchemaCompiler::CompileNumber(const json& s, const std::stri
     double v;
     bool strict;
     std::string key;
+    json value;
   };
   std::optional<Found> lower, upper;
   for (const auto& [bound, exclusive, is_lower] :
@@ -171,7 +292,7 @@ absl::StatusOr<int> SchemaCompiler::CompileNumber(const json& s, const std::stri
       if (!std::isfinite(v)) return Invalid(key, ptr, "must be a finite number");
       const bool tighter = !slot || (is_lower ? (v > slot->v || (v == slot->v && strict))
                                               : (v < slot->v || (v == slot->v && strict)));
-      if (tighter) slot = Found{v, strict, key};
+      if (tighter) slot = Found{v, strict, key, s[key]};
       return absl::OkStatus();
     };
     if (Has(s, bound)) {
@@ -200,7 +321,7 @@ absl::StatusOr<int> SchemaCompiler::CompileNumber(const json& s, const std::stri
     if (s["format"] == "int32") {
       for (auto [v, is_lower] : {std::pair<double, bool>{-2147483648.0, true}, {2147483647.0, false}}) {
         std::optional<Found>& slot = is_lower ? lower : upper;
-        if (!slot || (is_lower ? v > slot->v : v < slot->v)) slot = Found{v, false, "format"};
+        if (!slot || (is_lower ? v > slot->v : v < slot->v)) slot = Found{v, false, "format", json(int64_t(v))};
       }
     }
   }
@@ -213,14 +334,54 @@ absl::StatusOr<int> SchemaCompiler::CompileNumber(const json& s, const std::stri
   }
   if (!lower && !upper) return (integer_only ? lex_.Integer() : lex_.Number()).rule;
 
-  // As integer bounds: for integers ceil/floor (inclusive); for numbers only integers.
+  if (!integer_only) {
+    std::optional<Dec> lo, hi;
+    for (auto [f, slot] : {std::pair<const std::optional<Found>*, std::optional<Dec>*>{&lower, &lo}, {&upper, &hi}}) {
+      if (!*f) continue;
+      *slot = ToDec((*f)->value);
+      if (!*slot) {
+        return Unsupported((*f)->key, ptr, "a bound with more than 16 fraction digits");
+      }
+      (*slot)->strict = (*f)->strict;
+    }
+    if (absl::Status st = lex_.Reserve(6 * 16 * 4 + 200, "number bounds at " + Where(ptr)); !st.ok()) {
+      return st;
+    }
+    Digits d(b_, Where(ptr));
+    std::vector<Sequence> alts;
+    auto zero = [](const Dec& x) { return x.i == 0 && x.f.empty(); };
+    auto abs = [](Dec x) { x.neg = false; return x; };
+    // Without a sign: m = x.
+    {
+      std::optional<Dec> ml, mu;
+      bool none = false;
+      if (lo && !lo->neg && (!zero(*lo) || lo->strict)) ml = lo;
+      if (hi) {
+        if ((hi->neg && !zero(*hi)) || (zero(*hi) && hi->strict)) none = true;
+        mu = hi;
+      }
+      if (!none) DecimalMagnitudes(d, ml, mu, {}, alts);
+    }
+    // With a minus: x = -m, so x >= L is m <= -L and x <= U is m >= -U.
+    {
+      std::optional<Dec> ml, mu;
+      bool none = false;
+      if (hi && ((hi->neg && !zero(*hi)) || (zero(*hi) && hi->strict))) ml = abs(*hi);
+      if (lo) {
+        if ((!lo->neg && !zero(*lo)) || (zero(*lo) && lo->strict)) none = true;
+        mu = abs(*lo);
+      }
+      if (!none) DecimalMagnitudes(d, ml, mu, {Symbol::Byte('-')}, alts);
+    }
+    if (alts.empty()) return kNever;
+    return Rule(ptr, "number", std::move(alts));
+  }
+
+  // As integer bounds: ceil/floor (inclusive).
   auto integral = [&](const Found& f, bool is_lower) -> absl::StatusOr<Bound> {
     double v = f.v;
     bool strict = f.strict;
     if (std::floor(v) != v) {
-      if (!integer_only) {
-        return Unsupported(f.key, ptr, "a bound with a fraction on a number: only integer bounds");
-      }
       v = is_lower ? std::ceil(v) : std::floor(v);
       strict = false;
     }

@@ -267,8 +267,17 @@ TEST(JsonSchemaTest, NumberBoundsAreExactWithoutExponents) {
               {"0.5", "1", "1.000", "0.0000000000000001"}, {"0", "0.0", "-0", "1.01", "2"});
   ExpectTexts(R"({"type":"number","minimum":-1,"exclusiveMaximum":2})",
               {"-1", "-1.0", "-0.5", "0", "1.999"}, {"-1.01", "-2", "2", "2.0"});
-  EXPECT_THAT(Refusal(R"({"type":"number","minimum":0.5})"),
-              HasSubstr("unsupported keyword 'minimum' at / (a bound with a fraction on a number"));
+  // Bounds with fractions: the fraction compared digit by digit.
+  ExpectTexts(R"({"type":"number","minimum":0.5})", {"0.5", "0.50", "0.51", "0.6", "1", "12.05"},
+              {"0.49", "0.4999", "0", "0.05", "-0.5"});
+  ExpectTexts(R"({"type":"number","exclusiveMinimum":0.25,"maximum":0.3})", {"0.26", "0.251", "0.3", "0.300"},
+              {"0.25", "0.250", "0.2", "0.31", "0.3001", "1"});
+  ExpectTexts(R"({"type":"number","minimum":-459.67,"exclusiveMaximum":-1.5})",
+              {"-459.67", "-459.6", "-2", "-1.51", "-100"}, {"-459.671", "-460", "-1.5", "-1", "0"});
+  ExpectTexts(R"({"type":"number","minimum":-0.5,"maximum":0.5})", {"-0.5", "0", "-0", "0.5", "-0.25"},
+              {"-0.51", "0.51", "1", "-1"});
+  EXPECT_THAT(Refusal(R"({"type":"number","minimum":1e-20})"),
+              HasSubstr("unsupported keyword 'minimum' at / (a bound with more than 16 fraction digits"));
   // Bounds apply to numbers only.
   ExpectTexts(R"({"type":["number","string"],"maximum":0})", {"-3", "\"5\""}, {"5"});
 }
@@ -475,7 +484,7 @@ TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPath) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"type":"object","properties":{"a":{"type":"object","patternProperties":{"\\bx":{}}}}})",
        "unsupported keyword 'pattern' at /properties/a/patternProperties/\\bx"},
-      {R"({"type":"number","minimum":0.5})", "unsupported keyword 'minimum' at /"},
+      {R"({"type":"number","minimum":0.5,"multipleOf":0.5})", "unsupported keyword 'multipleOf' at /"},
       {R"({"not":{"enum":[null]}})", "unsupported keyword 'not' at /"},
       {R"({"if":{},"then":{}})", "unsupported keyword 'if' at /"},
       {R"({"type":"array","items":{"type":"array","uniqueItems":true}})",
