@@ -302,7 +302,7 @@ TEST(ToolAnswerTest, AnEnvelopeCutByMaxTokensIsNeverContent) {
     const json body = whole.Body(AtLength(int64_t(cut.size())), "length");
     const json& choice = body["choices"][0];
     EXPECT_EQ(choice["finish_reason"], "length") << cut;
-    EXPECT_EQ(choice["message"]["content"], text && !call ? json("Checking.\n") : json(call ? nullptr : ""))
+    EXPECT_EQ(choice["message"]["content"], text && !call ? json("Checking.\n") : call ? json(nullptr) : json(""))
         << cut << ": " << body.dump();
     EXPECT_EQ(choice["message"].contains("tool_calls"), call) << cut;
     if (call) {
