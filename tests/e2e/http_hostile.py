@@ -108,7 +108,7 @@ def many_messages(port):
 def ignored_fields(port):
     tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     bad_tool = [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "patternProperties": {"a": {}}}}}]
+        "type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}}}]
     user = [{"role": "user", "content": "In the beginning"}]
     cases = [
         ("/v1/chat/completions",
@@ -126,7 +126,7 @@ def ignored_fields(port):
         ("/v1/chat/completions",
          {"messages": user, "max_tokens": 2, "response_format":
           {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-              "type": "object", "properties": {"a": {"type": "object", "patternProperties": {}}}}}}},
+              "type": "object", "properties": {"a": {"type": "integer", "multipleOf": 3}}}}}},
          "response_format"),
         ("/v1/responses",
          {"input": "hi", "max_output_tokens": 2, "text":
@@ -134,7 +134,7 @@ def ignored_fields(port):
                       "description": "d"}}}, "text.format.description"),
         ("/v1/responses",
          {"input": "hi", "max_output_tokens": 2, "text":
-          {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object", "not": {}}}}},
+          {"format": {"type": "json_schema", "name": "x", "schema": {"type": "integer", "multipleOf": 7}}}},
          "text.format"),
         ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "tools": tool}, "tools"),
         ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "frobnicate": True}, "frobnicate"),

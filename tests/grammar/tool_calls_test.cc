@@ -143,7 +143,8 @@ TEST(CompileToolCallsTest, RefusalsNameWhatIsWrong) {
   s.function_name = "get_date";
   EXPECT_NE(message(s).find("get_date"), std::string::npos);
   s = Spec(ToolChoice::kRequired, true, ToolCallFormat::kHermes);
-  s.functions[1].parameters = nlohmann::ordered_json::parse(R"({"type": "object", "patternProperties": {}})");
+  s.functions[1].parameters = nlohmann::ordered_json::parse(
+      R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}})");
   EXPECT_NE(message(s).find("/tools/1/function/parameters"), std::string::npos) << message(s);
   EXPECT_FALSE(ToolCallFormatByName("llama3").ok());
   EXPECT_EQ(*ToolCallFormatByName(""), ToolCallFormat::kHermes);

@@ -326,11 +326,11 @@ async function sdkCommand(model) {
     [() => openai.chat.completions.create({
        model, messages: [{ role: "user", content: "x" }], response_format: {
          type: "json_schema", json_schema: { name: "x", schema: {
-           type: "object", properties: { a: { type: "string", patternProperties: {} } } } } } }),
-     "response_format", ["patternProperties", "/properties/a"]],
+           type: "object", properties: { a: { type: "integer", multipleOf: 3 } } } } } }),
+     "response_format", ["multipleOf", "/properties/a"]],
     [() => openai.responses.create({
-       model, input: "x", text: { format: { type: "json_schema", name: "x", schema: { not: {} } } } }),
-     "text.format", ["not"]],
+       model, input: "x", text: { format: { type: "json_schema", name: "x", schema: { type: "integer", multipleOf: 7 } } } }),
+     "text.format", ["multipleOf"]],
     [() => openai.chat.completions.create({
        model, messages: [{ role: "user", content: "x" }],
        response_format: { type: "json_schema", json_schema: { name: "x", description: "d", schema: {} } } }),

@@ -177,8 +177,8 @@ async function refusals() {
     }
     fail(`${param}: answered 200`);
   };
-  await refused({ tools: [{ type: "function", function: { name: "f", parameters: { type: "object", patternProperties: { x: {} } } } }] },
-                "tools", "patternProperties");
+  await refused({ tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { n: { type: "integer", multipleOf: 3 } } } } }] },
+                "tools", "multipleOf");
   await refused({ tools: TOOLS, tool_choice: { type: "function", function: { name: "get_date" } } },
                 "tool_choice.function.name", "names no function");
   await refused({ tools: TOOLS, tool_choice: "required", stop: ["}"] }, "stop", "would cut");

@@ -96,8 +96,8 @@ TEST(ParseGenerate, SchemaThatDoesNotCompileIsInvalidNamingFieldAndKeyword) {
   };
   for (const Case& c :
        {Case{"{\"type\":", {"sampling.constraint.json_schema", "not JSON"}},
-        Case{R"({"type":"object","properties":{"a":{"type":"object","patternProperties":{}}}})",
-             {"sampling.constraint.json_schema", "patternProperties", "/properties/a"}},
+        Case{R"({"type":"object","properties":{"a":{"type":"integer","multipleOf":3}}})",
+             {"sampling.constraint.json_schema", "multipleOf", "/properties/a"}},
         Case{R"({"type":"strung"})", {"sampling.constraint.json_schema", "keyword 'type'"}}}) {
     auto parsed = Parse(WithSchema(c.schema));
     ASSERT_FALSE(parsed.ok()) << c.schema;
@@ -168,7 +168,7 @@ TEST(ConstraintCache, CompilesEachDistinctConstraintOnceAndDropsTheLeastRecently
 
   // A refusal is kept as well, and answered the same.
   v1::Constraint bad;
-  bad.set_json_schema(R"({"type":"object","patternProperties":{}})");
+  bad.set_json_schema(R"({"type":"integer","multipleOf":3})");
   const absl::Status refused = cache.Get(bad).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cache.Get(bad).status(), refused);
