@@ -357,7 +357,8 @@ absl::StatusOr<int> SchemaCompiler::CompileAlternatives(const json& s, const std
   const json& list = s[key];
   if (!list.is_array() || list.empty()) return Invalid(key, ptr, "must be a non-empty array");
   if (key == "oneOf") {
-    for (size_t i = 0; i < list.size(); ++i) {
+    if (absl::Status st = CheckManyBranches(list, ptr); !st.ok()) return st;
+    for (size_t i = 0; i < list.size() && list.size() <= kPairwiseBranches; ++i) {
       for (size_t j = i + 1; j < list.size(); ++j) {
         if (!Disjoint(list[i], list[j])) {
           return Unsupported(key, ptr, absl::StrCat("branches ", i, " and ", j,
@@ -375,6 +376,27 @@ absl::StatusOr<int> SchemaCompiler::CompileAlternatives(const json& s, const std
   if (alts.empty()) return kNever;
   if (alts.size() == 1) return alts[0][0].rule;
   return Rule(ptr, key, std::move(alts));
+}
+
+absl::Status SchemaCompiler::CheckManyBranches(const json& list, const std::string& ptr) {
+  if (list.size() <= kPairwiseBranches) return absl::OkStatus();
+  // Past the pairs checked one by one: branches that are each a const or an enum of
+  // scalars, no value in two of them (one pass over the values).
+  std::set<std::string> seen;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::optional<std::set<std::string>> values = ValueSet(list[i]);
+    if (!values) {
+      return Unsupported("oneOf", ptr, absl::StrCat("more than ", kPairwiseBranches,
+                                                    " branches that are not all const or enum values"));
+    }
+    for (const std::string& v : *values) {
+      if (!seen.insert(v).second) {
+        return Unsupported("oneOf", ptr, absl::StrCat("branch ", i, " repeats the value ", v,
+                                                      "; anyOf would not refuse that"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 // --- oneOf: can two branches both hold for one value? ---

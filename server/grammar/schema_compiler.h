@@ -26,6 +26,8 @@ namespace attnserve::grammar::schema {
 using json = nlohmann::ordered_json;
 
 inline constexpr int kNever = -1;  // a schema no JSON value satisfies
+// oneOf branches compared pair by pair at most (past it, only values are compared).
+inline constexpr size_t kPairwiseBranches = 128;
 
 // JSON types as Ajv tells them apart; numbers split into integers and the rest, so that
 // "integer" and "number" overlap where they do.
@@ -146,6 +148,9 @@ class SchemaCompiler {
   // oneOf: whether two branches' valid values cannot overlap (over-approximations of
   // what Ajv accepts, so "disjoint" is a proof).
   bool Disjoint(const json& a, const json& b);
+  // A oneOf of more than kPairwiseBranches: refused unless its branches are values, none
+  // in two of them.
+  absl::Status CheckManyBranches(const json& list, const std::string& ptr);
   unsigned ValidTypes(const json& s, int depth);
   const json* Plain(const json& s, int depth) const;
   std::optional<std::set<std::string>> ValueSet(const json& s) const;

@@ -436,6 +436,9 @@ absl::StatusOr<int> SchemaCompiler::CompileMerge(const Member& m, const std::str
   for (size_t c = 0; c < acc.choices.size(); ++c) {
     const auto& [key, list] = acc.choices[c];
     if (key == "oneOf" && !exclusions[c]) {
+      if (list.size() > kPairwiseBranches) {
+        return Unsupported(key, ptr, absl::StrCat("more than ", kPairwiseBranches, " branches beside other keywords"));
+      }
       for (size_t i = 0; i < list.size(); ++i) {
         for (size_t j = i + 1; j < list.size(); ++j) {
           const bool apart = (ValidTypes(*list[i].s, 0) & ValidTypes(*list[j].s, 0) & acc.types) == 0 ||

@@ -551,6 +551,23 @@ TEST(JsonSchemaTest, ManyOptionalPropertiesStayWithinTheMatchersStacks) {
   EXPECT_FALSE(Accepts(e, "\"value-500\""));
 }
 
+TEST(JsonSchemaTest, LongOneOfsCompareValuesNotPairs) {
+  json values = json::array(), objects = json::array();
+  for (int i = 0; i < 400; ++i) {
+    values.push_back({{"const", "v" + std::to_string(i)}, {"description", "d"}});
+    objects.push_back({{"type", "object"}, {"required", {"k" + std::to_string(i)}}});
+  }
+  auto g = Compile(json({{"oneOf", values}}).dump());
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(Accepts(g, "\"v399\""));
+  EXPECT_FALSE(Accepts(g, "\"v400\""));
+  values.push_back({{"enum", {"x", "v7"}}});
+  EXPECT_THAT(Refusal(json({{"oneOf", values}}).dump()),
+              HasSubstr("unsupported keyword 'oneOf' at / (branch 400 repeats the value \"v7\""));
+  EXPECT_THAT(Refusal(json({{"oneOf", objects}}).dump()),
+              HasSubstr("unsupported keyword 'oneOf' at / (more than 128 branches"));
+}
+
 TEST(JsonSchemaTest, AnyJsonObjectAndSharedRules) {
   GrammarBuilder b;
   const int any = AddAnyJsonObject(b);
