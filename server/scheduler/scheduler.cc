@@ -449,7 +449,10 @@ void Scheduler::Emit(Turn& t, float* logits, int64_t vocab) {
     }
   }
   ++t.generated;
-  const bool stopped = t.stops->Add(event.bytes);
+  // Stop strings end free text only: inside a constrained part (a tool call under
+  // tool_choice auto, once its trigger came) they would cut it. Admission refuses them
+  // under a constraint that applies from the first byte.
+  const bool stopped = !(t.constraint && t.constraint->active()) && t.stops->Add(event.bytes);
   t.sink->OnToken(std::move(event));
   if (t.metrics) t.metrics->AddGeneratedTokens(1);
   t.next_input = id;

@@ -155,6 +155,16 @@ absl::StatusOr<ParsedGenerate> ParseGenerate(const v1::GenerateRequest& r,
   out.turn.top_logprobs = r.top_logprobs();
   // Last: compiling a schema is the costliest check (a repeated one is a cache lookup).
   if (r.sampling().constraint().kind_case() != v1::Constraint::KIND_NOT_SET) {
+    const v1::Constraint& c = r.sampling().constraint();
+    const bool lazy = c.kind_case() == v1::Constraint::kToolCalls &&
+                      c.tool_calls().choice() == v1::ToolCallConstraint::CHOICE_AUTO;
+    if (r.sampling().stop_size() > 0 && !lazy) {
+      return Invalid(absl::StrCat(
+          "sampling.stop: stop strings cannot be used with sampling.constraint.",
+          ConstraintKindName(c),
+          " (it applies from the answer's first byte: a stop string would cut the "
+          "constrained answer while it reported it complete)"));
+    }
     auto constraint = SharedConstraintCache().Get(r.sampling().constraint());
     if (!constraint.ok()) return constraint.status();
     out.turn.constraint = *std::move(constraint);
