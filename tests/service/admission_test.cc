@@ -143,6 +143,28 @@ TEST(ParseGenerate, ToolCallsCompileFromTheProtoSpec) {
       << schema.status();
 }
 
+TEST(ParseGenerate, StopStringsAreRefusedUnderAConstraintFromTheFirstByte) {
+  // A stop string would cut a constrained answer that then reports itself complete.
+  v1::GenerateRequest schema = WithSchema(R"({"type":"object"})");
+  schema.mutable_sampling()->add_stop("}");
+  auto refused = Parse(schema);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("sampling.stop"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("json_schema"), std::string::npos) << refused.status();
+
+  v1::GenerateRequest r = Request(false, 0);
+  r.mutable_sampling()->add_stop("}");
+  v1::ToolCallConstraint* tools = r.mutable_sampling()->mutable_constraint()->mutable_tool_calls();
+  tools->add_functions()->set_name("ping");
+  tools->set_choice(v1::ToolCallConstraint::CHOICE_REQUIRED);
+  EXPECT_FALSE(Parse(r).ok());
+  // Under tool_choice auto they end the free text before a call (the scheduler's rule).
+  tools->set_choice(v1::ToolCallConstraint::CHOICE_AUTO);
+  auto lazy = Parse(r);
+  EXPECT_TRUE(lazy.ok()) << lazy.status();
+}
+
 TEST(ConstraintCache, CompilesEachDistinctConstraintOnceAndDropsTheLeastRecentlyUsed) {
   ConstraintCache cache(2);
   v1::Constraint a, b, c;
