@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "server/grammar/mask_cache.h"
 
@@ -60,23 +61,54 @@ Vocabulary::Vocabulary(const std::vector<std::string>& token_bytes,
   }
 }
 
-bool Vocabulary::Walk(const Grammar& grammar, int32_t node, int depth, TokenMask& mask,
-                      std::vector<StackSet>& levels, Work& work) const {
-  if (levels.size() <= size_t(depth) + 1) levels.resize(size_t(depth) + 2);
+struct Vocabulary::WalkStates {
+  static constexpr int32_t kRefused = -1, kExhausted = -2;
+
+  // The state after `state` consumes `b`: its id, kRefused, or kExhausted when `work`
+  // ran out computing it.
+  int32_t Next(const Grammar& grammar, int32_t state, uint8_t b, Work& work) {
+    const uint64_t key = uint64_t(uint32_t(state)) << 8 | b;
+    if (auto it = next.find(key); it != next.end()) return it->second;
+    StackSet to;
+    if (!Matcher::Advance(grammar, states[size_t(state)], b, to, &work)) {
+      if (work.exhausted()) return kExhausted;
+      next.emplace(key, kRefused);
+      return kRefused;
+    }
+    const int32_t id = Intern(std::move(to));
+    next.emplace(key, id);
+    return id;
+  }
+
+  int32_t Intern(StackSet state) {
+    std::string key(reinterpret_cast<const char*>(state.data.data()),
+                    state.data.size() * sizeof(int32_t));
+    auto [it, added] = ids.try_emplace(std::move(key), int32_t(states.size()));
+    if (added) states.push_back(std::move(state));
+    return it->second;
+  }
+
+  std::vector<StackSet> states;
+  std::unordered_map<std::string, int32_t> ids;  // a state's data -> its index
+  std::unordered_map<uint64_t, int32_t> next;    // (state, byte) -> state or kRefused
+};
+
+bool Vocabulary::Walk(const Grammar& grammar, int32_t node, int32_t state, TokenMask& mask,
+                      WalkStates& states, Work& work) const {
   const Node& n = nodes_[size_t(node)];
   for (int32_t k = 0; k < n.child_count; ++k) {
     const auto& [b, child] = children_[size_t(n.first_child + k)];
+    if (!work.Spend(1)) return false;  // the node itself
+    const int32_t next = states.Next(grammar, state, b, work);
+    if (next == WalkStates::kExhausted) return false;
     // A refused byte prunes the child's whole subtree: no token under it is allowed.
-    if (!Matcher::Advance(grammar, levels[size_t(depth)], b, levels[size_t(depth) + 1], &work)) {
-      if (work.exhausted()) return false;
-      continue;
-    }
+    if (next == WalkStates::kRefused) continue;
     const Node& c = nodes_[size_t(child)];
     for (int32_t t = 0; t < c.token_count; ++t) {
       const int32_t id = node_tokens_[size_t(c.first_token + t)];
       mask[size_t(id) >> 6] |= uint64_t(1) << (id & 63);
     }
-    if (c.child_count > 0 && !Walk(grammar, child, depth + 1, mask, levels, work)) return false;
+    if (c.child_count > 0 && !Walk(grammar, child, next, mask, states, work)) return false;
   }
   return true;
 }
@@ -84,10 +116,9 @@ bool Vocabulary::Walk(const Grammar& grammar, int32_t node, int depth, TokenMask
 absl::StatusOr<TokenMask> Vocabulary::ComputeMask(const Matcher& matcher, Work& work) const {
   if (!matcher.start_status().ok()) return matcher.start_status();
   TokenMask mask((size_t(size_) + 63) / 64, 0);
-  thread_local std::vector<StackSet> levels;
-  if (levels.empty()) levels.resize(1);
-  levels[0] = matcher.state();
-  if (!Walk(matcher.grammar(), 0, 0, mask, levels, work)) return work.Exhausted("a token mask");
+  WalkStates states;
+  const int32_t start = states.Intern(matcher.state());
+  if (!Walk(matcher.grammar(), 0, start, mask, states, work)) return work.Exhausted("a token mask");
   if (matcher.CanEnd()) {
     for (int32_t eos : eos_ids_) {
       if (eos >= 0 && eos < size_) mask[size_t(eos) >> 6] |= uint64_t(1) << (eos & 63);

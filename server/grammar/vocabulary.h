@@ -60,9 +60,14 @@ class Vocabulary {
   };
 
  private:
+  // The states one mask's walk meets, each once, and their transitions by byte,
+  // computed once each: inside a JSON string nearly every trie node leads back to one of
+  // a few states, so a walk of the whole trie costs a lookup per node, not a byte's
+  // expansion.
+  struct WalkStates;
   // False when `work` ran out.
-  bool Walk(const Grammar& grammar, int32_t node, int depth, TokenMask& mask,
-            std::vector<StackSet>& levels, Work& work) const;
+  bool Walk(const Grammar& grammar, int32_t node, int32_t state, TokenMask& mask,
+            WalkStates& states, Work& work) const;
 
   int size_ = 0;
   std::vector<int32_t> eos_ids_;
