@@ -130,14 +130,14 @@ with attnserve.Client(sys.argv[1]) as client:
         jsonschema.validate(json.loads(turn.text), schema)
         finished += 1
     print(f"  {finished} answers valid under the schema, e.g. {turn.text.decode()!r}")
-    bad = dict(schema, properties=dict(schema["properties"], chapter={"type": "integer", "minimum": 1}))
+    bad = dict(schema, properties=dict(schema["properties"], chapter={"type": "integer", "multipleOf": 3}))
     try:
         client.generate("x", constraint=pb.Constraint(json_schema=json.dumps(bad))).result()
-        sys.exit("a schema with minimum was served")
+        sys.exit("a schema with multipleOf 3 was served")
     except attnserve.Error as e:
-        if e.code != grpc.StatusCode.INVALID_ARGUMENT or "'minimum'" not in e.details \
+        if e.code != grpc.StatusCode.INVALID_ARGUMENT or "'multipleOf'" not in e.details \
                 or "/properties/chapter" not in e.details:
-            sys.exit(f"minimum: {e}")
+            sys.exit(f"multipleOf: {e}")
         print(f"  {e}")
 PY
 
