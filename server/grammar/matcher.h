@@ -37,10 +37,12 @@ struct StackSet {
 };
 
 // The limits grammar work runs under. One unit of work is one stack entry visited or
-// written while expanding: 1-4 ns on these machines once the buffers are warm
-// (tests/bench/README.md, "Bounded grammar work"), so kStepWork stays under the 50 ms a
-// sampling step may spend on its grammar, while a mask inside a JSON string, which walks
-// nearly the whole trie of a 151k vocabulary, needs a tenth of it.
+// written while expanding: 1-8 ns on these machines once the buffers are warm
+// (tests/bench/README.md, "Bounded grammar work"), so kStepWork is 8-67 ms of a step at
+// most, against the 50 ms a step may spend on its grammar (the slow end is an ambiguous
+// grammar's thousands of stacks). A mask's walk meets each state once (vocabulary.h), so
+// a mask inside a JSON string over a 151k vocabulary (333k trie nodes) spends a unit per
+// node and a few thousand for its states: no MaskBench sample walk came near the budget.
 struct GrammarBudget {
   // Distinct stacks one state may hold (each costs its length in memory and in every
   // later byte's work).

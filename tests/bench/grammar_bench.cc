@@ -85,6 +85,84 @@ Run Answer(const std::shared_ptr<const grammar::Grammar>& g, const grammar::Voca
   return run;
 }
 
+// The request bodies of issue 36 whose grammar work froze the engine, and two legitimate
+// worst cases (a mask inside a JSON string walks nearly the whole trie; an object of
+// 1,101 optional properties holds one parse stack per property after `{"`): the work
+// each costs against the budgets of server/grammar/matcher.h.
+struct Attack {
+  const char* name;
+  std::string schema;
+  std::string prefix;  // the answer so far, where the mask is taken
+};
+
+std::vector<Attack> Attacks() {
+  std::string defs, props;
+  for (int i = 0; i < 40; ++i) {
+    defs += "\"d" + std::to_string(i) + "\":{\"anyOf\":[{\"$ref\":\"#/$defs/d" +
+            std::to_string(i + 1) + "\"},{\"$ref\":\"#/$defs/d" + std::to_string(i + 1) + "\"}]},";
+  }
+  for (int i = 0; i < 1101; ++i) props += (i ? "," : "") + ("\"p" + std::to_string(i) + "\":{\"type\":\"integer\"}");
+  return {
+      {"pattern (?:\\|){27}", R"({"type":"string","pattern":"^(?:|){27}$"})", ""},
+      {"pattern (?:\\|){40}", R"({"type":"string","pattern":"^(?:|){40}$"})", ""},
+      {"40 nested anyOf of equal $refs", "{\"$ref\":\"#/$defs/d0\",\"$defs\":{" + defs + "\"d40\":{\"type\":\"integer\"}}}", ""},
+      {"anyOf whose parses double per byte",
+       R"({"$ref":"#/$defs/x","$defs":{"x":{"anyOf":[{"type":"array","items":{"$ref":"#/$defs/x"}},{"type":"array","items":{"$ref":"#/$defs/x"},"maxItems":3}]}}})",
+       "[[[[[[[["},
+      {"1,101 optional properties, after {\"", "{\"type\":\"object\",\"properties\":{" + props + "}}", "{\""},
+      {"flat, inside a string", kFlat, "{\"name\":\"Ab"},
+  };
+}
+
+void BoundedWork(const grammar::Vocabulary& vocabulary) {
+  std::printf("\n## Bounded grammar work (%d ids)\n\n", vocabulary.size());
+  std::printf("Budgets: %lld units and %lld stacks per byte, %lld per mask or step "
+              "(server/grammar/matcher.h). The mask is cold (no cache), best of 3.\n\n",
+              (long long)grammar::GrammarBudget::kByteWork, (long long)grammar::GrammarBudget::kMaxStacks,
+              (long long)grammar::GrammarBudget::kStepWork);
+  std::printf("| schema | compile ms | dry run | dry run ms | stacks at the mask | mask work units | mask ms | ns/unit | allowed ids |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (const Attack& a : Attacks()) {
+    const auto c0 = Clock::now();
+    auto g = grammar::CompileJsonSchema(nlohmann::ordered_json::parse(a.schema));
+    const double compile_ms = Micros(Clock::now() - c0) / 1000;
+    if (!g.ok()) {
+      std::printf("| %s | refused: %s |\n", a.name, std::string(g.status().message()).c_str());
+      continue;
+    }
+    const auto d0 = Clock::now();
+    const absl::Status dry = grammar::DryRun(**g);
+    const double dry_ms = Micros(Clock::now() - d0) / 1000;
+    grammar::Matcher m(*g);
+    std::string verdict = dry.ok() ? "served" : "400";
+    if (absl::Status st = m.Accept(a.prefix); !st.ok()) {
+      std::printf("| %s | %.2f | %s | %.1f | prefix refused: %s |\n", a.name, compile_ms,
+                  verdict.c_str(), dry_ms, std::string(st.message()).c_str());
+      continue;
+    }
+    double best_ms = 1e30;
+    int64_t units = 0;
+    std::string allowed = "-";
+    for (int rep = 0; rep < 3; ++rep) {
+      grammar::Work work;
+      const auto t0 = Clock::now();
+      absl::StatusOr<grammar::TokenMask> mask = vocabulary.ComputeMask(m, work);
+      best_ms = std::min(best_ms, Micros(Clock::now() - t0) / 1000);
+      units = work.spent();
+      if (mask.ok()) {
+        int64_t n = 0;
+        for (uint64_t w : *mask) n += __builtin_popcountll(w);
+        allowed = std::to_string(n);
+      } else {
+        allowed = "over budget";
+      }
+    }
+    std::printf("| %s | %.2f | %s | %.1f | %lld | %lld | %.2f | %.2f | %s |\n", a.name, compile_ms,
+                verdict.c_str(), dry_ms, (long long)m.state().size(), (long long)units, best_ms,
+                units > 0 ? best_ms * 1e6 / double(units) : 0.0, allowed.c_str());
+  }
+}
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -183,6 +261,7 @@ int Main(int argc, char** argv) {
                 double(tokens) / answers, complete, answers, Mean(cold), Median(cold), Mean(warm),
                 Median(warm), (long long)(*g)->mask_cache().misses());
   }
+  BoundedWork(vocabulary);
   return 0;
 }
 
