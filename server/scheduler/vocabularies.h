@@ -12,8 +12,9 @@
 
 namespace attnserve::scheduler {
 
-// The vocabulary of `tokenizer`, built at the first call for it (under a lock: two
-// threads asking for a new one wait for one build). Thread-safe. The vocabulary lives as
+// The vocabulary of `tokenizer`, built at the first call for it, outside the lock (a
+// look-up never waits behind a build; two threads building the same one keep the
+// first). Thread-safe. The vocabulary lives as
 // long as the tokenizer or a caller holding it; a tokenizer freed and another made at its
 // address get a new one.
 std::shared_ptr<const grammar::Vocabulary> SharedVocabulary(
