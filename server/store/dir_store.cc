@@ -27,6 +27,7 @@ constexpr char kSnapSuffix[] = ".snap";
 constexpr char kGenSuffix[] = ".gen";
 constexpr char kLeaseSuffix[] = ".lock";
 constexpr char kGateSuffix[] = ".rw";
+constexpr char kPageSuffix[] = ".page";
 constexpr char kTempInfix[] = ".tmp.";
 
 // Opens `file`, retrying when a signal interrupts; the fd or -1 with errno set.
@@ -127,6 +128,119 @@ std::string DirSnapshotStore::LeasePath(const std::string& id) const {
 
 std::string DirSnapshotStore::GatePath(const std::string& id) const {
   return absl::StrCat(path_, "/", id, kGateSuffix);
+}
+
+std::string DirSnapshotStore::PagePath(const std::string& id) const {
+  return absl::StrCat(path_, "/", id, kPageSuffix);
+}
+
+absl::StatusOr<bool> DirSnapshotStore::ExtendPage(const std::string& id, absl::Time expiry) {
+  const std::string file = PagePath(id);
+  FileLock lock;
+  if (int err = FileLock::Take(file, LOCK_EX, /*create=*/false, &lock); err != 0) {
+    if (err == ENOENT) return false;
+    return Errno("locking", file, err);
+  }
+  struct stat st;
+  if (stat(file.c_str(), &st) != 0) return Errno("examining", file, errno);
+  if (MTime(st) <= clock_->Now()) return false;  // a sweep may unlink it any time
+  if (MTime(st) < expiry) {
+    struct timespec times[2];
+    times[0].tv_nsec = UTIME_OMIT;  // atime
+    times[1] = absl::ToTimespec(expiry);
+    if (utimensat(AT_FDCWD, file.c_str(), times, 0) != 0) {
+      return Errno("setting the expiry (mtime) of", file, errno);
+    }
+  }
+  return true;
+}
+
+void DirSnapshotStore::RemovePageIfExpired(const std::string& id) {
+  const std::string file = PagePath(id);
+  FileLock lock;
+  if (FileLock::Take(file, LOCK_EX, /*create=*/false, &lock) != 0) return;
+  struct stat st;
+  if (stat(file.c_str(), &st) == 0 && MTime(st) <= clock_->Now()) lock.RemoveAndRelease();
+}
+
+absl::StatusOr<int64_t> DirSnapshotStore::PutPages(const std::vector<PageWrite>& pages,
+                                                   absl::Duration ttl) {
+  if (absl::Status s = ValidatePageIds(pages); !s.ok()) return s;
+  if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
+  const absl::Time expiry = clock_->Now() + RoundTtl(ttl);
+  int64_t written = 0;
+  for (const PageWrite& page : pages) {
+    absl::StatusOr<bool> stored = ExtendPage(page.id, expiry);
+    if (!stored.ok()) return stored.status();
+    if (*stored) continue;
+    absl::StatusOr<std::string> temp = WriteTemp(page.id, kPageSuffix, page.bytes, expiry);
+    if (!temp.ok()) return temp.status();
+    absl::Cleanup remove_temp = [&temp] { unlink(temp->c_str()); };
+    const std::string file = PagePath(page.id);
+    // An expired page left under the name would refuse the link: it goes first.
+    for (int attempt = 0;; ++attempt) {
+      if (link(temp->c_str(), file.c_str()) == 0) {
+        written += int64_t(page.bytes.size());
+        break;
+      }
+      if (errno != EEXIST) return Errno("linking", file, errno);
+      // Written meanwhile by another writer (same id, same bytes), or expired.
+      stored = ExtendPage(page.id, expiry);
+      if (!stored.ok()) return stored.status();
+      if (*stored) break;
+      if (attempt > 0) return Errno("linking", file, EEXIST);
+      RemovePageIfExpired(page.id);
+    }
+  }
+  if (written > 0) {
+    if (absl::Status s = SyncDir(); !s.ok()) return s;
+  }
+  return written;
+}
+
+absl::StatusOr<std::vector<std::optional<std::string>>> DirSnapshotStore::GetPages(
+    const std::vector<std::string>& ids) {
+  if (absl::Status s = ValidatePageIds(ids); !s.ok()) return s;
+  std::vector<std::optional<std::string>> out;
+  out.reserve(ids.size());
+  for (const std::string& id : ids) {
+    const std::string file = PagePath(id);
+    const int fd = OpenRetrying(file, O_RDONLY);
+    if (fd < 0) {
+      if (errno != ENOENT) return Errno("opening", file, errno);
+      if (absl::Status s = CheckDirExists(); !s.ok()) return s;
+      out.emplace_back();
+      continue;
+    }
+    absl::Cleanup close_fd = [fd] { close(fd); };
+    struct stat st;
+    if (fstat(fd, &st) != 0) return Errno("examining", file, errno);
+    if (MTime(st) <= clock_->Now()) {
+      out.emplace_back();
+      continue;
+    }
+    std::string bytes;
+    if (int err = ReadAll(fd, static_cast<size_t>(st.st_size), &bytes); err != 0) {
+      return Errno("reading", file, err);
+    }
+    out.emplace_back(std::move(bytes));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<bool>> DirSnapshotStore::ExtendPages(
+    const std::vector<std::string>& ids, absl::Duration ttl) {
+  if (absl::Status s = ValidatePageIds(ids); !s.ok()) return s;
+  if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
+  const absl::Time expiry = clock_->Now() + RoundTtl(ttl);
+  std::vector<bool> out;
+  out.reserve(ids.size());
+  for (const std::string& id : ids) {
+    absl::StatusOr<bool> stored = ExtendPage(id, expiry);
+    if (!stored.ok()) return stored.status();
+    out.push_back(*stored);
+  }
+  return out;
 }
 
 absl::Status DirSnapshotStore::Put(const std::string& id, std::string_view bytes,
@@ -362,6 +476,11 @@ absl::StatusOr<int> DirSnapshotStore::RemoveExpired() {
       struct stat st;
       if (lstat(file.c_str(), &st) == 0 && MTime(st) <= clock_->Now() && UnlinkIfExpired(id)) {
         ++removed;
+      }
+    } else if (ParseFileName(entry_name, kPageSuffix, &id)) {
+      struct stat st;
+      if (lstat(file.c_str(), &st) == 0 && MTime(st) <= clock_->Now()) {
+        RemovePageIfExpired(id);
       }
     } else if (ParseFileName(entry_name, kLeaseSuffix, &id) ||
                ParseFileName(entry_name, kGateSuffix, &id)) {

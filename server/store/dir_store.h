@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -47,6 +49,14 @@ namespace attnserve::store {
 //   calls (the temp files are written and synced before, the directory after); removed by
 //   whoever last used it (a gate's contents are nothing).
 //
+// Pages (SnapshotStore's page methods): `PATH/<id>.page`, mtime = expiry like a snapshot.
+// PutPages writes a temp file (fsynced, mtime set) and link(2)s it to the page's name,
+// which fails if the name exists: put-if-absent, atomic, so a reader sees a whole page or
+// none. Extending and removing an expired page both hold an exclusive flock on the page
+// file itself (FileLock, which also checks that the name still names the inode locked):
+// an extension either finds the file and raises its mtime before any sweep can judge it
+// expired, or finds it gone and reports it absent, so its writer writes it again.
+//
 // PutFenced checks, under the gate, that this store holds `token`'s lease on `id` and that
 // `<id>.gen` says `generation`. Plain Get needs no gate (one file). If a crash falls
 // between a write's two renames, the generation was raised and the bytes are the old ones:
@@ -65,8 +75,8 @@ class DirSnapshotStore : public SnapshotStore {
                    absl::Duration ttl) override;
   absl::StatusOr<std::string> Get(const std::string& id) override;
   absl::Status Delete(const std::string& id) override;
-  // Returns the number of expired snapshots deleted (generations, stale temp files and lock
-  // files are not counted).
+  // Returns the number of expired snapshots deleted (generations, expired pages, stale
+  // temp files and lock files are not counted).
   absl::StatusOr<int> RemoveExpired() override;
   absl::StatusOr<LeaseGrant> AcquireLease(const std::string& id,
                                           absl::Duration ttl) override;
@@ -79,6 +89,13 @@ class DirSnapshotStore : public SnapshotStore {
   absl::StatusOr<int64_t> GetGeneration(const std::string& id) override;
   absl::StatusOr<std::pair<std::string, int64_t>> GetWithGeneration(
       const std::string& id) override;
+  // Pages (see the class comment).
+  absl::StatusOr<int64_t> PutPages(const std::vector<PageWrite>& pages,
+                                   absl::Duration ttl) override;
+  absl::StatusOr<std::vector<std::optional<std::string>>> GetPages(
+      const std::vector<std::string>& ids) override;
+  absl::StatusOr<std::vector<bool>> ExtendPages(const std::vector<std::string>& ids,
+                                                absl::Duration ttl) override;
   const std::string& name() const override { return name_; }
 
   // `PATH/<id>.snap`, `.gen`, `.lock`, `.rw`: where `id`'s snapshot, generation, lease and
@@ -87,6 +104,8 @@ class DirSnapshotStore : public SnapshotStore {
   std::string GenerationPath(const std::string& id) const;
   std::string LeasePath(const std::string& id) const;
   std::string GatePath(const std::string& id) const;
+  // `PATH/<id>.page`: where page `id` lives.
+  std::string PagePath(const std::string& id) const;
 
   // Temp files younger than this are a Put in progress; older ones are crash leftovers.
   // Unlocked lease and gate files older than this are swept too.
@@ -128,6 +147,10 @@ class DirSnapshotStore : public SnapshotStore {
   // Unlinks `id`'s snapshot and generation files that have expired, under the gate, so
   // never a file a concurrent write just installed. True if it unlinked the snapshot.
   bool UnlinkIfExpired(const std::string& id);
+  // Makes page `id` expire no sooner than `expiry`; false if it is absent or expired.
+  absl::StatusOr<bool> ExtendPage(const std::string& id, absl::Time expiry);
+  // Unlinks page `id` if it has expired; never one a writer has just extended.
+  void RemovePageIfExpired(const std::string& id);
   // Removes the lease or gate file `file` if it is old and nobody holds it.
   void RemoveIfStaleLock(const std::string& file);
   // fsyncs the directory, making renames and creations in it durable.

@@ -1,5 +1,7 @@
 #include "server/store/memory_store.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace attnserve::store {
@@ -69,6 +71,13 @@ absl::StatusOr<int> MemorySnapshotStore::RemoveExpired() {
       bytes_ -= int64_t(it->second.bytes.size());
       snapshots_.erase(it++);
       ++removed;
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = pages_.begin(); it != pages_.end();) {
+    if (it->second.expires <= now) {
+      pages_.erase(it++);
     } else {
       ++it;
     }
@@ -146,6 +155,61 @@ absl::StatusOr<std::pair<std::string, int64_t>> MemorySnapshotStore::GetWithGene
 int64_t MemorySnapshotStore::bytes() {
   absl::MutexLock lock(&mu_);
   return bytes_;
+}
+
+MemorySnapshotStore::Page* MemorySnapshotStore::FindPageLocked(const std::string& id) {
+  auto it = pages_.find(id);
+  if (it == pages_.end()) return nullptr;
+  if (it->second.expires <= clock_->Now()) {
+    pages_.erase(it);
+    return nullptr;
+  }
+  return &it->second;
+}
+
+absl::StatusOr<int64_t> MemorySnapshotStore::PutPages(const std::vector<PageWrite>& pages,
+                                                      absl::Duration ttl) {
+  if (absl::Status s = ValidatePageIds(pages); !s.ok()) return s;
+  if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  const absl::Time expires = clock_->Now() + RoundTtl(ttl);
+  int64_t written = 0;
+  for (const PageWrite& page : pages) {
+    if (Page* stored = FindPageLocked(page.id)) {
+      stored->expires = std::max(stored->expires, expires);
+      continue;
+    }
+    pages_[page.id] = Page{std::string(page.bytes), expires};
+    written += int64_t(page.bytes.size());
+  }
+  return written;
+}
+
+absl::StatusOr<std::vector<std::optional<std::string>>> MemorySnapshotStore::GetPages(
+    const std::vector<std::string>& ids) {
+  if (absl::Status s = ValidatePageIds(ids); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  std::vector<std::optional<std::string>> out;
+  for (const std::string& id : ids) {
+    const Page* page = FindPageLocked(id);
+    out.push_back(page == nullptr ? std::nullopt : std::optional<std::string>(page->bytes));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<bool>> MemorySnapshotStore::ExtendPages(
+    const std::vector<std::string>& ids, absl::Duration ttl) {
+  if (absl::Status s = ValidatePageIds(ids); !s.ok()) return s;
+  if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  const absl::Time expires = clock_->Now() + RoundTtl(ttl);
+  std::vector<bool> out;
+  for (const std::string& id : ids) {
+    Page* page = FindPageLocked(id);
+    if (page != nullptr) page->expires = std::max(page->expires, expires);
+    out.push_back(page != nullptr);
+  }
+  return out;
 }
 
 absl::StatusOr<int64_t> MemorySnapshotStore::GetGeneration(const std::string& id) {

@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <string>
+#include <optional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -36,8 +38,14 @@ class MemorySnapshotStore : public SnapshotStore {
   absl::StatusOr<std::pair<std::string, int64_t>> GetWithGeneration(
       const std::string& id) override;
   absl::StatusOr<int64_t> GetGeneration(const std::string& id) override;
+  absl::StatusOr<int64_t> PutPages(const std::vector<PageWrite>& pages,
+                                   absl::Duration ttl) override;
+  absl::StatusOr<std::vector<std::optional<std::string>>> GetPages(
+      const std::vector<std::string>& ids) override;
+  absl::StatusOr<std::vector<bool>> ExtendPages(const std::vector<std::string>& ids,
+                                                absl::Duration ttl) override;
   const std::string& name() const override { return name_; }
-  // Bytes of the snapshots held, expired ones included until a read or RemoveExpired
+  // Bytes of the snapshots held (pages not included), expired ones included until a read or RemoveExpired
   // drops them: what a budget on this store counts.
   int64_t bytes();
 
@@ -63,6 +71,13 @@ class MemorySnapshotStore : public SnapshotStore {
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Snapshot> snapshots_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);
+  struct Page {
+    std::string bytes;
+    absl::Time expires;
+  };
+  // The live page `id` (an expired one is dropped here), or null.
+  Page* FindPageLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::flat_hash_map<std::string, Page> pages_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of snapshots_
 };
 

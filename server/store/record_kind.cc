@@ -32,6 +32,7 @@ std::optional<RecordKind> KindOf(std::string_view id) {
   if (HasForm(id, "pfx_", 64)) return RecordKind::kPrefixState;
   if (HasForm(id, "conv_", 32)) return RecordKind::kConversation;
   if (HasForm(id, "convs_", 32)) return RecordKind::kConversationList;
+  if (HasForm(id, "page_", 64)) return RecordKind::kPage;
   return std::nullopt;
 }
 
@@ -47,6 +48,8 @@ const char* KindName(RecordKind kind) {
       return "conversation";
     case RecordKind::kConversationList:
       return "conversation list";
+    case RecordKind::kPage:
+      return "state page";
   }
   return "record";
 }
@@ -119,6 +122,28 @@ absl::StatusOr<std::pair<std::string, int64_t>> KindView::GetWithGeneration(
 absl::StatusOr<int64_t> KindView::GetGeneration(const std::string& id) {
   if (!Holds(id)) return 0;
   return base_->GetGeneration(id);
+}
+
+bool KindView::HoldsPages() const {
+  return std::find(kinds_.begin(), kinds_.end(), RecordKind::kPage) != kinds_.end();
+}
+
+absl::StatusOr<int64_t> KindView::PutPages(const std::vector<PageWrite>& pages,
+                                           absl::Duration ttl) {
+  if (!HoldsPages()) return SnapshotStore::PutPages(pages, ttl);
+  return base_->PutPages(pages, ttl);
+}
+
+absl::StatusOr<std::vector<std::optional<std::string>>> KindView::GetPages(
+    const std::vector<std::string>& ids) {
+  if (!HoldsPages()) return SnapshotStore::GetPages(ids);
+  return base_->GetPages(ids);
+}
+
+absl::StatusOr<std::vector<bool>> KindView::ExtendPages(const std::vector<std::string>& ids,
+                                                        absl::Duration ttl) {
+  if (!HoldsPages()) return SnapshotStore::ExtendPages(ids, ttl);
+  return base_->ExtendPages(ids, ttl);
 }
 
 std::unique_ptr<SnapshotStore> ForKinds(std::initializer_list<RecordKind> kinds,

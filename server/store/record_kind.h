@@ -31,6 +31,7 @@ enum class RecordKind {
   kPrefixState,       // "pfx_" + 64 hex (a kept chat state; disposable)
   kConversation,      // "conv_" + 32 hex
   kConversationList,  // "convs_" + 32 hex (one tenant's conversation ids)
+  kPage,              // "page_" + 64 hex (a shared page of session state: state_pages.h)
 };
 
 // The kind `id`'s form names; nullopt for an id of no kind.
@@ -70,9 +71,18 @@ class KindView : public SnapshotStore {
   absl::StatusOr<std::pair<std::string, int64_t>> GetWithGeneration(
       const std::string& id) override;
   absl::StatusOr<int64_t> GetGeneration(const std::string& id) override;
+  // Pages: forwarded to `base` when this view holds RecordKind::kPage; UNIMPLEMENTED
+  // otherwise (a view of other kinds keeps no pages).
+  absl::StatusOr<int64_t> PutPages(const std::vector<PageWrite>& pages,
+                                   absl::Duration ttl) override;
+  absl::StatusOr<std::vector<std::optional<std::string>>> GetPages(
+      const std::vector<std::string>& ids) override;
+  absl::StatusOr<std::vector<bool>> ExtendPages(const std::vector<std::string>& ids,
+                                                absl::Duration ttl) override;
   const std::string& name() const override { return base_->name(); }
 
  private:
+  bool HoldsPages() const;
   absl::Status Foreign(const std::string& id) const;
 
   const std::vector<RecordKind> kinds_;

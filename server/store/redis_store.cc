@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <iterator>
 #include <utility>
@@ -22,6 +23,12 @@ constexpr char kKeyPrefix[] = "attnserve:session:";
 constexpr char kGenerationKeyPrefix[] = "attnserve:gen:";
 constexpr char kLeaseKeyPrefix[] = "attnserve:lease:";
 constexpr char kStagingKeyPrefix[] = "attnserve:staging:";
+constexpr char kPageKeyPrefix[] = "attnserve:page:";
+// Bounds on one page round trip: the bytes of the puts it sends, the pages it reads, the
+// ids it extends (a batch too large would hold Redis, and the command timeout, longer).
+constexpr int64_t kPageBatchBytes = int64_t{16} << 20;
+constexpr size_t kPageReadBatch = 8;
+constexpr size_t kPageExtendBatch = 512;
 
 std::string NameOf(const RedisSnapshotStore::Address& address) {
   const bool v6 = absl::StrContains(address.host, ':');
@@ -128,8 +135,12 @@ RedisSnapshotStore::RedisSnapshotStore(Address address)
     : address_(std::move(address)), name_(NameOf(address_)) {}
 
 RedisSnapshotStore::~RedisSnapshotStore() {
-  absl::MutexLock lock(&mu_);
-  DisconnectLocked();
+  {
+    absl::MutexLock lock(&mu_);
+    Disconnect(context_);
+  }
+  absl::MutexLock lock(&pages_mu_);
+  Disconnect(pages_context_);
 }
 
 std::string RedisSnapshotStore::Key(const std::string& id) {
@@ -146,6 +157,134 @@ std::string RedisSnapshotStore::LeaseKey(const std::string& id) {
 
 std::string RedisSnapshotStore::StagingKey(const std::string& id, const std::string& token) {
   return absl::StrCat(kStagingKeyPrefix, id, ":", token);
+}
+
+std::string RedisSnapshotStore::PageKey(const std::string& id) {
+  return absl::StrCat(kPageKeyPrefix, id);
+}
+
+absl::StatusOr<RedisSnapshotStore::ReplyPtr> RedisSnapshotStore::PageTransactionLocked(
+    absl::string_view what, const std::vector<std::vector<std::string_view>>& commands) {
+  std::vector<std::vector<std::string_view>> all;
+  all.reserve(commands.size() + 2);
+  all.push_back({"MULTI"});
+  all.insert(all.end(), commands.begin(), commands.end());
+  all.push_back({"EXEC"});
+  absl::StatusOr<std::vector<ReplyPtr>> replies = PipelineOn(pages_context_, all);
+  if (!replies.ok()) return replies.status();
+  for (const ReplyPtr& reply : *replies) {
+    if (reply->type == REDIS_REPLY_ERROR) {
+      return StoreUnavailable(name_, absl::StrCat(what, ": ", ErrorText(*reply)));
+    }
+  }
+  const redisReply& exec = *replies->back();
+  if (exec.type != REDIS_REPLY_ARRAY || exec.elements != commands.size()) {
+    return Unexpected(name_, what, exec);
+  }
+  for (size_t i = 0; i < exec.elements; ++i) {
+    if (exec.element[i]->type == REDIS_REPLY_ERROR) {
+      return StoreUnavailable(name_, absl::StrCat(what, ": ", ErrorText(*exec.element[i])));
+    }
+  }
+  return std::move(replies->back());
+}
+
+absl::StatusOr<int64_t> RedisSnapshotStore::PutPages(const std::vector<PageWrite>& pages,
+                                                     absl::Duration ttl) {
+  if (absl::Status s = ValidatePageIds(pages); !s.ok()) return s;
+  if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
+  const std::string ttl_ms = TtlMs(ttl);
+  int64_t written = 0;
+  absl::MutexLock lock(&pages_mu_);
+  for (size_t first = 0, last; first < pages.size(); first = last) {
+    int64_t batch_bytes = 0;
+    for (last = first; last < pages.size(); ++last) {
+      const int64_t size = int64_t(pages[last].bytes.size());
+      if (last > first && batch_bytes + size > kPageBatchBytes) break;
+      batch_bytes += size;
+    }
+    std::vector<std::string> keys;
+    keys.reserve(last - first);
+    std::vector<std::vector<std::string_view>> commands;
+    for (size_t i = first; i < last; ++i) {
+      keys.push_back(PageKey(pages[i].id));
+      commands.push_back({"SET", keys.back(), pages[i].bytes, "NX", "PX", ttl_ms});
+      commands.push_back({"PEXPIRE", keys.back(), ttl_ms, "GT"});
+    }
+    absl::StatusOr<ReplyPtr> exec =
+        PageTransactionLocked("MULTI SET NX PEXPIRE GT EXEC", commands);
+    if (!exec.ok()) return exec.status();
+    for (size_t i = first; i < last; ++i) {
+      // SET NX answers OK when it wrote, nil when the page was there.
+      if (IsString(*(*exec)->element[2 * (i - first)])) {
+        written += int64_t(pages[i].bytes.size());
+      }
+    }
+  }
+  return written;
+}
+
+absl::StatusOr<std::vector<std::optional<std::string>>> RedisSnapshotStore::GetPages(
+    const std::vector<std::string>& ids) {
+  if (absl::Status s = ValidatePageIds(ids); !s.ok()) return s;
+  std::vector<std::optional<std::string>> out;
+  out.reserve(ids.size());
+  absl::MutexLock lock(&pages_mu_);
+  for (size_t first = 0; first < ids.size(); first += kPageReadBatch) {
+    const size_t last = std::min(ids.size(), first + kPageReadBatch);
+    std::vector<std::string> keys;
+    keys.reserve(last - first);
+    std::vector<std::vector<std::string_view>> commands;
+    for (size_t i = first; i < last; ++i) {
+      keys.push_back(PageKey(ids[i]));
+      commands.push_back({"GET", keys.back()});
+    }
+    absl::StatusOr<std::vector<ReplyPtr>> replies = PipelineOn(pages_context_, commands);
+    if (!replies.ok()) return replies.status();
+    for (const ReplyPtr& reply : *replies) {
+      if (reply->type == REDIS_REPLY_NIL) {
+        out.emplace_back();
+      } else if (reply->type == REDIS_REPLY_STRING) {
+        out.emplace_back(std::string(reply->str, reply->len));
+      } else if (reply->type == REDIS_REPLY_ERROR) {
+        return StoreUnavailable(name_, absl::StrCat("GET: ", ErrorText(*reply)));
+      } else {
+        return Unexpected(name_, "GET", *reply);
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<bool>> RedisSnapshotStore::ExtendPages(
+    const std::vector<std::string>& ids, absl::Duration ttl) {
+  if (absl::Status s = ValidatePageIds(ids); !s.ok()) return s;
+  if (absl::Status s = ValidateSnapshotTtl(ttl); !s.ok()) return s;
+  const std::string ttl_ms = TtlMs(ttl);
+  std::vector<bool> out;
+  out.reserve(ids.size());
+  absl::MutexLock lock(&pages_mu_);
+  for (size_t first = 0; first < ids.size(); first += kPageExtendBatch) {
+    const size_t last = std::min(ids.size(), first + kPageExtendBatch);
+    std::vector<std::string> keys;
+    keys.reserve(last - first);
+    std::vector<std::vector<std::string_view>> commands;
+    for (size_t i = first; i < last; ++i) {
+      keys.push_back(PageKey(ids[i]));
+      commands.push_back({"PEXPIRE", keys.back(), ttl_ms, "GT"});
+      commands.push_back({"EXISTS", keys.back()});
+    }
+    // One transaction: a page EXISTS finds is one PEXPIRE has just extended.
+    absl::StatusOr<ReplyPtr> exec =
+        PageTransactionLocked("MULTI PEXPIRE GT EXISTS EXEC", commands);
+    if (!exec.ok()) return exec.status();
+    for (size_t i = 0; i < last - first; ++i) {
+      const redisReply& exists = *(*exec)->element[2 * i + 1];
+      if (exists.type != REDIS_REPLY_INTEGER) return Unexpected(name_, "EXISTS", exists);
+      out.push_back(exists.integer == 1);
+    }
+  }
+  return out;
 }
 
 absl::Status RedisSnapshotStore::Put(const std::string& id, std::string_view bytes,
@@ -424,10 +563,15 @@ absl::StatusOr<RedisSnapshotStore::ReplyPtr> RedisSnapshotStore::CommandLocked(
 
 absl::StatusOr<std::vector<RedisSnapshotStore::ReplyPtr>> RedisSnapshotStore::PipelineLocked(
     const std::vector<std::vector<std::string_view>>& commands) {
+  return PipelineOn(context_, commands);
+}
+
+absl::StatusOr<std::vector<RedisSnapshotStore::ReplyPtr>> RedisSnapshotStore::PipelineOn(
+    redisContext*& context, const std::vector<std::vector<std::string_view>>& commands) {
   for (int attempt = 0;; ++attempt) {
-    const bool reused = context_ != nullptr;
+    const bool reused = context != nullptr;
     if (!reused) {
-      if (absl::Status s = ConnectLocked(); !s.ok()) return s;
+      if (absl::Status s = Connect(context); !s.ok()) return s;
     }
     std::vector<ReplyPtr> replies;
     bool failed = false;
@@ -441,7 +585,7 @@ absl::StatusOr<std::vector<RedisSnapshotStore::ReplyPtr>> RedisSnapshotStore::Pi
           argv.push_back(arg.data());
           lengths.push_back(arg.size());
         }
-        if (redisAppendCommandArgv(context_, static_cast<int>(argv.size()), argv.data(),
+        if (redisAppendCommandArgv(context, static_cast<int>(argv.size()), argv.data(),
                                    lengths.data()) != REDIS_OK) {
           failed = true;
           break;
@@ -449,7 +593,7 @@ absl::StatusOr<std::vector<RedisSnapshotStore::ReplyPtr>> RedisSnapshotStore::Pi
       }
       while (!failed && replies.size() < commands.size()) {
         void* raw = nullptr;
-        if (redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {
+        if (redisGetReply(context, &raw) != REDIS_OK || raw == nullptr) {
           failed = true;
           break;
         }
@@ -458,9 +602,9 @@ absl::StatusOr<std::vector<RedisSnapshotStore::ReplyPtr>> RedisSnapshotStore::Pi
       saved_errno = errno;
     }
     if (failed) {
-      const int redis_err = context_->err;
-      const std::string reason = context_->err != 0 ? context_->errstr : "no reply";
-      DisconnectLocked();
+      const int redis_err = context->err;
+      const std::string reason = context->err != 0 ? context->errstr : "no reply";
+      Disconnect(context);
       // Only if nothing came back: a command that answered has run.
       if (reused && attempt == 0 && replies.empty() &&
           ServerClosedConnection(redis_err, saved_errno)) {
@@ -472,22 +616,21 @@ absl::StatusOr<std::vector<RedisSnapshotStore::ReplyPtr>> RedisSnapshotStore::Pi
   }
 }
 
-absl::Status RedisSnapshotStore::ConnectLocked() {
-  redisContext* context = redisConnectWithTimeout(address_.host.c_str(), address_.port,
-                                                  absl::ToTimeval(kConnectTimeout));
+absl::Status RedisSnapshotStore::Connect(redisContext*& context) {
+  context = redisConnectWithTimeout(address_.host.c_str(), address_.port,
+                                    absl::ToTimeval(kConnectTimeout));
   if (context == nullptr) {
     return StoreUnavailable(name_, "cannot allocate a hiredis context");
   }
-  context_ = context;
   if (context->err != 0) {
     absl::Status status = StoreUnavailable(name_, context->errstr);
-    DisconnectLocked();
+    Disconnect(context);
     return status;
   }
   if (redisSetTimeout(context, absl::ToTimeval(kCommandTimeout)) != REDIS_OK ||
       redisEnableKeepAlive(context) != REDIS_OK) {
     absl::Status status = StoreUnavailable(name_, context->errstr);
-    DisconnectLocked();
+    Disconnect(context);
     return status;
   }
   if (address_.db == 0) return absl::OkStatus();
@@ -507,13 +650,13 @@ absl::Status RedisSnapshotStore::ConnectLocked() {
         absl::StrCat("SELECT ", db, ": ", absl::string_view(reply->str, reply->len)));
   }
   if (raw != nullptr) freeReplyObject(raw);
-  if (!status.ok()) DisconnectLocked();
+  if (!status.ok()) Disconnect(context);
   return status;
 }
 
-void RedisSnapshotStore::DisconnectLocked() {
-  if (context_ != nullptr) redisFree(context_);
-  context_ = nullptr;
+void RedisSnapshotStore::Disconnect(redisContext*& context) {
+  if (context != nullptr) redisFree(context);
+  context = nullptr;
 }
 
 }  // namespace attnserve::store

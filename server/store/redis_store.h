@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -38,6 +39,17 @@ namespace attnserve::store {
 // same absolute expiry (PEXPIREAT from the script's TIME), so one never outlives the other.
 // Scripts are loaded once (SCRIPT LOAD) and run by SHA (EVALSHA); a server that forgot them
 // (a restart, SCRIPT FLUSH) gets the source again (EVAL).
+//
+// Pages (SnapshotStore's page methods) are strings under `attnserve:page:<id>`, each with
+// its own expiry, sent on a SECOND connection of their own, so that a lease renewal or a
+// record write never queues behind megabytes of page uploads. A batch of puts is one
+// MULTI of `SET key bytes NX PX ttl` + `PEXPIRE key ttl GT` per page (written if absent,
+// else extended, never shortened); a batch of extensions one MULTI of `PEXPIRE key ttl
+// GT` + `EXISTS key`; reads pipelined GETs. PEXPIRE's GT needs Redis 7.0 or later (Debian
+// 12 ships 7.0). A page must outlive every record naming it, so the Redis server must
+// never evict keys to make room: `maxmemory-policy noeviction` (Redis's default); under
+// an evicting policy a record whose page was evicted reads as absent, and a full Redis
+// refuses writes instead (OOM, answered UNAVAILABLE).
 //
 // One connection, used under a mutex: calls from many threads queue for it. It is opened
 // on first use, not by Create, so the server may start before Redis. An I/O error frees
@@ -80,6 +92,12 @@ class RedisSnapshotStore : public SnapshotStore {
   absl::StatusOr<int64_t> GetGeneration(const std::string& id) override;
   absl::StatusOr<std::pair<std::string, int64_t>> GetWithGeneration(
       const std::string& id) override;
+  absl::StatusOr<int64_t> PutPages(const std::vector<PageWrite>& pages,
+                                   absl::Duration ttl) override;
+  absl::StatusOr<std::vector<std::optional<std::string>>> GetPages(
+      const std::vector<std::string>& ids) override;
+  absl::StatusOr<std::vector<bool>> ExtendPages(const std::vector<std::string>& ids,
+                                                absl::Duration ttl) override;
   const std::string& name() const override { return name_; }
 
   // The keys of session `id`: its snapshot "attnserve:session:<id>", its generation
@@ -90,6 +108,8 @@ class RedisSnapshotStore : public SnapshotStore {
   // Where a write stages its bytes before its script moves them into place:
   // "attnserve:staging:<id>:<token>", with the write's ttl as its expiry.
   static std::string StagingKey(const std::string& id, const std::string& token);
+  // Page `id`'s key: "attnserve:page:<id>".
+  static std::string PageKey(const std::string& id);
 
  private:
   // The Lua scripts: indexes into kRedisScripts (redis_scripts.h).
@@ -145,8 +165,19 @@ class RedisSnapshotStore : public SnapshotStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The SHA of `script`, loading it into Redis on first use.
   absl::StatusOr<std::string> ScriptShaLocked(Script script) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ConnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DisconnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PipelineLocked on `context` (context_ under mu_, or pages_context_ under pages_mu_;
+  // the caller holds the one that guards it).
+  absl::StatusOr<std::vector<ReplyPtr>> PipelineOn(
+      redisContext*& context, const std::vector<std::vector<std::string_view>>& commands);
+  // Runs `commands` on the page connection as MULTI ... EXEC (one round trip, run by Redis
+  // with nothing in between) and returns EXEC's reply, an array of one reply per command;
+  // an error reply anywhere is UNAVAILABLE naming `what`.
+  absl::StatusOr<ReplyPtr> PageTransactionLocked(
+      absl::string_view what, const std::vector<std::vector<std::string_view>>& commands)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pages_mu_);
+  // Connects `context` (null before; null again on failure).
+  absl::Status Connect(redisContext*& context);
+  static void Disconnect(redisContext*& context);
 
   const Address address_;
   const std::string name_;
@@ -155,6 +186,9 @@ class RedisSnapshotStore : public SnapshotStore {
   // Each script's SHA1 as SCRIPT LOAD answered it; empty until first used. Kept across
   // reconnects (a SHA names the same script on any server).
   std::string script_sha_[kScripts] ABSL_GUARDED_BY(mu_);
+  // The page connection (see the class comment).
+  absl::Mutex pages_mu_;
+  redisContext* pages_context_ ABSL_GUARDED_BY(pages_mu_) = nullptr;
 };
 
 }  // namespace attnserve::store

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "server/store/dir_store.h"
+#include "server/store/record_kind.h"
 #include "server/store/redis_store.h"
 
 namespace attnserve::store {
@@ -63,6 +64,11 @@ absl::StatusOr<RedisSnapshotStore::Address> ParseRedisAddress(const std::string&
   return address;
 }
 
+absl::Status NoPages(const std::string& store_name) {
+  return absl::UnimplementedError(absl::StrCat("session store ", store_name,
+                                               " keeps no shared pages"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SnapshotStore>> OpenSnapshotStore(const std::string& spec,
@@ -91,6 +97,38 @@ absl::Status ValidateSnapshotId(const std::string& id) {
   return absl::InvalidArgumentError(
       absl::StrCat("invalid session id \"", absl::CHexEscape(id.substr(0, kMaxIdLength)),
                    "\": expected 1..128 characters of [0-9a-zA-Z_-]"));
+}
+
+absl::StatusOr<int64_t> SnapshotStore::PutPages(const std::vector<PageWrite>&, absl::Duration) {
+  return NoPages(name());
+}
+
+absl::StatusOr<std::vector<std::optional<std::string>>> SnapshotStore::GetPages(
+    const std::vector<std::string>&) {
+  return NoPages(name());
+}
+
+absl::StatusOr<std::vector<bool>> SnapshotStore::ExtendPages(const std::vector<std::string>&,
+                                                             absl::Duration) {
+  return NoPages(name());
+}
+
+absl::Status ValidatePageIds(const std::vector<std::string>& ids) {
+  for (const std::string& id : ids) {
+    if (KindOf(id) != RecordKind::kPage) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "invalid page id \"", absl::CHexEscape(id.substr(0, kMaxIdLength)),
+          "\": expected \"page_\" and 64 lowercase hex digits"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePageIds(const std::vector<SnapshotStore::PageWrite>& pages) {
+  std::vector<std::string> ids;
+  ids.reserve(pages.size());
+  for (const SnapshotStore::PageWrite& page : pages) ids.push_back(page.id);
+  return ValidatePageIds(ids);
 }
 
 absl::Status ValidateSnapshotTtl(absl::Duration ttl) {

@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -99,6 +101,35 @@ class SnapshotStore {
   // for a server to tell cheaply whether its copy in memory is still the newest.
   virtual absl::StatusOr<int64_t> GetGeneration(const std::string& id) = 0;
 
+  // --- Pages (state_pages.h, server/DESIGN.md §13): immutable byte strings named by
+  // their content ("page_" + 64 hex, RecordKind::kPage), each shared by the records that
+  // name it. Immutable, so never fenced: two writers of one id write the same bytes. A page
+  // lives as long as the longest-lived record naming it: a writer extends (or writes)
+  // every page a record names BEFORE writing the record, and a reader that misses one
+  // takes the record as absent. Pages are never deleted by id; they expire. `ttl`s must be
+  // positive (INVALID_ARGUMENT otherwise) and are rounded up to whole milliseconds; ids
+  // are validated as snapshot ids. UNAVAILABLE naming the store when it is unreachable.
+  // A backend that keeps no pages answers UNIMPLEMENTED to all three (the default here):
+  // its callers store whole records instead. ---
+
+  struct PageWrite {
+    std::string id;
+    std::string_view bytes;
+  };
+  // Writes each page of `pages` that is absent, to expire `ttl` from now; one already
+  // stored keeps its bytes and expires no sooner than `ttl` from now (an expiry is never
+  // shortened). Returns the bytes it wrote (pages found already stored cost nothing).
+  virtual absl::StatusOr<int64_t> PutPages(const std::vector<PageWrite>& pages,
+                                           absl::Duration ttl);
+  // The bytes of each of `ids`, in order; nullopt where absent or expired.
+  virtual absl::StatusOr<std::vector<std::optional<std::string>>> GetPages(
+      const std::vector<std::string>& ids);
+  // Makes each of `ids` that exists expire no sooner than `ttl` from now. Returns, in
+  // order, whether each exists (false: absent or expired; its writer puts it then). This
+  // is the exists check too: one round trip reads and extends.
+  virtual absl::StatusOr<std::vector<bool>> ExtendPages(const std::vector<std::string>& ids,
+                                                        absl::Duration ttl);
+
   // "dir:/path" or "redis://host:port", for messages and metrics labels.
   virtual const std::string& name() const = 0;
 };
@@ -120,6 +151,10 @@ absl::StatusOr<std::unique_ptr<SnapshotStore>> OpenSnapshotStore(const std::stri
 
 // OK if `id` is a valid snapshot id (see SnapshotStore), else INVALID_ARGUMENT naming it.
 absl::Status ValidateSnapshotId(const std::string& id);
+// OK if every page of `ids` / `pages` is a valid id of RecordKind::kPage, else
+// INVALID_ARGUMENT naming the first that is not.
+absl::Status ValidatePageIds(const std::vector<std::string>& ids);
+absl::Status ValidatePageIds(const std::vector<SnapshotStore::PageWrite>& pages);
 // OK if `ttl` is positive, else INVALID_ARGUMENT.
 absl::Status ValidateSnapshotTtl(absl::Duration ttl);
 // OK if `generation` is not negative, else INVALID_ARGUMENT.

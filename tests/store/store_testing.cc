@@ -218,6 +218,18 @@ class MemoryView : public SnapshotStore {
   absl::StatusOr<int64_t> GetGeneration(const std::string& id) override {
     return store_->GetGeneration(id);
   }
+  absl::StatusOr<int64_t> PutPages(const std::vector<PageWrite>& pages,
+                                   absl::Duration ttl) override {
+    return store_->PutPages(pages, ttl);
+  }
+  absl::StatusOr<std::vector<std::optional<std::string>>> GetPages(
+      const std::vector<std::string>& ids) override {
+    return store_->GetPages(ids);
+  }
+  absl::StatusOr<std::vector<bool>> ExtendPages(const std::vector<std::string>& ids,
+                                                absl::Duration ttl) override {
+    return store_->ExtendPages(ids, ttl);
+  }
   const std::string& name() const override { return store_->name(); }
 
  private:
