@@ -10,7 +10,10 @@ namespace {
 using store::RecordKind;
 
 // A connection of its own to the --session_store, seeing only `kinds`; null for the
-// memory store.
+// memory store. Each checkpoint store's view holds state pages too (RecordKind::kPage):
+// its records keep their snapshots by pages there (checkpoint_store.h). Pages are keyed
+// by tenant, so the two stores' views over one Redis or directory may share a page only
+// within one tenant (a stored response and a kept chat state of the same conversation).
 absl::StatusOr<std::unique_ptr<store::SnapshotStore>> Durable(
     const config::ServerOptions& options, std::initializer_list<RecordKind> kinds) {
   if (options.session_store == "memory") return std::unique_ptr<store::SnapshotStore>();
@@ -34,7 +37,7 @@ absl::StatusOr<RecordStores> OpenRecordStores(const config::ServerOptions& optio
   responses.remedy =
       "delete stored responses (DELETE /v1/responses/{id}) or conversations, or wait for "
       "them to expire";
-  auto durable = Durable(options, {RecordKind::kResponse});
+  auto durable = Durable(options, {RecordKind::kResponse, RecordKind::kPage});
   if (!durable.ok()) return durable.status();
   responses.durable = *std::move(durable);
   out.responses = std::make_unique<store::CheckpointStore>(std::move(responses));
@@ -46,7 +49,7 @@ absl::StatusOr<RecordStores> OpenRecordStores(const config::ServerOptions& optio
   states.tenant_max_bytes = options.tenant_prefix_bytes;
   states.memory_flag = "--prefix_cache_bytes";
   states.bytes_flag = "--tenant_prefix_bytes";
-  durable = Durable(options, {RecordKind::kPrefixState});
+  durable = Durable(options, {RecordKind::kPrefixState, RecordKind::kPage});
   if (!durable.ok()) return durable.status();
   states.durable = *std::move(durable);
   out.prefix_states = std::make_unique<store::CheckpointStore>(std::move(states));
