@@ -190,7 +190,7 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
           conversation != nullptr ? std::max(options_.response_ttl, deps_.conversations->held_ttl())
                                   : options_.response_ttl;
       absl::Status s = deps_.checkpoints->Put(tenant, store::ResponseKey(tenant, answer->id()),
-                                              std::move(bytes), ttl);
+                                              std::move(bytes), ttl, record.state.size());
       if (!s.ok()) {
         return absl::Status(s.code(),
                             absl::StrCat("the response could not be stored: ", s.message()));
