@@ -108,7 +108,7 @@ std::optional<PrefixCache::Hit> PrefixCache::Lookup(const PrefixKey& key,
 absl::Status PrefixCache::Save(const PrefixKey& key, absl::Span<const int32_t> ids,
                                std::shared_ptr<const std::string> state) const {
   auto record = std::make_shared<const std::string>(Encode(key, ids, *state));
-  return checkpoints_->Put(key.tenant, KeyOf(key, ids), std::move(record), ttl_);
+  return checkpoints_->Put(key.tenant, KeyOf(key, ids), std::move(record), ttl_, state->size());
 }
 
 }  // namespace attnserve::http
