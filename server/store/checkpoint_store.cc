@@ -400,6 +400,8 @@ absl::StatusOr<std::shared_ptr<const std::string>> CheckpointStore::ReadDurable(
     if (!record->stub.empty()) {
       absl::StatusOr<std::vector<std::string>> ids = StubPageIds(record->stub);
       if (!ids.ok()) return ids.status();
+      // Another tenant's state does not exist for this reader: no page is read for it.
+      if (!StubIsTenants(record->stub, reader)) return absl::NotFoundError(key);
       auto bytes = options_.durable->GetPages(*ids);
       if (!bytes.ok()) return bytes.status();
       for (size_t i = 0; i < ids->size(); ++i) {

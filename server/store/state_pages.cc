@@ -23,8 +23,10 @@ constexpr size_t kVersionAt = 8, kHeaderBytesAt = 12, kTotalBytesAt = 16, kFinge
                  kPositionAt = 56, kNumLayersAt = 68, kFixedHeaderBytes = 96;
 constexpr uint32_t kOldestVersion = 1, kNewestVersion = 3;
 constexpr int kMaxDims = 4;
-// Stub header: magic, version, P, page count, reserved, page bytes.
-constexpr size_t kStubHeaderBytes = 8 + 4 + 4 + 4 + 4 + 8;
+// Stub header: magic, version, P, page count, reserved, page bytes, the writer's
+// TenantTag (32 hex).
+constexpr size_t kTagAt = 32, kTagBytes = 32;
+constexpr size_t kStubHeaderBytes = 8 + 4 + 4 + 4 + 4 + 8 + kTagBytes;
 constexpr size_t kDigestBytes = 32;
 constexpr size_t kRecordHeaderBytes = 8 + 8 + 8;
 constexpr uint64_t kMaxBytesPerToken = uint64_t{1} << 40;
@@ -243,6 +245,7 @@ absl::StatusOr<SplitState> SplitSnapshot(std::string_view tenant, std::string_vi
   Append<uint32_t>(stub, uint32_t(full));
   Append<uint32_t>(stub, 0);
   Append<uint64_t>(stub, uint64_t(page_bytes));
+  stub += TenantTag(tenant);
   for (StatePage& page : out.pages) {
     const std::string digest = PageKeyDigest(tenant, *layout, p, page.bytes);
     stub += digest;
@@ -269,6 +272,7 @@ struct StubHeader {
   int64_t page_tokens = 0;
   int64_t page_count = 0;
   int64_t page_bytes = 0;
+  std::string_view tenant_tag;  // the writer's, as it says
   std::string_view digests;  // page_count * 32 bytes
   std::string_view reduced;  // the snapshot without its pages' rows
 };
@@ -290,6 +294,7 @@ absl::StatusOr<StubHeader> ParseStub(std::string_view stub) {
     return Damaged("state stub header out of range");
   }
   out.page_bytes = int64_t(page_bytes);
+  out.tenant_tag = stub.substr(kTagAt, kTagBytes);
   out.digests = stub.substr(kStubHeaderBytes, size_t(out.page_count) * kDigestBytes);
   out.reduced = stub.substr(kStubHeaderBytes + out.digests.size());
   return out;
@@ -308,11 +313,19 @@ absl::StatusOr<std::vector<std::string>> StubPageIds(std::string_view stub) {
   return ids;
 }
 
+bool StubIsTenants(std::string_view stub, std::string_view tenant) {
+  absl::StatusOr<StubHeader> header = ParseStub(stub);
+  return header.ok() && header->tenant_tag == TenantTag(tenant);
+}
+
 absl::StatusOr<std::string> JoinSnapshot(std::string_view stub,
                                          const std::vector<std::string_view>& pages,
                                          std::optional<std::string_view> verify_tenant) {
   absl::StatusOr<StubHeader> header = ParseStub(stub);
   if (!header.ok()) return header.status();
+  if (verify_tenant.has_value() && header->tenant_tag != TenantTag(*verify_tenant)) {
+    return absl::NotFoundError("stored state: another tenant's");
+  }
   const int64_t p = header->page_tokens, full = header->page_count;
   absl::StatusOr<Layout> layout =
       ParseLayout(header->reduced, full * p, [](std::string_view what) { return Damaged(what); });

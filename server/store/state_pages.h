@@ -27,6 +27,8 @@
 // was given and refuses a page whose key differs: a key read from a stored stub is never
 // trusted, and another tenant's pages never verify, so no page is shared across tenants
 // (one tenant cannot tell, by time or by cached tokens, whether another stored a prompt).
+// A stub also names its writer's tag, so that a state read by another tenant is answered
+// as absent (NOT_FOUND), as everything of another tenant's is, before any page is read.
 //
 // Records: a stored record is [its writer's header][a snapshot][its writer's tail];
 // EncodePagedRecord keeps the header and tail and puts the stub in the snapshot's place,
@@ -76,12 +78,17 @@ absl::StatusOr<SplitState> SplitSnapshot(std::string_view tenant, std::string_vi
 // is no stub.
 absl::StatusOr<std::vector<std::string>> StubPageIds(std::string_view stub);
 
+// True if `stub` says it was cut for `tenant` (a stub carries its writer's TenantTag: a
+// hint that lets a reader answer another tenant's state as absent; the keys decide).
+bool StubIsTenants(std::string_view stub, std::string_view tenant);
+
 // The original snapshot from `stub` and its pages' bytes (`pages[i]` for the i-th id of
-// StubPageIds). With `verify_tenant` set, each page's key is first recomputed from that
-// tenant and the bytes given, and DATA_LOSS "page ... does not match its key" refuses a
-// page whose key differs from the stub's; without it the pages are taken as they are
-// (only for bytes this process keyed itself). DATA_LOSS for a damaged stub or a page of
-// the wrong size.
+// StubPageIds). With `verify_tenant` set: NOT_FOUND "another tenant's" if the stub says
+// it was cut for another tenant (to that reader it does not exist); then each page's key
+// is recomputed from that tenant and the bytes given, and DATA_LOSS "page ... does not
+// match its key" refuses a page whose key differs from the stub's. Without it the pages
+// are taken as they are (only for bytes this process keyed itself). DATA_LOSS for a
+// damaged stub or a page of the wrong size.
 absl::StatusOr<std::string> JoinSnapshot(std::string_view stub,
                                          const std::vector<std::string_view>& pages,
                                          std::optional<std::string_view> verify_tenant);

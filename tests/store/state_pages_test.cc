@@ -40,7 +40,7 @@ void ExpectRoundTrip(const FakeModel& model, int64_t position, int64_t target,
   }
   // The stub lacks exactly the pages' rows.
   EXPECT_LE(split->stub.size() + split->pages.size() * page_tokens * model.BytesPerToken(),
-            snapshot.size() + 32 + 32 * split->pages.size());
+            snapshot.size() + 64 + 32 * split->pages.size());
   absl::StatusOr<std::vector<std::string>> ids = StubPageIds(split->stub);
   ASSERT_TRUE(ids.ok()) << ids.status();
   ASSERT_EQ(ids->size(), split->pages.size());
@@ -153,8 +153,16 @@ TEST(StatePagesTest, AnotherTenantsPagesNeverVerify) {
     EXPECT_EQ(a->pages[i].bytes, b->pages[i].bytes);
     EXPECT_NE(a->pages[i].id, b->pages[i].id);  // same rows, another tenant's key
   }
-  // Bob holding Alice's stub and pages cannot join them: the keys are Alice's.
+  // To Bob, Alice's state does not exist.
+  EXPECT_TRUE(StubIsTenants(a->stub, "alice"));
+  EXPECT_FALSE(StubIsTenants(a->stub, "bob"));
   absl::StatusOr<std::string> joined = JoinSnapshot(a->stub, Views(*a), "bob");
+  EXPECT_TRUE(absl::IsNotFound(joined.status())) << joined.status();
+  // A stub that claims to be Bob's still cannot join Alice's pages: the keys are hers.
+  std::string forged = a->stub;
+  const std::string bob_tag = TenantTag("bob");
+  forged.replace(forged.find(TenantTag("alice")), bob_tag.size(), bob_tag);
+  joined = JoinSnapshot(forged, Views(*a), "bob");
   EXPECT_TRUE(absl::IsDataLoss(joined.status())) << joined.status();
   EXPECT_THAT(joined.status().message(), HasSubstr("does not match its key"));
   EXPECT_TRUE(JoinSnapshot(a->stub, Views(*a), "alice").ok());
