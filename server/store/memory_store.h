@@ -45,8 +45,8 @@ class MemorySnapshotStore : public SnapshotStore {
   absl::StatusOr<std::vector<bool>> ExtendPages(const std::vector<std::string>& ids,
                                                 absl::Duration ttl) override;
   const std::string& name() const override { return name_; }
-  // Bytes of the snapshots held (pages not included), expired ones included until a read or RemoveExpired
-  // drops them: what a budget on this store counts.
+  // Bytes of the snapshots held (pages not included), expired ones included until a
+  // read or RemoveExpired drops them: what a budget on this store counts.
   int64_t bytes();
 
  private:

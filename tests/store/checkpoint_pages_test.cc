@@ -190,9 +190,12 @@ TEST_P(CheckpointPagesTest, AChainOfGrowingStatesStoresAboutOneFinalState) {
       if (pages_before.insert(page.id).second) expected += int64_t(page.bytes.size());
     }
     const int64_t charged = store_->usage("alice").bytes;
+    const int64_t held = StoredBytes();
     ASSERT_TRUE(store_->Put("alice", Resp(turn), records.back().bytes, kTtl,
                             records.back().state_bytes).ok());
     EXPECT_EQ(store_->usage("alice").bytes - charged, expected) << "turn " << turn;
+    // And that is all the turn wrote: its new pages and its stub record.
+    EXPECT_EQ(StoredBytes() - held, expected) << "turn " << turn;
   }
   const int64_t stored = StoredBytes();
   std::cout << "20-record chain on " << store_->name() << ": final state "
