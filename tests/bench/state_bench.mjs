@@ -12,8 +12,9 @@
 // or response.incomplete (max_output_tokens) with no `error` event: a 429 before the
 // stream, or an error event inside a 200 stream (the turn ran, its state was not stored),
 // is not. After each turn it reads what the server and the store hold:
-//   - store bytes: `du -sb` of a dir: store; for Redis, used_memory (INFO memory) less its
-//     value before the first turn, and DBSIZE; for the memory store nothing is measured
+//   - store bytes: `du -sb` of a dir: store; for Redis, MEMORY USAGE summed over every key
+//     (and DBSIZE, and used_memory's growth since before the first turn, which includes
+//     the allocator's slack); for the memory store nothing is measured
 //     here (the server exports no gauge of its stored responses' bytes; the /metrics
 //     families named *bytes* are recorded whole, so a gauge added later is seen);
 //   - attnserve_snapshot_bytes_written_total (all stores summed): bytes the server wrote
@@ -107,7 +108,8 @@ async function* events(response) {
   }
 }
 
-// One streamed turn: { served, status, error, id, ttft_ms, total_ms, usage }.
+// One streamed turn: { served, status, error, id, ttft_ms, total_ms, usage, deltas (text
+// delta events: the answer's length when an error event took the place of the usage) }.
 async function turnOnce(body) {
   const start = performance.now();
   const r = await fetch(`${base}/v1/responses`, {
@@ -122,7 +124,10 @@ async function turnOnce(body) {
   let ended = false;
   for await (const e of events(r)) {
     if (e.type === "response.created") out.id = e.response.id;
-    if (e.type === "response.output_text.delta" && out.ttft_ms === null) out.ttft_ms = performance.now() - start;
+    if (e.type === "response.output_text.delta") {
+      if (out.ttft_ms === null) out.ttft_ms = performance.now() - start;
+      out.deltas = (out.deltas ?? 0) + 1;
+    }
     if (e.type === "error") out.error = { code: e.code, message: e.message, param: e.param };
     if (e.type === "response.completed" || e.type === "response.incomplete") {
       ended = true;
@@ -166,9 +171,12 @@ function storeBytes() {
     const [host, port] = store.slice(8).split("/")[0].split(":");
     const cli = (...a) => execFileSync("redis-cli", ["-h", host, "-p", port, ...a], { encoding: "utf8" });
     const used = Number(cli("info", "memory").match(/^used_memory:(\d+)/m)[1]);
-    const keys = Number(cli("dbsize").trim());
     if (redisBase === null) redisBase = used;
-    return { store_bytes: used - redisBase, store_keys: keys };
+    // MEMORY USAGE of every key (value, key and Redis' own overhead), summed by a script.
+    const keysBytes = Number(cli("eval", "local t = 0 for _, k in ipairs(redis.call('keys', '*')) do " +
+      "t = t + (redis.call('memory', 'usage', k, 'samples', '0') or 0) end return t", "0").trim());
+    return { store_bytes: keysBytes, store_keys: Number(cli("dbsize").trim()),
+             redis_used_memory_growth: used - redisBase };
   }
   return { store_bytes: null };
 }

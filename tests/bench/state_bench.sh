@@ -80,8 +80,9 @@ echo "tests/bench/state_bench.sh $build --models=$models --stores=$stores --apis
   "--turns=$turns --words=$words --max_output=$max_output ${extra[*]:+-- ${extra[*]}};" \
   "$(date -u +%FT%TZ); load average $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores," \
   "$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo);" \
-  "server built $(date -u -r "$server_bin" +%FT%TZ)" \
-  "(repository at $(git -C "$repo" log -1 --format=%h))"
+  "server built $(date -u -r "$server_bin" +%FT%TZ) from" \
+  "$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt" 2>/dev/null || echo '?')" \
+  "(this repository at $(git -C "$repo" log -1 --format=%h))"
 
 : >"$work/rows.jsonl"
 for m in $(tr ',' ' ' <<<"$models"); do
@@ -162,9 +163,9 @@ for (m, s, a), g in groups.items():
         print(f"Model {model['id']}: state {per_token:,.0f} bytes per token + {fixed:,.0f} fixed "
               f"(/v1/models state_bytes_by_mixer); kv_cache_bytes_per_token (every layer "
               f"attention) {model['kv_cache_bytes_per_token']:,}.\n")
-    print("| turn | HTTP | served | input (cached) | output | position | first token ms | store holds | "
-          "store grew | written (metric) | 1.2 x (new tokens x bytes/token + fixed) | written / that | RSS MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| turn | HTTP | served | input (cached) | output | position | first token ms | turn ms | store holds | "
+          "store grew | session snapshots written (metric) | 1.2 x (new tokens x bytes/token + fixed) | written / that | RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     prev_pos, prev_store = 0, start.get("store_bytes")
     prev_written = start["metrics"].get("attnserve_snapshot_bytes_written_total", 0)
     errors = []
@@ -179,9 +180,11 @@ for (m, s, a), g in groups.items():
         ratio = f"{wrote / target:.1f}" if wrote is not None and target else ""
         ttft = f"{r['ttft_ms']:.0f}" if r.get("ttft_ms") is not None else "-"
         cached = (u.get("input_tokens_details") or {}).get("cached_tokens")
+        # Without usage (an error event ended the stream): the text deltas streamed.
+        output = u.get("output_tokens", f"{r['deltas']} deltas" if r.get("deltas") else "-")
         print(f"| {r['turn']} | {r['status']} | {'yes' if r['served'] else '**no**'} | "
-              f"{u.get('input_tokens', '-')} ({cached if cached is not None else '-'}) | {u.get('output_tokens', '-')} | "
-              f"{pos if pos is not None else '-'} | {ttft} | {fmt(r.get('store_bytes'))} | {fmt(grew)} | "
+              f"{u.get('input_tokens', '-')} ({cached if cached is not None else '-'}) | {output} | "
+              f"{pos if pos is not None else '-'} | {ttft} | {r.get('total_ms', 0):.0f} | {fmt(r.get('store_bytes'))} | {fmt(grew)} | "
               f"{fmt(written)} | {fmt(target)} | {ratio} | {r['rss']['rss'] / MiB:,.0f} |")
         if not r["served"]:
             errors.append((r["turn"], r["status"], r.get("error")))
