@@ -11,62 +11,168 @@
 
 namespace attnserve::attention {
 
+namespace {
+
+at::ScalarType DtypeOf(KvCacheType type) {
+  switch (type) {
+    case KvCacheType::kF16: return at::kHalf;
+    case KvCacheType::kBF16: return at::kBFloat16;
+    default: return at::kFloat;
+  }
+}
+
+}  // namespace
+
+// One session's KV cache in one layer: the keys and values of the Hkv KV heads, stored
+// as the options' kv_cache_type in blocks that never move. Block i holds
+// min(16 << i, kMaxBlockRows) tokens (a short session holds little; a long one grows by
+// whole blocks), so appending never copies what is cached and the spare capacity is at
+// most one block. A block is a (Hkv, rows, D) tensor whose rows are contiguous per head;
+// a restored cache's full blocks are views into the restored tensors (head stride the
+// restored length), so restoring copies only the last, partial block.
 class KvState : public AttentionState {
  public:
-  KvState(at::Tensor k, at::Tensor v, int64_t length)
-      : k(std::move(k)), v(std::move(v)), length(length) {}
+  static constexpr int64_t kFirstBlockRows = 16;
+  static constexpr int64_t kMaxBlockRows = 256;
+
+  struct Block {
+    at::Tensor k;  // (Hkv, rows, D), stored type
+    at::Tensor v;  // (Hkv, rows, Dv)
+    int64_t first = 0;  // position of its first row
+    int64_t rows() const { return k.size(1); }
+  };
+
+  KvState(int64_t hkv, int64_t d, int64_t dv, KvCacheType type)
+      : hkv_(hkv), d_(d), dv_(dv), type_(type) {}
 
   int64_t Position() const override { return length; }
-  int64_t Bytes() const override { return k.nbytes() + v.nbytes(); }
-  std::unique_ptr<AttentionState> Clone() const override {
-    // Capacity exactly the used length, so a copy holds what its nominal size says.
-    return std::make_unique<KvState>(Keys().contiguous().clone(), Values().contiguous().clone(),
-                                     length);
-  }
-  NamedTensors Tensors() const override { return {{"k", Keys()}, {"v", Values()}}; }
-
-  std::unique_ptr<AttentionState> Checkpoint() const override {
-    return std::make_unique<KvState>(k, v, length);  // shares storage; no copy
-  }
+  int64_t Bytes() const override { return Capacity() * PerToken(); }
   int64_t BytesAfter(int64_t extra) const override {
-    const int64_t per_token = (k.size(0) * k.size(2) + v.size(0) * v.size(2)) *
-                              int64_t(k.element_size());
-    return CapacityFor(extra) * per_token;
+    int64_t cap = Capacity();
+    for (size_t i = blocks.size(); cap < length + extra; ++i) cap += RowsOfBlock(i);
+    return cap * PerToken();
+  }
+  std::unique_ptr<AttentionState> Clone() const override {
+    // Blocks of its own holding exactly the used rows, so a copy holds what its nominal
+    // size says.
+    auto copy = std::make_unique<KvState>(hkv_, d_, dv_, type_);
+    if (length > 0) {
+      Block b{Keys(/*fp32=*/false).clone(), Values(/*fp32=*/false).clone(), 0};
+      copy->blocks.push_back(std::move(b));
+      copy->length = length;
+    }
+    return copy;
+  }
+  NamedTensors Tensors() const override {
+    return {{"k", Keys(/*fp32=*/false)}, {"v", Values(/*fp32=*/false)}};
+  }
+  std::unique_ptr<AttentionState> Checkpoint() const override {
+    auto copy = std::make_unique<KvState>(hkv_, d_, dv_, type_);
+    copy->blocks = blocks;  // shares storage; appends write past the length it remembers
+    copy->length = length;
+    return copy;
   }
 
-  // Tokens of capacity after making room for `extra` more: doubling when it runs out.
-  int64_t CapacityFor(int64_t extra) const {
-    const int64_t need = length + extra;
-    if (need <= k.size(1)) return k.size(1);
-    return std::max<int64_t>({need, 2 * k.size(1), 16});
+  // Tokens the blocks hold.
+  int64_t Capacity() const {
+    return blocks.empty() ? 0 : blocks.back().first + blocks.back().rows();
   }
-
-  // Makes room for `extra` more tokens (CapacityFor).
+  // Adds blocks until `extra` more tokens fit.
   void Reserve(int64_t extra) {
-    const int64_t cap = CapacityFor(extra);
-    if (cap == k.size(1)) return;
-    at::Tensor nk = at::empty({k.size(0), cap, k.size(2)}, k.options());
-    at::Tensor nv = at::empty({v.size(0), cap, v.size(2)}, v.options());
-    nk.narrow(1, 0, length).copy_(k.narrow(1, 0, length));
-    nv.narrow(1, 0, length).copy_(v.narrow(1, 0, length));
-    k = std::move(nk);
-    v = std::move(nv);
+    while (Capacity() < length + extra) {
+      const int64_t rows = RowsOfBlock(blocks.size());
+      const auto options = at::TensorOptions().dtype(DtypeOf(type_));
+      blocks.push_back({at::empty({hkv_, rows, d_}, options), at::empty({hkv_, rows, dv_}, options),
+                        Capacity()});
+    }
+  }
+  // The block holding position `pos` (< Capacity()).
+  Block& BlockAt(int64_t pos) {
+    auto it = std::upper_bound(blocks.begin(), blocks.end(), pos,
+                               [](int64_t p, const Block& b) { return p < b.first; });
+    return *(it - 1);
   }
 
-  // k: (Hkv, T, D), v: (Hkv, T, Dv) appended at [length, length + T).
+  // k: (Hkv, T, D), v: (Hkv, T, Dv) fp32 appended at [length, length + T), converted to
+  // the stored type by LibTorch (the reference path).
   void Append(const at::Tensor& new_k, const at::Tensor& new_v) {
-    Reserve(new_k.size(1));
-    k.narrow(1, length, new_k.size(1)).copy_(new_k);
-    v.narrow(1, length, new_v.size(1)).copy_(new_v);
-    length += new_k.size(1);
+    const int64_t t = new_k.size(1);
+    Reserve(t);
+    for (int64_t done = 0; done < t;) {
+      Block& b = BlockAt(length + done);
+      const int64_t at_row = length + done - b.first;
+      const int64_t n = std::min(t - done, b.rows() - at_row);
+      b.k.narrow(1, at_row, n).copy_(new_k.narrow(1, done, n));
+      b.v.narrow(1, at_row, n).copy_(new_v.narrow(1, done, n));
+      done += n;
+    }
+    length += t;
+  }
+  // Token `pos`'s (< Capacity()) key and value rows of KV head j, stored from fp32
+  // (StoreKvRow: the same bits as Append's copy_).
+  void StoreRows(int64_t pos, int64_t j, const float* k, const float* v) {
+    Block& b = BlockAt(pos);
+    const int64_t r = pos - b.first;
+    StoreKvRow(type_, k, d_, static_cast<char*>(b.k.data_ptr()) + Offset(b.k, j, r));
+    StoreKvRow(type_, v, dv_, static_cast<char*>(b.v.data_ptr()) + Offset(b.v, j, r));
+  }
+  // KV head j's spans over the first `len` tokens, in position order.
+  void Spans(int64_t j, int64_t len, std::vector<KvSpan>* out) const {
+    out->clear();
+    for (const Block& b : blocks) {
+      if (b.first >= len) break;
+      const char* k = static_cast<const char*>(b.k.data_ptr()) + Offset(b.k, j, 0);
+      const char* v = static_cast<const char*>(b.v.data_ptr()) + Offset(b.v, j, 0);
+      out->push_back({k, v, std::min(b.rows(), len - b.first)});
+    }
+  }
+  // KV head j's first `len` keys and values as fp32, contiguous: k (len, D), v (len, Dv).
+  void Gather(int64_t j, int64_t len, float* k, float* v) const {
+    std::vector<KvSpan> spans;
+    Spans(j, len, &spans);
+    for (const KvSpan& s : spans) {
+      LoadKvRows(type_, s.k, s.rows * d_, k);
+      LoadKvRows(type_, s.v, s.rows * dv_, v);
+      k += s.rows * d_;
+      v += s.rows * dv_;
+    }
   }
 
-  at::Tensor Keys() const { return k.narrow(1, 0, length); }    // (Hkv, L, D)
-  at::Tensor Values() const { return v.narrow(1, 0, length); }  // (Hkv, L, Dv)
+  // The used rows as (Hkv, L, D) / (Hkv, L, Dv): in the stored type (a view when one
+  // block holds them, else a copy), or converted to fp32.
+  at::Tensor Keys(bool fp32 = true) const { return Used(&Block::k, d_, fp32); }
+  at::Tensor Values(bool fp32 = true) const { return Used(&Block::v, dv_, fp32); }
 
-  at::Tensor k;  // (Hkv, capacity, D): KV heads only, never repeated per query head
-  at::Tensor v;  // (Hkv, capacity, Dv)
-  int64_t length;
+  KvCacheType type() const { return type_; }
+
+  std::vector<Block> blocks;
+  int64_t length = 0;
+
+  static int64_t RowsOfBlock(size_t i) {
+    return i >= 5 ? kMaxBlockRows : std::min(kFirstBlockRows << i, kMaxBlockRows);
+  }
+
+ private:
+  int64_t PerToken() const { return hkv_ * (d_ + dv_) * KvElementBytes(type_); }
+  // Byte offset of row r of head j in a block tensor.
+  static int64_t Offset(const at::Tensor& t, int64_t j, int64_t r) {
+    return (j * t.stride(0) + r * t.stride(1)) * int64_t(t.element_size());
+  }
+  at::Tensor Used(at::Tensor Block::*which, int64_t width, bool fp32) const {
+    std::vector<at::Tensor> parts;
+    for (const Block& b : blocks) {
+      if (b.first >= length) break;
+      parts.push_back((b.*which).narrow(1, 0, std::min(b.rows(), length - b.first)));
+    }
+    at::Tensor out =
+        parts.empty()
+            ? at::empty({hkv_, 0, width}, at::TensorOptions().dtype(DtypeOf(type_)))
+            : (parts.size() == 1 ? parts[0] : at::cat(parts, 1));
+    return fp32 ? out.to(at::kFloat) : out;
+  }
+
+  const int64_t hkv_, d_, dv_;
+  const KvCacheType type_;
 };
 
 namespace {
@@ -105,9 +211,7 @@ at::Tensor KvAttention::Parallel(const at::Tensor& q, const at::Tensor& k,
 
 std::unique_ptr<AttentionState> KvAttention::NewState() const {
   const auto& o = options();
-  return std::make_unique<KvState>(at::empty({o.num_kv_heads, 0, o.head_dim}, at::kFloat),
-                                   at::empty({o.num_kv_heads, 0, o.value_dim}, at::kFloat),
-                                   0);
+  return std::make_unique<KvState>(o.num_kv_heads, o.head_dim, o.value_dim, o.kv_cache_type);
 }
 
 TensorShapes KvAttention::StateShapes(int64_t position) const {
@@ -125,10 +229,25 @@ std::unique_ptr<AttentionState> KvAttention::RestoreState(int64_t position,
                     tensors[i].second.sizes() == at::IntArrayRef(shapes[i].second),
                 "RestoreState: tensor ", i, " is not ", shapes[i].first);
   }
-  // Capacity exactly the used length; the next append doubles it as usual.
-  return std::make_unique<KvState>(
-      tensors[0].second.to(at::kFloat).contiguous(),
-      tensors[1].second.to(at::kFloat).contiguous(), position);
+  const auto& o = options();
+  auto st = std::make_unique<KvState>(o.num_kv_heads, o.head_dim, o.value_dim, o.kv_cache_type);
+  // In the stored type (a no-op when the snapshot's is the cache's; rounded to nearest
+  // even when it narrows). Full blocks are views of these tensors; the last, partial one
+  // is a block of its own with room for what follows.
+  const at::ScalarType dtype = DtypeOf(o.kv_cache_type);
+  const at::Tensor k = tensors[0].second.to(dtype).contiguous();
+  const at::Tensor v = tensors[1].second.to(dtype).contiguous();
+  int64_t first = 0;
+  for (size_t i = 0;; ++i) {
+    const int64_t rows = KvState::RowsOfBlock(i);
+    if (first + rows > position) break;
+    st->blocks.push_back({k.narrow(1, first, rows), v.narrow(1, first, rows), first});
+    first += rows;
+  }
+  st->length = first;
+  if (first < position) st->Append(k.narrow(1, first, position - first),
+                                   v.narrow(1, first, position - first));
+  return st;
 }
 
 at::Tensor KvAttention::Prefill(AttentionState& state, const at::Tensor& q,
@@ -180,10 +299,11 @@ at::Tensor KvAttention::Step(absl::Span<AttentionState* const> states, const at:
 
 void KvAttention::StepRaw(absl::Span<AttentionState* const> states, float* q, float* k,
                           const float* v, float* out, float*) const {
-  // Step without tensors: append each session's k, v (Hkv heads) to its cache (growing it
-  // by doubling when full), then per KV head one pass over its cache for the G query
-  // heads of its group (KvGroupAttend: two sgemv for G = 1, two sgemm otherwise, and
-  // ExpShifted); normalise by the weight sum (softmax) or the L2 norm (softmax_norm).
+  // Step without tensors: store each session's k, v (Hkv heads) in its cache (adding a
+  // block when full), then per KV head one pass over its cache's blocks for the G query
+  // heads of its group (KvGroupAttendSpans: two sgemv for G = 1, two sgemm otherwise, per
+  // tile of stored rows read into fp32, and ExpShifted); normalise by the weight sum
+  // (softmax) or the L2 norm (softmax_norm).
   const auto& o = options();
   const int64_t b = int64_t(states.size()), h = o.num_heads, hkv = o.num_kv_heads;
   const int64_t g = group(), d = o.head_dim, dv = o.value_dim;
@@ -191,21 +311,20 @@ void KvAttention::StepRaw(absl::Span<AttentionState* const> states, float* q, fl
   int64_t longest = 0;
   for (AttentionState* s : states) longest = std::max(longest, s->Position() + 1);
   std::vector<float> scores(g * longest), sums(g);  // (G, L), (G)
+  std::vector<float> tile(KvSpanTileFloats(d, dv));
+  std::vector<KvSpan> spans;
   for (int64_t i = 0; i < b; ++i) {
     KvState& st = AsKvState(*states[i]);
     st.Reserve(1);
-    const int64_t cap = st.k.size(1), pos = st.length;
-    float* kc = st.k.data_ptr<float>();  // (Hkv, cap, D)
-    float* vc = st.v.data_ptr<float>();  // (Hkv, cap, Dv)
     for (int64_t j = 0; j < hkv; ++j) {
-      std::copy_n(k + (i * hkv + j) * d, d, kc + (j * cap + pos) * d);
-      std::copy_n(v + (i * hkv + j) * dv, dv, vc + (j * cap + pos) * dv);
+      st.StoreRows(st.length, j, k + (i * hkv + j) * d, v + (i * hkv + j) * dv);
     }
     st.length += 1;
     for (int64_t j = 0; j < hkv; ++j) {
       float* rows = out + (i * h + j * g) * dv;  // (G, Dv): the group's query heads
-      KvGroupAttend(q + (i * h + j * g) * d, kc + j * cap * d, vc + j * cap * dv, g,
-                    st.length, d, dv, scores.data(), rows, sums.data());
+      st.Spans(j, st.length, &spans);
+      KvGroupAttendSpans(st.type(), q + (i * h + j * g) * d, spans, g, st.length, d, dv,
+                         scores.data(), tile.data(), rows, sums.data());
       for (int64_t r = 0; r < g; ++r) {
         float* row = rows + r * dv;
         float scale = 1.0f / sums[r];
@@ -222,12 +341,12 @@ void KvAttention::StepRaw(absl::Span<AttentionState* const> states, float* q, fl
 
 void KvAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, float* k,
                              const float* v, float* out, float*) const {
-  // Prefill without tensors: append the t keys and values (Hkv heads) to the cache (one
-  // reserve), then per block of queries and per query head one kernel call over the keys
-  // of its KV head that they may see (kv_kernels.h); normalise as StepRaw does.
-  // KvFlashAttend never stores the scores, so its blocks are large (it reads the cache
-  // once per block); KvBlockAttend's blocks are the option's chunks, which bound its
-  // score scratch.
+  // Prefill without tensors: store the t keys and values (Hkv heads) in the cache, then
+  // per KV head read its keys and values (all the prompt's queries may see) into fp32
+  // once, and per block of queries and per query head of its group one kernel call over
+  // the keys they may see (kv_kernels.h); normalise as StepRaw does. KvFlashAttend never
+  // stores the scores, so its blocks are large (it reads the keys once per block);
+  // KvBlockAttend's blocks are the option's chunks, which bound its score scratch.
   KvState& st = AsKvState(state);
   const auto& o = options();
   const int64_t h = o.num_heads, hkv = o.num_kv_heads, g = group();
@@ -237,40 +356,40 @@ void KvAttention::PrefillRaw(AttentionState& state, int64_t t, float* q, float* 
   const int64_t block = flash ? kFlashBlock : o.chunk_size;
   ScaleQKInPlace(q, t * h, k, t * hkv);
   st.Reserve(t);
-  const int64_t cap = st.k.size(1), before = st.length;
-  float* kc = st.k.data_ptr<float>();  // (Hkv, cap, D)
-  float* vc = st.v.data_ptr<float>();  // (Hkv, cap, Dv)
+  const int64_t before = st.length;
   for (int64_t i = 0; i < t; ++i) {
     for (int64_t j = 0; j < hkv; ++j) {
-      std::copy_n(k + (i * hkv + j) * d, d, kc + (j * cap + before + i) * d);
-      std::copy_n(v + (i * hkv + j) * dv, dv, vc + (j * cap + before + i) * dv);
+      st.StoreRows(before + i, j, k + (i * hkv + j) * d, v + (i * hkv + j) * dv);
     }
   }
   st.length += t;
-  const int64_t c_max = std::min(t, block);
-  std::vector<float> scores(flash ? 0 : c_max * (before + t)), sums(c_max);  // (C, L), (C)
-  for (int64_t start = 0; start < t; start += block) {
-    const int64_t len = std::min(block, t - start);
-    for (int64_t hh = 0; hh < h; ++hh) {
-      const int64_t j = hh / g;                    // its KV head
-      const float* qh = q + (start * h + hh) * d;  // rows of head hh, stride H * D
-      float* oh = out + (start * h + hh) * dv;     // rows of head hh, stride H * Dv
-      if (flash) {
-        KvFlashAttend(qh, h * d, kc + j * cap * d, vc + j * cap * dv, before + start, len, d,
-                      dv, oh, h * dv, sums.data());
-      } else {
-        KvBlockAttend(qh, h * d, kc + j * cap * d, vc + j * cap * dv, before + start, len, d,
-                      dv, scores.data(), oh, h * dv, sums.data());
-      }
-      for (int64_t i = 0; i < len; ++i) {
-        float* row = oh + i * h * dv;
-        float scale = 1.0f / sums[i];
-        if (normaliser_ == Normaliser::kL2) {
-          float ss = 0;
-          for (int64_t c = 0; c < dv; ++c) ss += row[c] * row[c];
-          scale = 1.0f / std::max(std::sqrt(ss), 1e-30f);
+  const int64_t keys = before + t, c_max = std::min(t, block);
+  std::vector<float> kc(keys * d), vc(keys * dv);  // one KV head's (L, D), (L, Dv) in fp32
+  std::vector<float> scores(flash ? 0 : c_max * keys), sums(c_max);  // (C, L), (C)
+  for (int64_t j = 0; j < hkv; ++j) {
+    st.Gather(j, keys, kc.data(), vc.data());
+    for (int64_t start = 0; start < t; start += block) {
+      const int64_t len = std::min(block, t - start);
+      for (int64_t hh = j * g; hh < (j + 1) * g; ++hh) {
+        const float* qh = q + (start * h + hh) * d;  // rows of head hh, stride H * D
+        float* oh = out + (start * h + hh) * dv;     // rows of head hh, stride H * Dv
+        if (flash) {
+          KvFlashAttend(qh, h * d, kc.data(), vc.data(), before + start, len, d, dv, oh, h * dv,
+                        sums.data());
+        } else {
+          KvBlockAttend(qh, h * d, kc.data(), vc.data(), before + start, len, d, dv,
+                        scores.data(), oh, h * dv, sums.data());
         }
-        for (int64_t c = 0; c < dv; ++c) row[c] *= scale;
+        for (int64_t i = 0; i < len; ++i) {
+          float* row = oh + i * h * dv;
+          float scale = 1.0f / sums[i];
+          if (normaliser_ == Normaliser::kL2) {
+            float ss = 0;
+            for (int64_t c = 0; c < dv; ++c) ss += row[c] * row[c];
+            scale = 1.0f / std::max(std::sqrt(ss), 1e-30f);
+          }
+          for (int64_t c = 0; c < dv; ++c) row[c] *= scale;
+        }
       }
     }
   }

@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #endif
 
+#include "server/attention/bf16.h"
 #include "server/attention/target_clones.h"
 
 namespace attnserve::attention {
@@ -330,6 +331,198 @@ void KvBlockAttend(const float* q, int64_t ldq, const float* k, const float* v,
   // out (rows, dv) = W V
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(dv), int(keys), 1.0f,
               scores, int(keys), v, int(dv), 0.0f, out, int(ldo));
+}
+
+// --- Stored rows ---
+
+namespace {
+
+inline uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+inline float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+constexpr int64_t kSpanTileRows = 256;  // a whole block of the cache (kv_attention.cc)
+
+}  // namespace
+
+uint16_t FloatToHalf(float f) {
+  // Rounding by float arithmetic: scaling |f| up by 2^112 and down by 2^-110 overflows to
+  // infinity exactly where half does; adding a power of two that puts half's last kept
+  // bit at fp32's last bit makes the fp32 addition round to nearest even at half's
+  // precision (for subnormal halves too: the bias is clamped at half's smallest normal
+  // exponent). The sum's low bits are then the half's exponent and mantissa.
+  const uint32_t w = Bits(f);
+  const uint32_t shl1 = w + w;  // without the sign
+  const uint32_t sign = w & 0x80000000u;
+  float base = (std::fabs(f) * 0x1.0p+112f) * 0x1.0p-110f;
+  uint32_t bias = shl1 & 0xFF000000u;
+  if (bias < 0x71000000u) bias = 0x71000000u;
+  base = FromBits((bias >> 1) + 0x07800000u) + base;
+  const uint32_t bits = Bits(base);
+  const uint32_t nonsign = ((bits >> 13) & 0x7C00u) + (bits & 0x0FFFu);
+  return uint16_t((sign >> 16) | (shl1 > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+float HalfToFloat(uint16_t h) {
+  // Normal halves: exponent rebiased by a shift and a multiplication by 2^-112 (which
+  // also maps half's infinity and NaNs to fp32's); subnormals: the mantissa placed under
+  // a 0.5 and 0.5 subtracted, exact.
+  const uint32_t w = uint32_t(h) << 16;
+  const uint32_t sign = w & 0x80000000u;
+  const uint32_t two_w = w + w;
+  const float normal = FromBits((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  const float subnormal = FromBits((two_w >> 17) | (126u << 23)) - 0.5f;
+  return FromBits(sign | (two_w < (1u << 27) ? Bits(subnormal) : Bits(normal)));
+}
+
+namespace {
+
+#if defined(ATTNSERVE_FLASH)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+ATTNSERVE_AVX512 void StoreHalfAvx512(const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(x + i),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), h);
+  }
+  for (; i < n; ++i) out[i] = FloatToHalf(x[i]);
+}
+
+ATTNSERVE_AVX512 void LoadHalfAvx512(const uint16_t* x, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(h));
+  }
+  for (; i < n; ++i) out[i] = HalfToFloat(x[i]);
+}
+#pragma GCC diagnostic pop
+#endif
+
+bool HasAvx512() {
+#if defined(ATTNSERVE_FLASH)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+#else
+  return false;
+#endif
+}
+
+ATTNSERVE_CLONES
+void StoreBf16(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = RoundToBf16(x[i]);
+}
+
+ATTNSERVE_CLONES
+void LoadBf16(const uint16_t* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(x[i]);
+}
+
+}  // namespace
+
+void StoreKvRow(KvCacheType type, const float* x, int64_t n, void* out) {
+  switch (type) {
+    case KvCacheType::kF32:
+      std::memcpy(out, x, size_t(n) * sizeof(float));
+      return;
+    case KvCacheType::kBF16:
+      return StoreBf16(x, n, static_cast<uint16_t*>(out));
+    case KvCacheType::kF16: {
+      auto* h = static_cast<uint16_t*>(out);
+#if defined(ATTNSERVE_FLASH)
+      if (HasAvx512()) return StoreHalfAvx512(x, n, h);
+#endif
+      for (int64_t i = 0; i < n; ++i) h[i] = FloatToHalf(x[i]);
+      return;
+    }
+  }
+}
+
+void LoadKvRows(KvCacheType type, const void* x, int64_t n, float* out) {
+  switch (type) {
+    case KvCacheType::kF32:
+      std::memcpy(out, x, size_t(n) * sizeof(float));
+      return;
+    case KvCacheType::kBF16:
+      return LoadBf16(static_cast<const uint16_t*>(x), n, out);
+    case KvCacheType::kF16: {
+      const auto* h = static_cast<const uint16_t*>(x);
+#if defined(ATTNSERVE_FLASH)
+      if (HasAvx512()) return LoadHalfAvx512(h, n, out);
+#endif
+      for (int64_t i = 0; i < n; ++i) out[i] = HalfToFloat(h[i]);
+      return;
+    }
+  }
+}
+
+int64_t KvSpanTileFloats(int64_t d, int64_t dv) { return kSpanTileRows * std::max(d, dv); }
+
+void KvGroupAttendSpans(KvCacheType type, const float* q, absl::Span<const KvSpan> spans,
+                        int64_t rows, int64_t len, int64_t d, int64_t dv, float* scores,
+                        float* tile, float* out, float* sums) {
+  const int64_t element = KvElementBytes(type);
+  // Calls f(first, n, rows_fp32) for each tile of at most kSpanTileRows rows of width w
+  // of the spans' keys or values: fp32 spans in place, others read into `tile`.
+  auto for_tiles = [&](bool keys, int64_t w, auto&& f) {
+    int64_t first = 0;
+    for (const KvSpan& span : spans) {
+      const char* base = static_cast<const char*>(keys ? span.k : span.v);
+      for (int64_t r = 0; r < span.rows;) {
+        // fp32 rows are read in place, a whole span at a time.
+        const int64_t n =
+            type == KvCacheType::kF32 ? span.rows : std::min(kSpanTileRows, span.rows - r);
+        const void* src = base + r * w * element;
+        const float* rows_fp32 = static_cast<const float*>(src);
+        if (type != KvCacheType::kF32) {
+          LoadKvRows(type, src, n * w, tile);
+          rows_fp32 = tile;
+        }
+        f(first + r, n, rows_fp32);
+        r += n;
+      }
+      first += span.rows;
+    }
+  };
+  // scores (rows, len) = Q K^T, a tile's columns at a time.
+  for_tiles(true, d, [&](int64_t j0, int64_t n, const float* k) {
+    if (rows == 1) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, int(n), int(d), 1.0f, k, int(d), q, 1, 0.0f,
+                  scores + j0, 1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n), int(d), 1.0f, q,
+                  int(d), k, int(d), 0.0f, scores + j0, int(len));
+    }
+  });
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = scores + i * len;
+    sums[i] = ExpShifted(row, len, RowMax(row, len));
+  }
+  // out (rows, dv) = W V, accumulated over the tiles.
+  bool first_tile = true;
+  for_tiles(false, dv, [&](int64_t j0, int64_t n, const float* v) {
+    const float beta = first_tile ? 0.0f : 1.0f;
+    first_tile = false;
+    if (rows == 1) {
+      cblas_sgemv(CblasRowMajor, CblasTrans, int(n), int(dv), 1.0f, v, int(dv), scores + j0, 1,
+                  beta, out, 1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(dv), int(n), 1.0f,
+                  scores + j0, int(len), v, int(dv), beta, out, int(dv));
+    }
+  });
+  if (first_tile) std::fill(out, out + rows * dv, 0.0f);  // no rows at all
 }
 
 }  // namespace attnserve::attention

@@ -7,7 +7,47 @@
 
 #include <cstdint>
 
+#include "absl/types/span.h"
+#include "server/attention/options.h"
+
 namespace attnserve::attention {
+
+// --- Stored rows (AttentionOptions::kv_cache_type). ---
+
+// fp32 -> IEEE half, round to nearest even, as LibTorch's at::Half rounds (subnormals
+// kept, overflow to infinity; every NaN becomes a quiet NaN of the same sign), and back
+// (exact). Integer and float operations only, no table.
+uint16_t FloatToHalf(float f);
+float HalfToFloat(uint16_t h);
+
+// Stores n fp32 values as `type` at out (n elements of KvElementBytes(type) bytes):
+// rounded to nearest even, as a copy_ into an at::kHalf / at::kBFloat16 tensor rounds,
+// so the fused loops and the ATen reference store the same bits. NaNs aside: the vector
+// loop keeps a NaN's payload where the scalar one does not.
+void StoreKvRow(KvCacheType type, const float* x, int64_t n, void* out);
+// Reads n stored values of `type` as fp32 (exact).
+void LoadKvRows(KvCacheType type, const void* x, int64_t n, float* out);
+
+// One KV head's part of one block of a cache: `rows` keys (rows, D) and values
+// (rows, Dv), row-major, stored as the cache's type.
+struct KvSpan {
+  const void* k;
+  const void* v;
+  int64_t rows;
+};
+
+// Floats of tile scratch KvGroupAttendSpans needs for head dims d, dv.
+int64_t KvSpanTileFloats(int64_t d, int64_t dv);
+
+// KvGroupAttend over a cache kept in spans (its blocks, in position order; together
+// `len` rows, the new token's included) of stored type `type`: scores (rows, len) are
+// computed span by span, exp'd once over the whole row, and the values accumulated span
+// by span. Rows not stored as fp32 are read into `tile` (KvSpanTileFloats floats), a
+// tile of at most 256 rows at a time, so the cache is read once in its stored bytes.
+// scores: rows * len floats.
+void KvGroupAttendSpans(KvCacheType type, const float* q, absl::Span<const KvSpan> spans,
+                        int64_t rows, int64_t len, int64_t d, int64_t dv, float* scores,
+                        float* tile, float* out, float* sums);
 
 // x[i] = exp(x[i] - shift) for n values with x[i] <= shift, and returns their sum. A
 // range-reduced polynomial (relative error below 2e-7 against std::exp) that the

@@ -187,8 +187,29 @@ int64_t FeatureCount(const AttentionOptions& o) {
   }
 }
 
+const char* KvCacheTypeName(KvCacheType type) {
+  switch (type) {
+    case KvCacheType::kF16: return "f16";
+    case KvCacheType::kBF16: return "bf16";
+    default: return "f32";
+  }
+}
+
+absl::Status ParseKvCacheType(const std::string& name, KvCacheType* type) {
+  for (KvCacheType t : {KvCacheType::kF32, KvCacheType::kF16, KvCacheType::kBF16}) {
+    if (name == KvCacheTypeName(t)) {
+      *type = t;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("KV cache type '", name, "' is not one of f32, f16, bf16"));
+}
+
+int64_t KvElementBytes(KvCacheType type) { return type == KvCacheType::kF32 ? 4 : 2; }
+
 int64_t KvBytesPerToken(const AttentionOptions& o) {
-  return int64_t{4} * (o.head_dim + o.value_dim) * o.num_kv_heads;
+  return KvElementBytes(o.kv_cache_type) * (o.head_dim + o.value_dim) * o.num_kv_heads;
 }
 
 int64_t StateElementBytes(const AttentionOptions& o) {

@@ -19,6 +19,22 @@ enum class ModuleKind {
   kLinear,       // elu+1 feature map, sum normaliser, fixed state
 };
 
+// How a KV-cache module stores its keys and values (the server's --kv_cache_type). Every
+// path reads the stored rows into fp32 and computes in fp32; rows are rounded to nearest
+// even when stored (the fused loops and LibTorch's conversions round alike).
+enum class KvCacheType {
+  kF32,   // 4 bytes an element
+  kF16,   // IEEE half: 2 bytes, 11 significant bits, |x| < 65504
+  kBF16,  // bfloat16: 2 bytes, 8 significant bits, fp32's range
+};
+
+// "f32", "f16", "bf16".
+const char* KvCacheTypeName(KvCacheType type);
+// The type named `name` (KvCacheTypeName's names); INVALID_ARGUMENT naming them otherwise.
+absl::Status ParseKvCacheType(const std::string& name, KvCacheType* type);
+// Bytes of one stored element: 4 or 2.
+int64_t KvElementBytes(KvCacheType type);
+
 struct AttentionOptions {
   // Registry name: softmax, softmax_norm, taylor, taylor_norm, linear.
   std::string module = "softmax";
@@ -61,6 +77,12 @@ struct AttentionOptions {
   // ignore it. A serving choice, not a trained one: never read from or written to a
   // checkpoint's config.
   bool state_bf16 = false;
+  // How KV-cache modules store keys and values (fixed-state modules ignore it). fp32
+  // here, the reference; the server's default is f16 (server/config/server_options.h).
+  // A serving choice as state_bf16 is, and not part of a model's fingerprint: a snapshot
+  // records each tensor's type and a server restores it into its own (exact when they
+  // match, rounded to nearest even when it narrows).
+  KvCacheType kv_cache_type = KvCacheType::kF32;
 };
 
 // Valid module names in table order, for messages and --help.
@@ -86,16 +108,17 @@ std::vector<float> HeadDecays(const AttentionOptions& options);
 bool HasFixedState(const AttentionOptions& options);
 
 // Bytes of one element of a fixed state: 2 under state_bf16, else 4 (fp32). KV caches
-// are fp32 whatever state_bf16 says.
+// store kv_cache_type's elements whatever state_bf16 says (KvElementBytes).
 int64_t StateElementBytes(const AttentionOptions& options);
 
 // Bytes one session holds in one layer after `context` tokens: fixed states
 // m * (d_v + 1) * StateElementBytes per KV head (m * d_v * ... without a denominator).
-// KV caches count the nominal 4 * (d + d_v) * num_kv_heads bytes per token (fp32), not
-// their spare capacity.
+// KV caches count the nominal (d + d_v) * num_kv_heads elements per token of
+// kv_cache_type, not their spare capacity.
 int64_t StateBytesPerLayer(const AttentionOptions& options, int64_t context);
 
-// KV-cache bytes per token per layer for the same head shape (num_kv_heads heads).
+// KV-cache bytes per token per layer for the same head shape (num_kv_heads heads), in
+// kv_cache_type's elements.
 int64_t KvBytesPerToken(const AttentionOptions& options);
 
 // Whether weights trained with `trained` may be served with `module` (and `order`):
