@@ -162,7 +162,16 @@ for (m, s, a), g in groups.items():
     if model:
         print(f"Model {model['id']}: state {per_token:,.0f} bytes per token + {fixed:,.0f} fixed "
               f"(/v1/models state_bytes_by_mixer); kv_cache_bytes_per_token (every layer "
-              f"attention) {model['kv_cache_bytes_per_token']:,}.\n")
+              f"attention) {model['kv_cache_bytes_per_token']:,}"
+              f"{', kv_cache_type ' + model['kv_cache_type'] if 'kv_cache_type' in model else ''}.\n")
+    # The memory store: a gauge of stored bytes, if the server exports one (none did at
+    # e307c4e); its name is printed.
+    gauges = sorted(k for k in start["metrics"] if k != "error" and not k.endswith("_total") and
+                    any(w in k for w in ("checkpoint", "page", "stored", "response", "record")))
+    if s == "memory" and gauges:
+        print(f"Store holds (memory store): the sum of {', '.join(gauges)}.\n")
+        for r in [start] + [r for r in g if "turn" in r and r["turn"] > 0]:
+            r["store_bytes"] = sum(r["metrics"].get(k, 0) for k in gauges)
     print("| turn | HTTP | served | input (cached) | output | position | first token ms | turn ms | store holds | "
           "store grew | session snapshots written (metric) | 1.2 x (new tokens x bytes/token + fixed) | written / that | RSS MiB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
