@@ -132,6 +132,7 @@ void PrintModel(const Io& io, const v1::ModelInfo& m) {
   for (auto& row : MixerRows(m)) rows.push_back(std::move(row));
   rows.push_back({"tokenizer:", DescribeTokenizer(m.tokenizer())});
   rows.push_back({"kv heads:", m.num_kv_heads() == 0 ? "-" : absl::StrCat(m.num_kv_heads())});
+  rows.push_back({"kv cache:", m.kv_cache_type().empty() ? "-" : m.kv_cache_type()});
   PrintTable(io.out, rows);
 }
 

@@ -70,6 +70,12 @@ int main(int argc, char** argv) {
   attnserve::model::LoadOptions load;
   load.weights_bf16 = options->weights_bf16;
   load.state_bf16 = options->state_bf16;
+  if (absl::Status s = attnserve::attention::ParseKvCacheType(options->kv_cache_type,
+                                                               &load.kv_cache_type);
+      !s.ok()) {
+    std::cerr << "attnserve_server: " << s.message() << "\n";
+    return 2;
+  }
   load.quantize = options->quantize;
   auto models = attnserve::catalogue::ModelCatalogue::Load(options->model_dirs, load);
   if (!models.ok()) {
@@ -86,6 +92,13 @@ int main(int argc, char** argv) {
                     (m->model->config().attention.state_bf16 &&
                              attnserve::attention::HasFixedState(m->model->config().attention)
                          ? ", bf16 states"
+                         : "") +
+                    (m->model->config().HasAttention() &&
+                             !attnserve::attention::HasFixedState(m->model->config().attention)
+                         ? std::string(", ") +
+                               attnserve::attention::KvCacheTypeName(
+                                   m->model->config().attention.kv_cache_type) +
+                               " KV cache"
                          : "") +
                     ")");
   }

@@ -469,9 +469,86 @@ void LoadKvRows(KvCacheType type, const void* x, int64_t n, float* out) {
 
 int64_t KvSpanTileFloats(int64_t d, int64_t dv) { return kSpanTileRows * std::max(d, dv); }
 
+namespace {
+
+#if defined(ATTNSERVE_FLASH)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The most query rows of a group the direct 16-bit kernel keeps in registers.
+constexpr int64_t kDirectRows = 8;
+
+// 16 stored values at p as fp32: f16 by vcvtph2ps, bf16 as the high half of an fp32.
+template <bool kHalf>
+ATTNSERVE_AVX512 inline __m512 Load16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if constexpr (kHalf) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// KvGroupAttendSpans for 16-bit rows, reading them in place: each key row is read once
+// for all the group's query rows (scores by fma over d / 16 vectors and one reduction),
+// each value row once into the group's accumulators. d, dv multiples of 16; rows <=
+// kDirectRows.
+template <bool kHalf>
+ATTNSERVE_AVX512 void GroupAttendDirect(const float* q, absl::Span<const KvSpan> spans,
+                                        int64_t rows, int64_t len, int64_t d, int64_t dv,
+                                        float* scores, float* out, float* sums) {
+  const int64_t dc = d / 16;
+  int64_t first = 0;
+  for (const KvSpan& span : spans) {
+    const auto* k = static_cast<const uint16_t*>(span.k);
+    for (int64_t j = 0; j < span.rows; ++j, k += d) {
+      __m512 acc[kDirectRows];
+      for (int64_t r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
+      for (int64_t c = 0; c < dc; ++c) {
+        const __m512 kc = Load16<kHalf>(k + c * 16);
+        for (int64_t r = 0; r < rows; ++r) {
+          acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q + r * d + c * 16), kc, acc[r]);
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) scores[r * len + first + j] = _mm512_reduce_add_ps(acc[r]);
+    }
+    first += span.rows;
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = scores + i * len;
+    sums[i] = ExpShifted(row, len, RowMax(row, len));
+  }
+  std::fill(out, out + rows * dv, 0.0f);
+  first = 0;
+  for (const KvSpan& span : spans) {
+    const auto* v = static_cast<const uint16_t*>(span.v);
+    for (int64_t j = 0; j < span.rows; ++j, v += dv) {
+      __m512 w[kDirectRows];
+      for (int64_t r = 0; r < rows; ++r) w[r] = _mm512_set1_ps(scores[r * len + first + j]);
+      for (int64_t c = 0; c < dv; c += 16) {
+        const __m512 vc = Load16<kHalf>(v + c);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* o = out + r * dv + c;
+          _mm512_storeu_ps(o, _mm512_fmadd_ps(w[r], vc, _mm512_loadu_ps(o)));
+        }
+      }
+    }
+    first += span.rows;
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
+}  // namespace
+
 void KvGroupAttendSpans(KvCacheType type, const float* q, absl::Span<const KvSpan> spans,
                         int64_t rows, int64_t len, int64_t d, int64_t dv, float* scores,
                         float* tile, float* out, float* sums) {
+#if defined(ATTNSERVE_FLASH)
+  if (type != KvCacheType::kF32 && HasAvx512() && d % 16 == 0 && dv % 16 == 0 &&
+      rows <= kDirectRows) {
+    return type == KvCacheType::kF16
+               ? GroupAttendDirect<true>(q, spans, rows, len, d, dv, scores, out, sums)
+               : GroupAttendDirect<false>(q, spans, rows, len, d, dv, scores, out, sums);
+  }
+#endif
   const int64_t element = KvElementBytes(type);
   // Calls f(first, n, rows_fp32) for each tile of at most kSpanTileRows rows of width w
   // of the spans' keys or values: fp32 spans in place, others read into `tile`.

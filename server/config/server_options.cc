@@ -131,6 +131,23 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
         "in fp32 and rounded to nearest even when stored. KV-cache modules "
         "(softmax, softmax_norm) ignore it. Snapshots keep fp32 values but then "
         "only import into servers with the same setting.");
+  f.AddCustom<std::string>(
+      "kv_cache_type", &o->kv_cache_type, "f16|bf16|f32",
+      "How the KV caches of softmax attention layers store keys and values: f16 "
+      "(the default: half of f32's bytes per token, 11 significant bits), bf16 "
+      "(half, 8 significant bits, f32's range) or f32. Attention is computed in f32 "
+      "from the stored rows. Memory budgets, DescribeModel and /v1/models count the "
+      "stored bytes. A snapshot records its type; a server of another type imports it "
+      "(rounding to nearest even when its type is narrower), and continues it as a "
+      "server of its own type would.",
+      [](absl::string_view v, std::string* type) {
+        if (v != "f16" && v != "bf16" && v != "f32") {
+          return absl::InvalidArgumentError("expected f16, bf16 or f32");
+        }
+        *type = std::string(v);
+        return absl::OkStatus();
+      },
+      [](const std::string& type) { return type; });
   f.Add("quantize", &o->quantize,
         "Quantize a model directory's weight matrices when loading it: q8_0 (about "
         "1.06 bytes per weight), q6_k (0.82), q5_k (0.69), q4_k (0.56) or q4_0 (0.56); "

@@ -86,6 +86,9 @@ struct ServerOptions {
   // Keep fixed-state modules' recurrent states in bf16 (--state_bf16;
   // model::LoadOptions::state_bf16).
   bool state_bf16 = false;
+  // How KV caches store keys and values: "f32", "f16" or "bf16" (--kv_cache_type;
+  // attention::AttentionOptions::kv_cache_type).
+  std::string kv_cache_type = "f16";
   // Quantize a model directory's matrices at load: "" (keep the file's types), "q8_0",
   // "q4_0", "q4_k", "q5_k" or "q6_k" (--quantize; model::LoadOptions::quantize). GGUF
   // files keep their own types.

@@ -57,8 +57,10 @@ json ModelObject(const catalogue::ServedModel& m, int64_t created) {
           {"state_bytes_per_session", m.model->StateBytes(c.max_context)},
           {"state_bytes_per_session_at_1k", m.model->StateBytes(1024)},
           {"state_bytes_per_session_at_16k", m.model->StateBytes(16384)},
-          // What a softmax KV cache of the same shape (layers, KV heads, head sizes; fp32)
-          // holds per token: the growth a fixed-size state does not have.
+          // What a softmax KV cache of the same shape (layers, KV heads, head sizes; in
+          // the server's --kv_cache_type) holds per token: the growth a fixed-size state
+          // does not have.
+          {"kv_cache_type", attention::KvCacheTypeName(c.attention.kv_cache_type)},
           {"kv_cache_bytes_per_token",
            c.num_layers * attention::KvBytesPerToken(c.attention)},
           {"state_bytes_by_mixer", std::move(by_mixer)},

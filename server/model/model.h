@@ -70,6 +70,9 @@ struct LoadOptions {
   // Keep fixed-state modules' recurrent states in bf16 (attention::AttentionOptions::
   // state_bf16: half the state bytes); KV-cache modules ignore it.
   bool state_bf16 = false;
+  // How KV-cache layers store keys and values (attention::AttentionOptions::
+  // kv_cache_type).
+  attention::KvCacheType kv_cache_type = attention::KvCacheType::kF32;
   // Every weight as an fp32 tensor (the trainer updates them; Save writes them): F16,
   // BF16 and quantized tensors are dequantized. Otherwise they stay packed as the file
   // holds them (Model::WeightBytes).

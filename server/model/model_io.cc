@@ -194,6 +194,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path,
   }
   config->attention.max_state_bytes_per_layer = options.max_state_bytes_per_layer;
   config->attention.state_bf16 = options.state_bf16;
+  config->attention.kv_cache_type = options.kv_cache_type;
   if (!options.attention_module.empty()) {
     if (absl::Status s = attention::CheckServableAs(
             config->attention, options.attention_module, options.attention_order);
@@ -310,6 +311,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   }
   config->attention.max_state_bytes_per_layer = options.max_state_bytes_per_layer;
   config->attention.state_bf16 = options.state_bf16;
+  config->attention.kv_cache_type = options.kv_cache_type;
   if (!options.attention_module.empty()) {
     if (absl::Status s = attention::CheckServableAs(
             config->attention, options.attention_module, options.attention_order);

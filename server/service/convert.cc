@@ -3,6 +3,7 @@
 #include <google/protobuf/text_format.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/attention/options.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace attnserve::service {
@@ -35,6 +36,10 @@ v1::ModelInfo ToProto(const catalogue::ServedModel& m) {
   info.set_num_kv_heads(m.model->config().attention.num_kv_heads);
   info.set_weight_bytes(m.model->WeightBytes());
   info.set_weight_types(m.model->WeightTypes());
+  const model::ModelConfig& c = m.model->config();
+  if (c.HasAttention() && !attention::HasFixedState(c.attention)) {
+    info.set_kv_cache_type(attention::KvCacheTypeName(c.attention.kv_cache_type));
+  }
   const auto at_32k = m.model->StateBytesByMixer(32768);
   for (const model::Model::MixerBytes& k : m.model->StateBytesByMixer(1024)) {
     v1::MixerStateBytes* out = info.add_state_bytes_by_mixer();

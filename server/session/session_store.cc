@@ -84,13 +84,19 @@ SessionStore::SessionStore(Options options)
     : options_(OnlySessions(std::move(options))),
       residency_(Residency::Limits{options_.max_sessions, options_.memory_budget_bytes,
                                    options_.tenant_limits}) {
+  // A snapshot may hold its KV rows in f32 (one from a server with --kv_cache_type=f32, or
+  // from before 16-bit caches) whatever this server stores them as: the limit is the
+  // largest state counted with 4-byte KV elements (a hybrid's fixed parts, counted alike,
+  // only loosen it).
   int64_t largest = 0;
+  auto widest = [](const model::Model& m) {
+    return m.StateBytes(m.config().max_context) * 4 /
+           attention::KvElementBytes(m.config().attention.kv_cache_type);
+  };
   if (options_.catalogue != nullptr) {
     for (const auto& m : options_.catalogue->all()) {
-      largest = std::max(largest, m->model->StateBytes(m->model->config().max_context));
-      for (const auto& v : m->variants) {
-        largest = std::max(largest, v->model->StateBytes(v->model->config().max_context));
-      }
+      largest = std::max(largest, widest(*m->model));
+      for (const auto& v : m->variants) largest = std::max(largest, widest(*v->model));
     }
   }
   max_snapshot_bytes_ = uint64_t(largest) + 64 * 1024;

@@ -20,8 +20,28 @@ using catalogue::ServedModel;
 namespace {
 
 constexpr char kMagic[8] = {'A', 'T', 'T', 'N', 'S', 'N', 'A', 'P'};
+// Tensor element types (version 3; versions 1 and 2 hold only kFloat32). KV caches
+// ("k", "v") are written in the type their server stores them; every other tensor is
+// float32.
 constexpr uint8_t kFloat32 = 1;
+constexpr uint8_t kFloat16 = 2;
+constexpr uint8_t kBFloat16 = 3;
 constexpr int kMaxDims = 4;
+
+uint8_t DtypeCode(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return kFloat32;
+    case at::kHalf: return kFloat16;
+    case at::kBFloat16: return kBFloat16;
+    default: TORCH_CHECK(false, "snapshot: a state tensor of type ", type);
+  }
+}
+
+at::ScalarType DtypeOfCode(uint8_t code) {
+  return code == kFloat16 ? at::kHalf : code == kBFloat16 ? at::kBFloat16 : at::kFloat;
+}
+
+int64_t ElementBytes(uint8_t code) { return code == kFloat32 ? 4 : 2; }
 
 template <typename T>
 void Put(std::string& out, T value) {
@@ -33,10 +53,10 @@ void PutAt(std::string& out, size_t offset, T value) {
   std::memcpy(out.data() + offset, &value, sizeof value);
 }
 
-// Appends the fp32 values of a (possibly strided) view in row-major order, copying the
-// largest contiguous trailing block at once (a KV cache's used length is one block per
-// head).
-void AppendValues(std::string& out, const float* base, at::IntArrayRef sizes,
+// Appends the values (of `element` bytes each) of a (possibly strided) view in row-major
+// order, copying the largest contiguous trailing block at once (a KV cache's used length
+// is one block per head).
+void AppendValues(std::string& out, const char* base, int64_t element, at::IntArrayRef sizes,
                   at::IntArrayRef strides, size_t dim) {
   int64_t block = 1;
   bool contiguous = true;
@@ -45,11 +65,11 @@ void AppendValues(std::string& out, const float* base, at::IntArrayRef sizes,
     block *= sizes[d];
   }
   if (contiguous) {
-    out.append(reinterpret_cast<const char*>(base), size_t(block) * sizeof(float));
+    out.append(base, size_t(block * element));
     return;
   }
   for (int64_t i = 0; i < sizes[dim]; ++i) {
-    AppendValues(out, base + i * strides[dim], sizes, strides, dim + 1);
+    AppendValues(out, base + i * strides[dim] * element, element, sizes, strides, dim + 1);
   }
 }
 
@@ -123,11 +143,15 @@ std::string EncodeSnapshot(const ServedModel& served, const model::DecodeState* 
     for (const auto& [name, t] : tensors) {
       Put<uint8_t>(out, uint8_t(name.size()));
       out += name;
-      Put<uint8_t>(out, kFloat32);
+      const uint8_t dtype = DtypeCode(t.scalar_type());
+      Put<uint8_t>(out, dtype);
       Put<uint8_t>(out, uint8_t(t.dim()));
       Put<uint8_t>(out, 0);
       for (int64_t d : t.sizes()) Put<int64_t>(out, d);
-      if (t.numel() > 0) AppendValues(out, t.data_ptr<float>(), t.sizes(), t.strides(), 0);
+      if (t.numel() > 0) {
+        AppendValues(out, static_cast<const char*>(t.data_ptr()), ElementBytes(dtype), t.sizes(),
+                     t.strides(), 0);
+      }
     }
   }
   PutAt<uint64_t>(out, 16, uint64_t(out.size() + 4));
@@ -285,10 +309,18 @@ absl::StatusOr<VerifiedSnapshot> VerifySnapshot(SnapshotBytes owned,
       if (!r.Read(&name_len) || !r.Skip(name_len, &got_name) || got_name != want_name) {
         return Invalid(absl::StrCat(where, ": expected tensor '", want_name, "'"));
       }
-      if (!r.Read(&dtype) || !r.Read(&ndim) || !r.Read(&pad) || dtype != kFloat32 ||
-          ndim > kMaxDims) {
+      if (!r.Read(&dtype) || !r.Read(&ndim) || !r.Read(&pad) || ndim > kMaxDims) {
         return Invalid(absl::StrCat(where, " tensor '", want_name,
-                                    "': dtype or rank is not float32 of at most 4 dims"));
+                                    "': its header runs past the end or has over 4 dims"));
+      }
+      // 16-bit elements in version 3, and only in a KV cache.
+      const bool kv = want_name == "k" || want_name == "v";
+      const bool dtype_ok =
+          dtype == kFloat32 || (version >= 3 && kv && (dtype == kFloat16 || dtype == kBFloat16));
+      if (!dtype_ok) {
+        return Invalid(absl::StrCat(where, " tensor '", want_name, "': element type ", dtype,
+                                    " is not ", kv && version >= 3 ? "float32, float16 or bfloat16"
+                                                                   : "float32"));
       }
       std::vector<int64_t> dims(ndim);
       for (auto& d : dims) {
@@ -303,10 +335,11 @@ absl::StatusOr<VerifiedSnapshot> VerifySnapshot(SnapshotBytes owned,
       int64_t numel = 1;
       for (int64_t d : dims) numel *= d;
       out.payload_offsets.back().push_back(r.offset());
-      if (!r.Skip(uint64_t(numel) * sizeof(float))) {
+      out.payload_types.push_back(DtypeOfCode(dtype));
+      if (!r.Skip(uint64_t(numel) * ElementBytes(dtype))) {
         return Invalid(absl::StrCat(where, " tensor '", want_name, "': values run past the end"));
       }
-      out.state_bytes += numel * int64_t(sizeof(float));
+      out.state_bytes += numel * ElementBytes(dtype);
     }
   }
   if (r.offset() != body.size()) {
@@ -324,6 +357,7 @@ absl::StatusOr<std::unique_ptr<model::DecodeState>> RestoreSnapshotState(
     const VerifiedSnapshot& snapshot) {
   const model::Model& m = *snapshot.model->model;
   std::vector<attention::NamedTensors> layers;
+  size_t tensor_index = 0;
   for (const auto& offsets : snapshot.payload_offsets) {
     const attention::TensorShapes shapes =
         m.StateShapes(int(layers.size()), snapshot.info.position);
@@ -332,10 +366,9 @@ absl::StatusOr<std::unique_ptr<model::DecodeState>> RestoreSnapshotState(
       // Payloads are not aligned: copy them into fresh tensors rather than wrap them.
       // An empty tensor (a KV cache at position 0) has no data pointer: memcpy must not
       // see it (UBSan, found by tests/fuzz/snapshot_fuzz).
-      at::Tensor t = at::empty(shapes[i].second, at::kFloat);
+      at::Tensor t = at::empty(shapes[i].second, snapshot.payload_types[tensor_index++]);
       if (t.numel() > 0) {
-        std::memcpy(t.data_ptr<float>(), snapshot.bytes.view().data() + offsets[i],
-                    t.nbytes());
+        std::memcpy(t.data_ptr(), snapshot.bytes.view().data() + offsets[i], t.nbytes());
       }
       tensors.emplace_back(shapes[i].first, std::move(t));
     }

@@ -21,7 +21,9 @@ namespace attnserve::snapshot {
 
 // The version EncodeSnapshot writes. Readers also accept version 1 (no owner; such a
 // snapshot belongs to kDefaultTenant).
-inline constexpr uint32_t kSnapshotVersion = 2;
+// Version 3 adds float16 and bfloat16 KV caches (the server's --kv_cache_type); readers
+// accept versions 1 and 2 (float32 only) too.
+inline constexpr uint32_t kSnapshotVersion = 3;
 inline constexpr uint32_t kOldestSnapshotVersion = 1;
 // Longest owner (tenant name) a snapshot may carry.
 inline constexpr size_t kMaxSnapshotOwnerBytes = 255;
@@ -56,6 +58,9 @@ struct VerifiedSnapshot {
   int64_t state_bytes = 0;
   // Offset in `bytes` of each tensor's values, per layer, in StateShapes order.
   std::vector<std::vector<size_t>> payload_offsets;
+  // Each tensor's element type, in the same order, all layers in one list: float32, or
+  // for KV caches of version 3 float16 / bfloat16.
+  std::vector<at::ScalarType> payload_types;
 };
 
 // The size a snapshot declares in its first kSnapshotFixedHeaderBytes bytes, so a reader

@@ -170,12 +170,21 @@ class KvCacheTypes : public testing::TestWithParam<KvCacheType> {
 // every operation (both round the same fp32 rows once).
 TEST_P(KvCacheTypes, RawPathsStoreTheReferencesBitsAndAgreeWithIt) {
   const KvCacheType type = GetParam();
-  for (int dim : {32, 48}) {  // 32: the flash prefill kernel; 48: the sgemm one
-    SCOPED_TRACE(dim);
-    auto raw = Make(type, false, 4, 2, dim), ref = Make(type, true, 4, 2, dim);
+  // Head dim 32: the flash prefill kernel; 48 and 40: the sgemm one. Decode of 16-bit
+  // rows: read in place for dims of multiples of 16 and groups of up to 8 heads (32, 48),
+  // a tile at a time otherwise (dim 40; a group of 16).
+  struct Shape {
+    int heads, kv_heads, dim;
+  };
+  for (const Shape sh : {Shape{4, 2, 32}, Shape{4, 2, 48}, Shape{4, 2, 40}, Shape{16, 1, 32}}) {
+    const int dim = sh.dim;
+    SCOPED_TRACE(testing::Message() << sh.heads << " heads on " << sh.kv_heads << " of " << dim);
+    auto raw = Make(type, false, sh.heads, sh.kv_heads, dim);
+    auto ref = Make(type, true, sh.heads, sh.kv_heads, dim);
     at::manual_seed(3);
     const int64_t t = 300;
-    at::Tensor q = at::randn({4, t, dim}), k = at::randn({2, t, dim}), v = at::randn({2, t, dim});
+    at::Tensor q = at::randn({sh.heads, t, dim}), k = at::randn({sh.kv_heads, t, dim});
+    at::Tensor v = at::randn({sh.kv_heads, t, dim});
     auto rs = ref->NewState(), fs = raw->NewState();
     double worst = 0;
     int64_t at = 0;

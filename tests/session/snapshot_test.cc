@@ -195,7 +195,9 @@ TEST_F(SnapshotTest, RefusesAFutureFormatVersion) {
   Reseal(bytes);
   auto v = Verify(bytes);
   EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(v.status().message().find("format version 3"), std::string::npos) << v.status();
+  EXPECT_NE(v.status().message().find(absl::StrCat("format version ", version)),
+            std::string::npos)
+      << v.status();
 }
 
 // A version 1 snapshot of the same session: what servers before owners wrote (the
@@ -224,7 +226,7 @@ TEST_F(SnapshotTest, OwnerSurvivesTheRoundTrip) {
   const std::string bytes = EncodeSnapshot(*m, state.get(), info);
   uint32_t version;
   std::memcpy(&version, bytes.data() + 8, 4);
-  EXPECT_EQ(version, 2u);
+  EXPECT_EQ(version, kSnapshotVersion);
   auto verified = Verify(bytes);
   ASSERT_TRUE(verified.ok()) << verified.status();
   EXPECT_EQ(verified->info.owner, "acme-research");
@@ -257,6 +259,85 @@ TEST_F(SnapshotTest, Version1SnapshotsLoadAsTheDefaultTenantsAndContinueIdentica
   ASSERT_TRUE(restored.ok()) << restored.status();
   std::vector<model::DecodeState*> a = {state.get()}, b = {restored->get()};
   EXPECT_TRUE(at::equal(m->model->Step(a, {70}).value(), m->model->Step(b, {70}).value()));
+}
+
+// A copy of tiny-softmax (the same weights and fingerprint) whose KV caches store `type`.
+std::shared_ptr<const ServedModel> TinySoftmaxStoring(attention::KvCacheType type) {
+  model::ModelConfig c = test_util::TinyServedModel("softmax", 4096)->model->config();
+  c.attention.kv_cache_type = type;
+  auto m = model::Model::Create(c, 3);
+  EXPECT_TRUE(m.ok()) << m.status();
+  for (auto& [name, t] : (*m)->NamedParameters()) {
+    if (name.find("norm") == std::string::npos) t.mul_(20);
+  }
+  return std::make_shared<ServedModel>(ServedModel{c.name, "", std::move(m).value(), {},
+                                                   std::make_shared<tokenizer::ByteTokenizer>()});
+}
+
+// Version 3: a 16-bit KV cache is written as it is stored (half the bytes) and continues
+// bit-identically; the KV type is a serving choice, not part of the fingerprint, so a
+// snapshot moves between servers of different types: an f16 one widens exactly into an
+// f32 server, an f32 one is rounded to nearest even into an f16 server (the bits an f16
+// server would have stored for the same rows).
+TEST_F(SnapshotTest, SixteenBitKvCachesRoundTripAndMoveBetweenKvTypes) {
+  using attention::KvCacheType;
+  for (KvCacheType type : {KvCacheType::kF16, KvCacheType::kBF16}) {
+    SCOPED_TRACE(attention::KvCacheTypeName(type));
+    auto m16 = TinySoftmaxStoring(type);
+    auto m32 = Model("softmax");
+    ASSERT_EQ(m16->model->Fingerprint(), m32->model->Fingerprint());
+    ModelCatalogue only16({m16});
+    auto state16 = StateAfter(*m16, 37);
+    auto bytes16 = Encode(*m16, *state16);
+    auto verified = VerifySnapshot(bytes16, only16, kMaxBytes);
+    ASSERT_TRUE(verified.ok()) << verified.status();
+    EXPECT_EQ(verified->state_bytes, m16->model->StateBytes(37));
+    EXPECT_EQ(2 * m16->model->StateBytes(37), m32->model->StateBytes(37));
+    auto restored = RestoreSnapshotState(*verified);
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    for (int step = 0; step < 5; ++step) {
+      std::vector<model::DecodeState*> a = {state16.get()}, b = {restored->get()};
+      ASSERT_TRUE(at::equal(m16->model->Step(a, {int32_t(70 + step)}).value(),
+                            m16->model->Step(b, {int32_t(70 + step)}).value()))
+          << "step " << step;
+    }
+
+    // f16 -> an f32 server: widened exactly.
+    auto into32 = Verify(*bytes16);
+    ASSERT_TRUE(into32.ok()) << into32.status();
+    auto widened = RestoreSnapshotState(*into32);
+    ASSERT_TRUE(widened.ok()) << widened.status();
+    auto fresh16 = StateAfter(*m16, 37);
+    for (int l = 0; l < fresh16->num_layers(); ++l) {
+      const auto want = fresh16->layer(l).Tensors(), got = (*widened)->layer(l).Tensors();
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(got[i].second.scalar_type(), at::kFloat);
+        EXPECT_TRUE(at::equal(got[i].second, want[i].second.to(at::kFloat))) << l << " " << i;
+      }
+    }
+    // f32 -> an f16 server: rounded once, to what the f16 cache stores for those rows.
+    auto state32 = StateAfter(*m32, 37);
+    auto into16 = VerifySnapshot(Encode(*m32, *state32), only16, kMaxBytes);
+    ASSERT_TRUE(into16.ok()) << into16.status();
+    auto narrowed = RestoreSnapshotState(*into16);
+    ASSERT_TRUE(narrowed.ok()) << narrowed.status();
+    for (int l = 0; l < state32->num_layers(); ++l) {
+      const auto want = state32->layer(l).Tensors(), got = (*narrowed)->layer(l).Tensors();
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_TRUE(at::equal(got[i].second, want[i].second.to(got[i].second.scalar_type())));
+      }
+    }
+
+    // A 16-bit tensor under version 2 (which holds only float32) is refused.
+    std::string v2 = *bytes16;
+    const uint32_t two = 2;
+    std::memcpy(v2.data() + 8, &two, 4);
+    Reseal(v2);
+    auto refused = VerifySnapshot(std::make_shared<const std::string>(v2), only16, kMaxBytes);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("is not float32"), std::string::npos)
+        << refused.status();
+  }
 }
 
 TEST_F(SnapshotTest, RefusesAnOwnerThatDisagreesWithTheHeaderSize) {
