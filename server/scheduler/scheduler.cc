@@ -73,6 +73,11 @@ Scheduler::~Scheduler() {
 absl::StatusOr<std::shared_ptr<TurnControl>> Scheduler::Submit(session::TurnClaim claim,
                                                                TurnRequest request,
                                                                std::shared_ptr<TurnSink> sink) {
+  // A session loaded from a snapshot makes its tensors here, on the submitting thread
+  // that holds its claim, so the engine thread never copies a restored state (hundreds
+  // of MB at real sizes) while other sessions wait for their next token. A failure is
+  // left to the engine, which tries again and ends the turn with it.
+  (void)claim->Materialize();
   auto turn = std::make_unique<Turn>();
   turn->control = std::make_shared<TurnControl>();
   turn->session = claim.shared();
