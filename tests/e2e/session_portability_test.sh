@@ -133,10 +133,10 @@ data[len(data) // 2] ^= 0x10
 open(path, "wb").write(bytes(data))
 PY
 expect_failure flipped DATA_LOSS "checksum|CRC" -- cli "$b_addr" sessions import "$work/flipped.snap"
-cp "$good" "$work/v3.snap"
-printf '\x03\x00\x00\x00' | dd of="$work/v3.snap" bs=1 seek=8 count=4 conv=notrunc status=none
-expect_failure future_version INVALID_ARGUMENT "version 3.*versions 1 to 2" -- \
-  cli "$b_addr" sessions import "$work/v3.snap"
+cp "$good" "$work/v4.snap"
+printf '\x04\x00\x00\x00' | dd of="$work/v4.snap" bs=1 seek=8 count=4 conv=notrunc status=none
+expect_failure future_version INVALID_ARGUMENT "version 4.*versions 1 to 3" -- \
+  cli "$b_addr" sessions import "$work/v4.snap"
 printf 'not a snapshot at all, just some text that is long enough to be a header....................................' \
   >"$work/garbage.snap"
 expect_failure garbage INVALID_ARGUMENT "ATTNSNAP" -- cli "$b_addr" sessions import "$work/garbage.snap"
