@@ -93,10 +93,11 @@ def same_ids(what, got, want, d):
            f"{d.ref['greedy']['min_margin']})")
 
 
-def hybrid_state_bytes(cfg, context):
+def hybrid_state_bytes(cfg, context, kv_bytes):
     """The same for hybrid_reference.py's families: per attention layer a KV cache; per
     Mamba-2 layer its conv state, (inner + 2 groups x state) channels x (kernel - 1), and
-    its SSM state, heads x head_dim x state; per short-conv layer hidden x (L_cache - 1)."""
+    its SSM state, heads x head_dim x state; per short-conv layer hidden x (L_cache - 1).
+    KV elements of kv_bytes, the rest fp32."""
     t, dim = cfg["model_type"], cfg["hidden_size"]
     if t == "mamba2":
         kinds, p = ["mamba"] * cfg["num_hidden_layers"], ""
@@ -104,11 +105,11 @@ def hybrid_state_bytes(cfg, context):
         kinds, p = cfg["layer_types"], "mamba_"
     else:
         kinds, p = ["conv" if k == "conv" else "attention" for k in cfg["layer_types"]], None
-    floats = 0
+    floats = kv = 0
     for kind in kinds:
         if kind == "attention":
             d = dim // cfg["num_attention_heads"]
-            floats += cfg["num_key_value_heads"] * context * 2 * d
+            kv += cfg["num_key_value_heads"] * context * 2 * d
         elif kind == "conv":
             floats += dim * (cfg["conv_L_cache"] - 1)
         else:
@@ -117,22 +118,23 @@ def hybrid_state_bytes(cfg, context):
             state = cfg[p + "d_state"] if p else cfg["state_size"]
             kernel = cfg[p + "d_conv"] if p else cfg["conv_kernel"]
             floats += (inner + 2 * groups * state) * (kernel - 1) + inner * state
-    return floats * 4
+    return floats * 4 + kv * kv_bytes
 
 
-def expected_state_bytes(cfg, context):
+def expected_state_bytes(cfg, context, kv_bytes):
     """Bytes of one session's state after `context` tokens, from config.json alone: a KV
     cache of K and V per KV head and token; for taylor order N the fixed state per KV
-    head, C(d + N, N) features x (d_v + 1) floats (numerator and normaliser)."""
+    head, C(d + N, N) features x (d_v + 1) floats (numerator and normaliser). KV caches
+    store kv_bytes per element (the server's --kv_cache_type), fixed states 4."""
     if cfg.get("tokenizer_class") == BYTE_TOKENIZER:
-        return hybrid_state_bytes(cfg, context)
+        return hybrid_state_bytes(cfg, context, kv_bytes)
     layers, hkv = cfg["num_hidden_layers"], cfg["num_key_value_heads"]
     # Hugging Face's head_dim when the config has none (Qwen2Config): hidden / heads.
     d = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     attention = cfg.get("attention", {"module": "softmax"})  # Qwen's configs: none
     if attention["module"] == "taylor":
         return layers * hkv * math.comb(d + attention["order"], attention["order"]) * (d + 1) * 4
-    return layers * hkv * context * 2 * d * 4
+    return layers * hkv * context * 2 * d * kv_bytes
 
 
 def check_listed(stub, dirs):
@@ -156,7 +158,8 @@ def check_listed(stub, dirs):
                f"{d.name}: num_kv_heads {m.num_kv_heads}, config.json says {kv}")
         for context, got in ((1024, m.state_bytes_per_session_at_1k),
                              (16384, m.state_bytes_per_session_at_16k)):
-            want = expected_state_bytes(cfg, context)
+            kv_bytes = {"f32": 4, "f16": 2, "bf16": 2}.get(m.kv_cache_type, 4)
+            want = expected_state_bytes(cfg, context, kv_bytes)
             expect(got == want, f"{d.name}: state bytes at {context} tokens {got}, "
                    f"config.json gives {want}")
     print(f"listed with their tokenizer, KV heads and state bytes: "

@@ -160,11 +160,12 @@ class MixerStateBytes(_message.Message):
     def __init__(self, mixer: _Optional[str] = ..., layers: _Optional[int] = ..., bytes_at_1k: _Optional[int] = ..., bytes_at_32k: _Optional[int] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ["attention_module", "break_even_context", "config", "directory", "name", "num_kv_heads", "parameter_count", "state_bytes_by_mixer", "state_bytes_per_session_at_16k", "state_bytes_per_session_at_1k", "tokenizer", "weight_bytes", "weight_types"]
+    __slots__ = ["attention_module", "break_even_context", "config", "directory", "kv_cache_type", "name", "num_kv_heads", "parameter_count", "state_bytes_by_mixer", "state_bytes_per_session_at_16k", "state_bytes_per_session_at_1k", "tokenizer", "weight_bytes", "weight_types"]
     ATTENTION_MODULE_FIELD_NUMBER: _ClassVar[int]
     BREAK_EVEN_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_TYPE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     NUM_KV_HEADS_FIELD_NUMBER: _ClassVar[int]
     PARAMETER_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +179,7 @@ class ModelInfo(_message.Message):
     break_even_context: int
     config: _model_config_pb2.ModelConfig
     directory: str
+    kv_cache_type: str
     name: str
     num_kv_heads: int
     parameter_count: int
@@ -187,7 +189,7 @@ class ModelInfo(_message.Message):
     tokenizer: TokenizerInfo
     weight_bytes: int
     weight_types: str
-    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[_model_config_pb2.ModelConfig, _Mapping]] = ..., attention_module: _Optional[str] = ..., parameter_count: _Optional[int] = ..., state_bytes_per_session_at_1k: _Optional[int] = ..., state_bytes_per_session_at_16k: _Optional[int] = ..., break_even_context: _Optional[int] = ..., directory: _Optional[str] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., num_kv_heads: _Optional[int] = ..., weight_bytes: _Optional[int] = ..., weight_types: _Optional[str] = ..., state_bytes_by_mixer: _Optional[_Iterable[_Union[MixerStateBytes, _Mapping]]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[_model_config_pb2.ModelConfig, _Mapping]] = ..., attention_module: _Optional[str] = ..., parameter_count: _Optional[int] = ..., state_bytes_per_session_at_1k: _Optional[int] = ..., state_bytes_per_session_at_16k: _Optional[int] = ..., break_even_context: _Optional[int] = ..., directory: _Optional[str] = ..., tokenizer: _Optional[_Union[TokenizerInfo, _Mapping]] = ..., num_kv_heads: _Optional[int] = ..., weight_bytes: _Optional[int] = ..., weight_types: _Optional[str] = ..., state_bytes_by_mixer: _Optional[_Iterable[_Union[MixerStateBytes, _Mapping]]] = ..., kv_cache_type: _Optional[str] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
     __slots__ = ["constraint", "ignore_eos", "max_tokens", "seed", "stop", "stop_encoding", "temperature", "top_k", "top_p"]
