@@ -7,6 +7,8 @@
 // session is then closed (its state lives on in the record only).
 #include <httplib.h>
 
+#include <algorithm>
+
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/random_id.h"
@@ -20,6 +22,7 @@
 #include "server/http/responses_api.h"
 #include "server/http/turn_queue.h"
 #include "server/store/record_kind.h"
+#include "server/store/state_pages.h"
 
 namespace attnserve::http {
 namespace {
@@ -38,6 +41,35 @@ absl::StatusOr<ResponseRecord> ReadResponse(store::CheckpointStore& checkpoints,
   return std::move(stored->record);
 }
 
+// What storing a turn's response may newly charge its tenant, at most, before the turn
+// runs (a stored response's quota counts the pages it newly writes plus its stub:
+// checkpoint_store.h). A turn from `position` adds `prompt_tokens` and at most
+// `max_tokens`; its record holds:
+//   - the state's fixed parts (recurrent, SSM, conv and Taylor states), whole;
+//   - the KV rows of the new tokens, in new pages or the stub's partial last page, and
+//     the previous state's partial last page again (one page at most: state_pages.h's
+//     P tokens of rows, P x bytes per token <= the page target unless P is at its floor);
+//   - the stub's page keys, the snapshot's and the record's headers, and the response
+//     object (its output's text, and at most the request's echoes).
+int64_t RecordBytesEstimate(const model::Model& m, int64_t position, int64_t prompt_tokens,
+                            int64_t max_tokens, size_t request_bytes) {
+  constexpr int64_t kHeaderBytes = 64 << 10;        // snapshot, stub, envelope, record
+  constexpr int64_t kDigestBytes = 32;              // a page key in the stub
+  constexpr int64_t kOutputBytesPerToken = 64;      // a token's text in JSON, escaped
+  const int64_t context = m.config().max_context;
+  const int64_t tokens =
+      std::max<int64_t>(0, std::min(prompt_tokens + max_tokens, context - position));
+  const int64_t fixed = m.StateBytes(0);
+  const int64_t per_token = m.StateBytes(1) - fixed;
+  const int64_t page = std::max(store::kMinPageTokens * per_token,
+                                std::min(store::kMaxPageTokens * per_token,
+                                         store::kPageTargetBytes));
+  const int64_t keys = per_token > 0 ? (position + tokens) / store::kMinPageTokens * kDigestBytes
+                                     : 0;
+  return fixed + tokens * per_token + (per_token > 0 ? page : 0) + keys + kHeaderBytes +
+         max_tokens * kOutputBytesPerToken + int64_t(request_bytes);
+}
+
 }  // namespace
 
 void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& res) {
@@ -49,12 +81,6 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
   if (!slot.ok()) return Fail(route_name, slot.status(), res);
   auto request = ParseResponsesRequest(req.body, RandomSeed());
   if (!request.ok()) return Fail(route_name, request.status(), res);
-  // A tenant at its quota of stored responses is refused before its turn runs.
-  if (request->store) {
-    if (absl::Status s = deps_.checkpoints->CheckRoom(*tenant); !s.ok()) {
-      return Fail(route_name, s, res);
-    }
-  }
   v1::GenerateRequest& generate = request->generate;
 
   // A conversation: held for this response until it ends (a second one meanwhile is
@@ -137,6 +163,27 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
   // made or imported for it.
   if (absl::Status s = service::CheckPromptSize(generate.text().size(), deps_.limits); !s.ok()) {
     return Fail(route_name, s, res, model_name);
+  }
+
+  // A tenant whose stored responses would not hold this turn's record is refused now,
+  // as a plain 429, before a session is made or the turn runs (the Put after the turn
+  // still decides: its refusal, for a race, ends the stream with an error event).
+  if (request->store) {
+    const int64_t position = previous.has_value() ? previous->position : 0;
+    // The prompt's ids as admission will encode them (EncodePrompt): encoded twice, as
+    // the kept-chat path does, so that the quota is asked about tokens, not bytes.
+    auto ids = (*model)->tokenizer->Encode(generate.text(), /*continuation=*/position > 0);
+    if (!ids.ok()) return Fail(route_name, ids.status(), res, model_name);
+    const int64_t max_tokens =
+        generate.sampling().max_tokens() > 0 ? generate.sampling().max_tokens()
+                                             : deps_.limits.default_max_tokens;
+    const int64_t estimate =
+        RecordBytesEstimate(*(*model)->model, position, int64_t(ids->size()),
+                            std::min<int64_t>(max_tokens, deps_.limits.max_generated_tokens),
+                            req.body.size());
+    if (absl::Status s = deps_.checkpoints->CheckRoom(*tenant, estimate); !s.ok()) {
+      return Fail(route_name, s, res, model_name);
+    }
   }
 
   // The turn's own session: the previous response's state, or a new one.
