@@ -40,17 +40,25 @@ inline constexpr int kHttpReservedThreads = 4;
 // How long one HTTP request's head and body may take to arrive.
 inline constexpr absl::Duration kHttpRequestTimeout = absl::Seconds(30);
 // Stored responses (/v1/responses): how long one lives, and the bytes of them cached in
-// memory (all of them without a durable store).
+// memory (all of them without a durable store). Sized for real conversations: stored
+// records share their state's pages, so a conversation costs about its final state. On
+// Qwen3-0.6B's shape (16-bit KV, 114,688 bytes per token) a 20-turn conversation of
+// ~150-word messages and 150-token answers reaches 6,633 tokens and stores 779 MB, 1.02x
+// its final state (README.md, "Sizing stored state"); 4 GiB holds five of them, 37,449
+// tokens, in a memory store (a durable store's cache here holds whole records).
 inline constexpr absl::Duration kResponseTtl = absl::Hours(24);
-inline constexpr int64_t kCheckpointMemoryBytes = int64_t{256} << 20;
-// Each tenant's stored responses at most (a quarter of the memory above: four tenants
-// at their quota fit; 37 states of the default model).
+inline constexpr int64_t kCheckpointMemoryBytes = int64_t{4} << 30;
+// Each tenant's stored responses at most: 3 GiB, 28,086 tokens of Qwen3-0.6B's state at
+// 16 bits, four such conversations (3.12 GB) and the next turn's room; a memory store
+// holds one tenant at its quota.
 inline constexpr int kTenantMaxResponses = 1000;
-inline constexpr int64_t kTenantResponseBytes = int64_t{64} << 20;
+inline constexpr int64_t kTenantResponseBytes = int64_t{3} << 30;
 // Kept chat states (the prefix cache): the bytes of them in memory, and the most one
-// tenant keeps (its oldest go first, in memory and in a durable store).
-inline constexpr int64_t kPrefixCacheBytes = int64_t{256} << 20;
-inline constexpr int64_t kTenantPrefixBytes = int64_t{64} << 20;
+// tenant keeps (its oldest go first, in memory and in a durable store). A client that
+// resends a 20-turn history hits only if the state of its previous turn is still kept:
+// per tenant, as for stored responses, four such conversations of Qwen3-0.6B's shape.
+inline constexpr int64_t kPrefixCacheBytes = int64_t{4} << 30;
+inline constexpr int64_t kTenantPrefixBytes = int64_t{3} << 30;
 // Conversations (/v1/conversations): how long one lives after its last change (its
 // responses' states as long).
 inline constexpr absl::Duration kConversationTtl = absl::Hours(24 * 30);
