@@ -292,10 +292,11 @@ std::vector<Model::MixerBytes> Model::StateBytesByMixer(int64_t context) const {
 int64_t Model::BreakEvenContext() const {
   if (!config_.HasRecurrent()) return attention::BreakEvenContext(config_.attention);
   // Against the same model with every layer softmax attention (a KV cache of Hkv heads
-  // of D keys and values per token per layer): the first context where this one's state
-  // is smaller. StateBytes grows no faster than that cache, so the search is monotone.
-  const int64_t per_token = int64_t{config_.num_layers} * 2 * config_.attention.num_kv_heads *
-                            config_.attention.head_dim * int64_t(sizeof(float));
+  // of D keys and values per token per layer, stored as this model's are): the first
+  // context where this one's state is smaller. StateBytes grows no faster than that
+  // cache, so the search is monotone.
+  const int64_t per_token =
+      int64_t{config_.num_layers} * attention::KvBytesPerToken(config_.attention);
   auto smaller = [&](int64_t c) { return StateBytes(c) < per_token * c; };
   int64_t hi = 1;
   while (!smaller(hi) && hi < config_.max_context) hi *= 2;

@@ -3,8 +3,8 @@
 themselves: for each GGUF file named, hybrid_reference.py's reading of it (the layers'
 kinds from head_count_kv, its recurrent states' shapes: Mamba-2's conv and SSM states,
 the short convolution's taps) gives one session's bytes per layer kind, fixed for a
-recurrent layer and 2 x KV heads x head size x 4 bytes (fp32) per token for an attention
-layer, and from those:
+recurrent layer and 2 x KV heads x head size x the KV cache's element bytes (/v1/models'
+kv_cache_type: 2 for the default f16) per token for an attention layer, and from those:
   - /v1/models' entry and gRPC DescribeModel: state_bytes_by_mixer (kind, layers, bytes
     at 1k and 32k tokens, kinds in the order they first appear), the totals at 1k and
     16k, kv_cache_bytes_per_token (the same shape with every layer full attention) and
@@ -34,9 +34,10 @@ import hybrid_reference  # noqa: E402
 F32 = 4
 
 
-def expected(path):
+def expected(path, kv_bytes):
     """(kinds [(mixer, layers, fixed bytes, bytes per token)], all-attention bytes per token)
-    of the GGUF file at path."""
+    of the GGUF file at path, with KV caches of kv_bytes per element (the server's
+    --kv_cache_type) and fp32 recurrent states."""
     model = hybrid_reference.Forward(path)
     state = model.new_state()
     recurrent_kind = {"lfm2": "shortconv"}.get(model.arch, "mamba2")
@@ -45,13 +46,13 @@ def expected(path):
         if model.recurrent[il]:
             kind, fixed, per_token = recurrent_kind, sum(a.size for a in state["layers"][il].values()) * F32, 0
         else:
-            kind, fixed, per_token = "attention", 0, 2 * model.heads_kv[il] * model.hd * F32
+            kind, fixed, per_token = "attention", 0, 2 * model.heads_kv[il] * model.hd * kv_bytes
         k = kinds.setdefault(kind, [kind, 0, 0, 0])
         k[1] += 1
         k[2] += fixed
         k[3] += per_token
     attention_heads = max(model.heads_kv)
-    return list(kinds.values()), model.layers * 2 * attention_heads * model.hd * F32
+    return list(kinds.values()), model.layers * 2 * attention_heads * model.hd * kv_bytes
 
 
 def bytes_at(kinds, n):
@@ -81,11 +82,13 @@ def main():
     listed = {m["id"]: m for m in json.load(direct.open(f"http://{http}/v1/models", timeout=10))["data"]}
     stub = rpc.AttnServeStub(grpc.insecure_channel(addr))
     for name in names:
-        kinds, full = expected(os.path.join(gguf_dir, name + ".gguf"))
+        m = listed.get(name) or fail(f"/v1/models lists no {name}")
+        kv_bytes = {"f32": 4, "f16": 2, "bf16": 2}.get(m.get("kv_cache_type")) or \
+            fail(f"{name}: /v1/models kv_cache_type {m.get('kv_cache_type')!r}")
+        kinds, full = expected(os.path.join(gguf_dir, name + ".gguf"), kv_bytes)
         want = [{"mixer": k, "layers": n, "bytes_at_1k": bytes_at([(k, n, f, t)], 1024),
                  "bytes_at_32k": bytes_at([(k, n, f, t)], 32768)} for k, n, f, t in kinds]
         even = break_even(kinds, full)
-        m = listed.get(name) or fail(f"/v1/models lists no {name}")
         same(m["state_bytes_by_mixer"], want, f"{name}: /v1/models state_bytes_by_mixer")
         same(m["state_bytes_per_session_at_1k"], bytes_at(kinds, 1024), f"{name}: /v1/models at 1k")
         same(m["state_bytes_per_session_at_16k"], bytes_at(kinds, 16384), f"{name}: /v1/models at 16k")
