@@ -380,12 +380,13 @@ TEST_F(SchedulerTest, KvCacheOverBudgetEndsWithResourceExhausted) {
   EXPECT_EQ(r.reason, FinishReason::kError);
   EXPECT_EQ(r.error.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(r.error.message().find("memory budget"), std::string::npos);
-  // The budget charges the cache's allocated capacity, not its used length: 16 tokens for
-  // the 10-token prompt, doubled to 32, and the doubling to 64 that the 33rd token needs
-  // does not fit 40 tokens' worth. So positions 0..31 run: 10 prompt tokens and 22 decode
-  // steps; the token sampled from the last step is streamed and waits as the pending one.
-  EXPECT_EQ(r.generated_tokens, 23);
-  EXPECT_EQ(r.session_position, 33);
+  // The budget charges the cache's allocated blocks, not its used length: the first
+  // block (16 tokens) holds the 10-token prompt, and the second (32 more, 48 in all) that
+  // the 17th token needs does not fit 40 tokens' worth. So positions 0..15 run: 10 prompt
+  // tokens and 6 decode steps; the token sampled from the last step is streamed and
+  // waits as the pending one.
+  EXPECT_EQ(r.generated_tokens, 7);
+  EXPECT_EQ(r.session_position, 17);
 }
 
 TEST_F(SchedulerTest, RefusesTurnsAfterStopAccepting) {
@@ -406,7 +407,8 @@ TEST_F(SchedulerTest, RefusesTurnsAfterStopAccepting) {
 TEST_F(SchedulerTest, ARefusedTurnKeepsThePendingToken) {
   auto softmax = TinyModel("softmax");
   session::SessionStore::Options o;
-  o.memory_budget_bytes = softmax->model->StateBytes(40);
+  // The cache's first two blocks: 16 + 32 tokens.
+  o.memory_budget_bytes = softmax->model->StateBytes(48);
   store_ = std::make_unique<session::SessionStore>(std::move(o));
   Scheduler::Options so;
   so.store = store_.get();
