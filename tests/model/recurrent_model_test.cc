@@ -288,7 +288,12 @@ TEST_P(RecurrentModel, PrefillStateEqualsTokensSteppedOneAtATime) {
     }
     const double spread = logits->std().item<double>();
     EXPECT_LE(worst, 1e-4 * std::max(1.0, spread)) << (m == fused_.get() ? "fused" : "reference");
-    ExpectSameState(*prefilled, *stepped, 1e-5, m == fused_.get() ? "fused" : "reference");
+    // The reference's chunked prefill sums the SSM updates through LibTorch's matmuls, in
+    // another order than 140 steps, with OpenBLAS kernels picked by the CPU: on an AVX-512
+    // EPYC its pure Mamba-2 state is 1.6e-5 of its scale from the stepped one (Mamba-2's
+    // state sums every token, decayed): held to 4e-5 there, 1e-5 for the fused loops.
+    ExpectSameState(*prefilled, *stepped, m == fused_.get() ? 1e-5 : 4e-5,
+                    m == fused_.get() ? "fused" : "reference");
   }
 }
 
