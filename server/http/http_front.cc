@@ -2,10 +2,13 @@
 
 #include <sys/socket.h>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <cstdio>
 #include <random>
+#include <thread>
 
 #include <httplib.h>
 
@@ -179,7 +182,17 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(HttpFrontOptions opt
   }
   if (listen_socket >= 0) ::listen(listen_socket, 1024);
   f->port_ = bound;
-  f->listener_ = std::thread([raw = f.get()] { raw->server_->listen_after_bind(); });
+  auto ended = std::make_shared<std::atomic<bool>>(false);
+  f->listener_ = std::thread([raw = f.get(), ended] {
+    raw->server_->listen_after_bind();
+    ended->store(true);
+  });
+  // httplib's stop() does nothing until the listener has started running (it marks
+  // itself running on entry): a front stopped right after Start would leave the listener
+  // accepting forever and Stop() joining it forever. Wait until it runs (or has ended).
+  while (!f->server_->is_running() && !ended->load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   std::fprintf(stderr, "attnserve: HTTP on %s:%d\n", host.c_str(), bound);
   return f;
 }

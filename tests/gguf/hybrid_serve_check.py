@@ -115,7 +115,7 @@ def check_file(stub, file, their, args):
     if not ok:
         failures.append(line)
     clear, equal, forced, worst, ours_err, theirs_err = quant_check.teacher_forced(
-        stub, model, their, near_tie, ref)
+        stub, model, their, near_tie, ref, ref_tie=near_tie)
     (ours_rms, ours_max), (theirs_rms, theirs_max) = quant_check.rms_max(ours_err), quant_check.rms_max(theirs_err)
     print(f"hybrid_serve_check: {file}: teacher-forced: {equal} of {clear} clear steps equal (of "
           f"{len(their['greedy'])}; near-tie below {near_tie:.3f}); largest logit-gap difference between "

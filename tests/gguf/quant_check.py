@@ -69,7 +69,7 @@ def rms_max(errors):
     return (float(np.sqrt(np.mean(e * e))), float(e.max())) if e.size else (0.0, 0.0)
 
 
-def teacher_forced(stub, model, their, near_tie, ref_tie, ref):
+def teacher_forced(stub, model, their, near_tie, ref, ref_tie=0.5):
     """-> (clear steps, equal among them, failures, largest logit-gap difference between
     the engines, attnserve's and llama.cpp's logit-gap errors against the reference logits
     ref (positions of prompt + greedy))."""
@@ -188,7 +188,7 @@ def main():
         if not ok:
             failures.append(line)
         clear, equal, forced_failures, worst, ours_err, theirs_err = teacher_forced(
-            stub, model, their, args.near_tie, args.ref_tie, ref)
+            stub, model, their, args.near_tie, ref, args.ref_tie)
         (ours_rms, ours_max), (theirs_rms, theirs_max) = rms_max(ours_err), rms_max(theirs_err)
         print(f"quant_check: {file}: teacher-forced: {equal} of {clear} clear steps equal (of "
               f"{len(their['greedy'])}); largest logit-gap difference between the engines {worst:.4f}; "
