@@ -291,6 +291,101 @@ def mamba2_mix(zxbcdt, conv_w, conv_b, dt_bias, a, d, norm_w, groups, n, eps, co
     return gated_group_rms_norm(y.reshape(t, inner), z, norm_w, groups, eps), conv_state, ssm_state
 
 
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+# ---- Gated DeltaNet (qwen35, qwen35moe, qwen3next linear-attention layers) --------------
+#
+# Shapes: T tokens, Hk key heads, Hv value heads (a multiple of Hk), Dk = Dv = the head
+# size (GGUF ssm.state_size; llama.cpp requires Dk == Dv), C = 2 Hk Dk + Hv Dv conv
+# channels (q | k | v), K the conv taps (ssm.conv_kernel).
+#
+# State layout. `state` is (Hv, Dk, Dv): state[h, i, j] = S_h[i][j], i over the key
+# dimension, j over the value dimension, so o = S^T q and the update adds k d^T.
+# llama.cpp keeps the same matrix transposed per head: its s_l row (the "SSM" row of a
+# saved sequence state, Hv*Dv*Dk float32) holds S_h[i][j] at h*Dv*Dk + j*Dk + i (dk
+# fastest; ggml shape {Dk, Dv, Hv}). Read as a C-order numpy array of shape (Hv, Dv, Dk)
+# it is state.transpose(0, 2, 1); conversely llama.cpp's bytes are
+# np.ascontiguousarray(state.transpose(0, 2, 1)). The conv state is (C, K-1), oldest
+# input first, like Mamba-2's, and llama.cpp's r_l row read as (C, K-1) is it unchanged.
+
+def l2_norm(x, eps):
+    """x / sqrt(sum(x^2 over the last axis) + eps). llama.cpp's Gated DeltaNet graphs do not
+    call ggml_l2_norm (x / max(||x||, eps)) but build_gdn_l2_norm: rms_norm(x, eps / n)
+    scaled by 1/sqrt(n), which is exactly this with eps = the file's
+    attention.layer_norm_rms_epsilon (1e-6 in Qwen3.5 files)."""
+    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+def gated_delta_rule(q, k, v, g, beta, state):
+    """The gated delta rule, token by token (the reference; llama.cpp's chunked and fused
+    paths compute the same). q, k (T, Hv, Dk): L2-normalised, already tiled to the value
+    heads, q already scaled (llama.cpp scales it by 1/sqrt(Dk) inside the op); v (T, Hv,
+    Dv); g (T, Hv): the log decay (<= 0); beta (T, Hv) in (0, 1); state (Hv, Dk, Dv)
+    (layout above). Per token and head:
+        S = exp(g) S;  d = beta (v - S^T k);  S = S + k d^T;  o = S^T q.
+    Returns o (T, Hv, Dv) and the new state (a copy)."""
+    s = np.array(state, dtype=np.float64)
+    t_len, heads, dv = v.shape
+    o = np.zeros((t_len, heads, dv))
+    for t in range(t_len):
+        s *= np.exp(g[t])[:, None, None]
+        d = beta[t][:, None] * (v[t] - np.einsum("hij,hi->hj", s, k[t]))
+        s += k[t][:, :, None] * d[:, None, :]
+        o[t] = np.einsum("hij,hi->hj", s, q[t])
+    return o, s
+
+
+def gdn_core(qkv, z, b, a, conv_w, dt_bias, ssm_a, norm_w, n_k_heads, eps, conv_state, state,
+             kv_map="tile"):
+    """A Gated DeltaNet mixer between its projections. qkv (T, C): the attn_qkv output,
+    q | k | v (v in value-head order); z (T, Hv*Dv): the attn_gate output; b, a (T, Hv):
+    the beta and alpha projections; conv_w (C, K) taps oldest first (no bias); dt_bias,
+    ssm_a (Hv,) (ssm_a = -exp(A_log)); norm_w (Dv,); conv_state (C, K-1); state (Hv, Dk,
+    Dv). kv_map: which key head value head h reads: "tile" (h mod Hk: qwen35 and qwen35moe
+    GGUF files, whose converter reordered the value heads) or "repeat" (h // (Hv/Hk):
+    qwen3next). Computation:
+        qkv = silu(causal depthwise conv(qkv))            (conv state: last K-1 inputs)
+        q, k = l2_norm(q, eps), l2_norm(k, eps) per key head; tiled / repeated to Hv
+        beta = sigmoid(b);  g = softplus(a + dt_bias) * ssm_a
+        o, state = gated_delta_rule(q / sqrt(Dk), k, v, g, beta, state)
+        y = rms_norm(o per value head, eps) * norm_w * silu(z)
+    Returns y (T, Hv*Dv) (ssm_out's input) and the two new states."""
+    t = qkv.shape[0]
+    heads, dk = state.shape[0], state.shape[1]
+    dv = state.shape[2]
+    key_dim = n_k_heads * dk
+    conv, conv_state = causal_conv1d(qkv, conv_w, None, conv_state, activation=True)
+    q = l2_norm(conv[:, :key_dim].reshape(t, n_k_heads, dk), eps)
+    k = l2_norm(conv[:, key_dim:2 * key_dim].reshape(t, n_k_heads, dk), eps)
+    v = conv[:, 2 * key_dim:].reshape(t, heads, dv)
+    if kv_map == "tile":
+        of = np.arange(heads) % n_k_heads
+    elif kv_map == "repeat":
+        of = np.arange(heads) // (heads // n_k_heads)
+    else:
+        raise ValueError(kv_map)
+    g = softplus(a + dt_bias) * ssm_a
+    o, state = gated_delta_rule(q[:, of] / math.sqrt(dk), k[:, of], v, g, sigmoid(b), state)
+    y = rms_norm(o, norm_w, eps) * silu(z.reshape(t, heads, dv))
+    return y.reshape(t, heads * dv), conv_state, state
+
+
+def gdn_mix(x, w_qkv, w_z, w_b, w_a, conv_w, dt_bias, ssm_a, norm_w, w_out, n_k_heads, eps,
+            conv_state, state, kv_map="tile"):
+    """The whole linear-attention layer of qwen35 / qwen35moe / qwen3next from its input
+    after attn_norm. x (T, d); w_qkv (C, d) = attn_qkv.weight; w_z (Hv*Dv, d) =
+    attn_gate.weight; w_b, w_a (Hv, d) = ssm_beta.weight, ssm_alpha.weight (qwen3next's
+    fused ssm_ba rows split per key head: see Forward); conv_w (C, K) = ssm_conv1d.weight;
+    dt_bias (Hv,) = ssm_dt.bias; ssm_a (Hv,) = ssm_a; norm_w (Dv,) = ssm_norm.weight;
+    w_out (d, Hv*Dv) = ssm_out.weight; conv_state (C, K-1); state (Hv, Dk, Dv) (layout in
+    the comment above). Returns out (T, d), conv_state, state; gdn_core has the math."""
+    y, conv_state, state = gdn_core(x @ w_qkv.T, x @ w_z.T, x @ w_b.T, x @ w_a.T, conv_w, dt_bias,
+                                    ssm_a, norm_w, n_k_heads, eps, conv_state, state, kv_map)
+    return y @ w_out.T, conv_state, state
+
+
 def rope(x, pos, base, neox):
     """x (T, heads, hd) rotated at absolute positions pos (T,): NEOX pairs (i, i + hd/2)
     or NORM adjacent pairs (2i, 2i+1); theta_i = pos * base^(-2i/hd)."""
