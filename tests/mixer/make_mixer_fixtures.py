@@ -12,7 +12,16 @@ layouts: conv (channels, K-1), SSM (heads, P, N)):
   gated_norm: the gated grouped RMSNorm, 3 groups;
   mamba2_chain: a whole Mamba-2 mixer between its projections (hybrid_reference's
   mamba2_mix, the code its forward runs against llama.cpp) from the in_proj output
-  z | xBC | dt, with the weights initialised as Mamba-2 does.
+  z | xBC | dt, with the weights initialised as Mamba-2 does;
+  gdn_tiled: the gated delta rule (hybrid_reference's l2_norm and gated_delta_rule), 6
+  value heads on 2 key heads (value head h reads key head h mod 2), d_k 16 != d_v 8;
+  gdn_long: 1 key head, 2 value heads of 32, 70 tokens (over several chunks), a token
+  whose decay wipes the state, one in softplus's linear branch, a zero key;
+  gdn_norm: the gated RMSNorm after it (norm per value head, then silu(z));
+  gdn_chain: a whole Gated DeltaNet mixer between its projections (hybrid_reference's
+  gdn_core: conv, delta rule, gated norm) from q | k | v, z, b and alpha.
+GDN states are written in the kernels' layout (n_v, d_v, d_k), llama.cpp's, the
+reference's (n_v, d_k, d_v) transposed per head.
 
 Writes one line per array, "CASE.NAME COUNT V1 ... VCOUNT", values as float32 printed
 exactly (%.9g); sizes as arrays too (CASE.dims).
@@ -108,6 +117,84 @@ def mamba2_case(rng, name, heads, p, groups, n, k, t):
     return {f"{name}.{key}": v for key, v in out.items()}
 
 
+def gdn_inputs(rng, nk, nv, dk, dv, t):
+    """Raw q, k (the conv output, before the L2 norm), v, b, alpha as a layer sees them,
+    and the per-head parameters (A_log as Qwen3.5 initialises it, dt_bias)."""
+    q = f32(rng.standard_normal((t, nk * dk)))
+    k = f32(rng.standard_normal((t, nk * dk)))
+    v = f32(rng.standard_normal((t, nv * dv)))
+    b = f32(rng.standard_normal((t, nv)) * 1.5)
+    alpha = f32(rng.normal(-1.0, 1.5, (t, nv)))
+    dt_bias = f32(rng.normal(0.0, 0.5, nv))
+    ssm_a = f32(-np.exp(rng.uniform(0.0, np.log(16.0), nv)))
+    return q, k, v, b, alpha, dt_bias, ssm_a
+
+
+def gdn_rule(q, k, v, b, alpha, dt_bias, ssm_a, nk, dk, dv, eps, s0):
+    """The reference's delta rule from raw inputs; states in the reference's layout."""
+    t, nv = b.shape
+    qn = ref.l2_norm(q.reshape(t, nk, dk), eps)
+    kn = ref.l2_norm(k.reshape(t, nk, dk), eps)
+    of = np.arange(nv) % nk  # GGUF's tiled order
+    g = ref.softplus(alpha + dt_bias) * ssm_a
+    beta = 1.0 / (1.0 + np.exp(-b))
+    o, s1 = ref.gated_delta_rule(qn[:, of] / np.sqrt(dk), kn[:, of], v.reshape(t, nv, dv), g,
+                                 beta, s0)
+    return o.reshape(t, nv * dv), s1
+
+
+def kernel_state(s):
+    """(n_v, d_k, d_v) -> the kernels' (n_v, d_v, d_k)."""
+    return np.ascontiguousarray(np.asarray(s).transpose(0, 2, 1))
+
+
+def gdn_case(rng, name, nk, nv, dk, dv, t, extremes):
+    q, k, v, b, alpha, dt_bias, ssm_a = gdn_inputs(rng, nk, nv, dk, dv, t)
+    if extremes:
+        alpha[t // 3] += 12.0  # exp(g) ~ 0 for every head at one token
+        alpha[t // 2, 0] = 30.0 - dt_bias[0]  # softplus's linear branch
+        k[t // 4] = 0.0  # a zero key: l2_norm's eps, no update but the decay
+    s0 = f32(rng.standard_normal((nv, dk, dv)) * 0.5)
+    eps = 1e-6
+    o, s1 = gdn_rule(q, k, v, b, alpha, dt_bias, ssm_a, nk, dk, dv, eps, s0)
+    out = {"dims": [nk, nv, dk, dv, t], "eps": [eps], "q": q, "k": k, "v": v, "b": b,
+           "alpha": alpha, "dt_bias": dt_bias, "ssm_a": ssm_a, "state0": kernel_state(s0),
+           "o": o, "state1": kernel_state(s1)}
+    return {f"{name}.{key}": v for key, v in out.items()}
+
+
+def gdn_norm_case(rng, name, t, heads, dv, eps):
+    o = f32(rng.standard_normal((t, heads * dv)) * 0.3)
+    z = f32(rng.standard_normal((t, heads * dv)) * 2.0)
+    w = f32(1.0 + rng.standard_normal(dv) * 0.1)
+    out = ref.rms_norm(o.reshape(t, heads, dv), w, eps) * ref.silu(z.reshape(t, heads, dv))
+    return {f"{name}.{key}": v for key, v in
+            {"dims": [t, heads, dv], "eps": [eps], "o": o, "z": z, "w": w,
+             "out": out.reshape(t, heads * dv)}.items()}
+
+
+def gdn_chain_case(rng, name, nk, nv, dk, dv, kernel, t):
+    channels = 2 * nk * dk + nv * dv
+    qkv = f32(rng.standard_normal((t, channels)))
+    z = f32(rng.standard_normal((t, nv * dv)))
+    b = f32(rng.standard_normal((t, nv)))
+    alpha = f32(rng.standard_normal((t, nv)))
+    conv_w = f32(rng.uniform(-1, 1, (channels, kernel)) / np.sqrt(kernel) * 1.5)
+    dt_bias = f32(np.ones(nv) + rng.standard_normal(nv) * 0.1)
+    ssm_a = f32(-np.exp(np.log(rng.uniform(1.0, 16.0, nv))))
+    norm_w = f32(1.0 + rng.standard_normal(dv) * 0.1)
+    conv0 = f32(rng.standard_normal((channels, kernel - 1)))
+    s0 = f32(rng.standard_normal((nv, dk, dv)) * 0.3)
+    eps = 1e-6
+    y, conv1, s1 = ref.gdn_core(qkv, z, b, alpha, conv_w, dt_bias, ssm_a, norm_w, nk, eps,
+                                conv0, s0, kv_map="tile")
+    out = {"dims": [nk, nv, dk, dv, kernel, t], "eps": [eps], "qkv": qkv, "z": z, "b": b,
+           "alpha": alpha, "conv_w": conv_w, "dt_bias": dt_bias, "ssm_a": ssm_a,
+           "norm_w": norm_w, "conv_state0": conv0, "state0": kernel_state(s0), "y": y,
+           "conv_state1": conv1, "state1": kernel_state(s1)}
+    return {f"{name}.{key}": v for key, v in out.items()}
+
+
 def main():
     rng = np.random.default_rng(2026)
     arrays = {}
@@ -118,6 +205,10 @@ def main():
     arrays.update(ssd_case(rng, "ssd_long", 4, 16, 1, 32, 70, big_dt=True))
     arrays.update(norm_case(rng, "gated_norm", 5, 48, 3, 1e-5))
     arrays.update(mamba2_case(rng, "mamba2_chain", 4, 16, 2, 16, 4, 21))
+    arrays.update(gdn_case(rng, "gdn_tiled", 2, 6, 16, 8, 37, extremes=False))
+    arrays.update(gdn_case(rng, "gdn_long", 1, 2, 32, 32, 70, extremes=True))
+    arrays.update(gdn_norm_case(rng, "gdn_norm", 5, 3, 16, 1e-6))
+    arrays.update(gdn_chain_case(rng, "gdn_chain", 2, 4, 16, 16, 4, 23))
     tmp = sys.argv[1] + ".tmp"
     with open(tmp, "w") as f:
         for name, v in arrays.items():

@@ -1,0 +1,275 @@
+#include "server/mixer/gdn_kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "server/attention/target_clones.h"
+
+namespace attnserve::mixer {
+
+namespace {
+
+// As ggml's softplus, sigmoid and silu.
+inline float Softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
+inline float Sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+inline float Silu(float v) { return v / (1.0f + std::exp(-v)); }
+
+// out = x / sqrt(sum x^2 + eps) * scale over n: llama.cpp's build_gdn_l2_norm (an RMS norm
+// with eps / n, times 1 / sqrt(n); the squares summed in double as ggml's rms_norm) and,
+// for q, its 1 / sqrt(d_k).
+void L2Normalize(const float* x, int64_t n, float eps, float scale, float* out) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += double(x[i] * x[i]);
+  const float inv = 1.0f / std::sqrt(float(sum) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv * scale;
+}
+
+// Row `row` of q and k, every key head normalised (q also scaled by 1 / sqrt(d_k)), into
+// qn[kh * ld ...] and kn[kh * ld ...].
+void NormalizeRow(const GdnWeights& w, const GdnInputs& in, int64_t row, float* qn,
+                  float* kn, int64_t ld) {
+  const int64_t dk = w.key_dim;
+  const float q_scale = 1.0f / std::sqrt(float(dk));
+  for (int64_t kh = 0; kh < w.key_heads; ++kh) {
+    L2Normalize(in.q + row * in.ldqkv + kh * dk, dk, w.l2_eps, q_scale, qn + kh * ld);
+    L2Normalize(in.k + row * in.ldqkv + kh * dk, dk, w.l2_eps, 1.0f, kn + kh * ld);
+  }
+}
+
+// g = softplus(alpha + dt_bias) ssm_a, the log of the decay; beta = sigmoid(b).
+inline float LogDecay(const GdnWeights& w, const GdnInputs& in, int64_t row, int64_t h) {
+  return Softplus(in.alpha[row * in.ldalpha + h] + w.dt_bias[h]) * w.ssm_a[h];
+}
+inline float Beta(const GdnInputs& in, int64_t row, int64_t h) {
+  return Sigmoid(in.b[row * in.ldb + h]);
+}
+
+}  // namespace
+
+void GdnPrefillReference(const GdnWeights& w, const GdnInputs& in, int64_t t, float* state,
+                         float* o, int64_t ldo) {
+  const int64_t dk = w.key_dim, dv = w.value_dim;
+  std::vector<float> qn(w.key_heads * dk), kn(w.key_heads * dk), delta(dv);
+  for (int64_t i = 0; i < t; ++i) {
+    NormalizeRow(w, in, i, qn.data(), kn.data(), dk);
+    for (int64_t h = 0; h < w.value_heads; ++h) {
+      const int64_t kh = h % w.key_heads;
+      const float* q = &qn[kh * dk];
+      const float* k = &kn[kh * dk];
+      const float* v = in.v + i * in.ldqkv + h * dv;
+      const float beta = Beta(in, i, h);
+      const float decay = std::exp(LogDecay(w, in, i, h));
+      float* st = state + h * dv * dk;  // S^T: st[j * dk + r] = S[r][j]
+      // S = exp(g) S
+      for (int64_t e = 0; e < dv * dk; ++e) st[e] *= decay;
+      // delta = beta (v - S^T k)
+      for (int64_t j = 0; j < dv; ++j) {
+        float acc = 0.0f;
+        for (int64_t r = 0; r < dk; ++r) acc += st[j * dk + r] * k[r];
+        delta[j] = beta * (v[j] - acc);
+      }
+      // S += k delta^T
+      for (int64_t j = 0; j < dv; ++j) {
+        for (int64_t r = 0; r < dk; ++r) st[j * dk + r] += k[r] * delta[j];
+      }
+      // o = S^T q
+      for (int64_t j = 0; j < dv; ++j) {
+        float acc = 0.0f;
+        for (int64_t r = 0; r < dk; ++r) acc += st[j * dk + r] * q[r];
+        o[i * ldo + h * dv + j] = acc;
+      }
+    }
+  }
+}
+
+namespace {
+
+// Scratch for one chunk of up to `chunk` tokens.
+struct ChunkScratch {
+  ChunkScratch(const GdnWeights& w, int64_t chunk)
+      : qn(w.key_heads * chunk * w.key_dim),
+        kn(w.key_heads * chunk * w.key_dim),
+        beta(chunk * w.value_heads),
+        cum(chunk * w.value_heads),
+        qk(chunk * chunk),
+        kk(chunk * chunk),
+        tri(chunk * chunk),
+        mask(chunk * chunk),
+        delta(chunk * w.value_dim),
+        kd(chunk * w.key_dim) {}
+  std::vector<float> qn, kn;  // (n_k, l, d_k): normalised q (scaled) and k, per key head
+  std::vector<float> beta;    // (l, n_v)
+  std::vector<float> cum;     // (l, n_v): g summed over the chunk up to and with token i
+  std::vector<float> qk, kk;  // (l, l): Q K^T and K K^T of one key head
+  std::vector<float> tri;     // (l, l): I + A, unit lower (the diagonal is not read)
+  std::vector<float> mask;    // (l, l): D o Q K^T, lower with the diagonal, zeros above
+  std::vector<float> delta;   // (l, d_v): the per-token corrections Delta
+  std::vector<float> kd;      // (l, d_k): D_Lj k_j, the keys decayed to the chunk's end
+};
+
+// Value head h over one chunk of l tokens, with its key head's Q K^T and K K^T already in
+// k.qk and k.kk; queries, keys: that key head's normalised (l, d_k) rows; v and o offset
+// to the head and the chunk's first token; st: the head's state S^T (d_v, d_k).
+void ChunkHead(const GdnWeights& w, int64_t h, int64_t l, const float* queries,
+               const float* keys, const float* v, int64_t ldv, ChunkScratch& k, float* st,
+               float* o, int64_t ldo) {
+  const int64_t nv = w.value_heads, dk = w.key_dim, dv = w.value_dim;
+  auto cum = [&](int64_t i) { return k.cum[i * nv + h]; };
+  float* delta = k.delta.data();
+  // (I + A) Delta = diag(beta) (V - diag(Gamma) K S)
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(l), int(dv), int(dk), 1.0f, keys,
+              int(dk), st, int(dk), 0.0f, delta, int(dv));
+  for (int64_t i = 0; i < l; ++i) {
+    const float gamma = std::exp(cum(i)), beta = k.beta[i * nv + h];
+    for (int64_t c = 0; c < dv; ++c) {
+      delta[i * dv + c] = beta * (v[i * ldv + c] - gamma * delta[i * dv + c]);
+    }
+    for (int64_t j = 0; j < i; ++j) {
+      k.tri[i * l + j] = beta * std::exp(cum(i) - cum(j)) * k.kk[i * l + j];
+    }
+  }
+  cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, int(l), int(dv),
+              1.0f, k.tri.data(), int(l), delta, int(dv));
+  // O = diag(Gamma) Q S + mask Delta
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(l), int(dv), int(dk), 1.0f,
+              queries, int(dk), st, int(dk), 0.0f, o, int(ldo));
+  for (int64_t i = 0; i < l; ++i) {
+    const float gamma = std::exp(cum(i));
+    for (int64_t c = 0; c < dv; ++c) o[i * ldo + c] *= gamma;
+    float* row = &k.mask[i * l];
+    for (int64_t j = 0; j <= i; ++j) row[j] = std::exp(cum(i) - cum(j)) * k.qk[i * l + j];
+    std::fill(row + i + 1, row + l, 0.0f);
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(l), int(dv), int(l), 1.0f,
+              k.mask.data(), int(l), delta, int(dv), 1.0f, o, int(ldo));
+  // S^T = Gamma_L S^T + Delta^T diag(D_Lj) K
+  const float last = cum(l - 1);
+  for (int64_t j = 0; j < l; ++j) {
+    const float f = std::exp(last - cum(j));
+    for (int64_t r = 0; r < dk; ++r) k.kd[j * dk + r] = f * keys[j * dk + r];
+  }
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(dv), int(dk), int(l), 1.0f, delta,
+              int(dv), k.kd.data(), int(dk), std::exp(last), st, int(dk));
+}
+
+}  // namespace
+
+void GdnPrefill(const GdnWeights& w, const GdnInputs& in, int64_t t, int64_t chunk,
+                float* state, float* o, int64_t ldo) {
+  if (t == 0) return;
+  const int64_t nk = w.key_heads, nv = w.value_heads, dk = w.key_dim, dv = w.value_dim;
+  chunk = std::max<int64_t>(1, std::min(chunk, t));
+  ChunkScratch k(w, chunk);
+  for (int64_t t0 = 0; t0 < t; t0 += chunk) {
+    const int64_t l = std::min(chunk, t - t0);
+    for (int64_t i = 0; i < l; ++i) {
+      NormalizeRow(w, in, t0 + i, &k.qn[i * dk], &k.kn[i * dk], l * dk);
+    }
+    for (int64_t h = 0; h < nv; ++h) {
+      float run = 0.0f;
+      for (int64_t i = 0; i < l; ++i) {
+        k.beta[i * nv + h] = Beta(in, t0 + i, h);
+        run += LogDecay(w, in, t0 + i, h);
+        k.cum[i * nv + h] = run;
+      }
+    }
+    for (int64_t kh = 0; kh < nk; ++kh) {
+      const float* qh = &k.qn[kh * l * dk];
+      const float* kd = &k.kn[kh * l * dk];
+      // Q K^T and K K^T, shared by the key head's value heads
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(l), int(l), int(dk), 1.0f, qh,
+                  int(dk), kd, int(dk), 0.0f, k.qk.data(), int(l));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(l), int(l), int(dk), 1.0f, kd,
+                  int(dk), kd, int(dk), 0.0f, k.kk.data(), int(l));
+      for (int64_t h = kh; h < nv; h += nk) {
+        ChunkHead(w, h, l, qh, kd, in.v + t0 * in.ldqkv + h * dv, in.ldqkv, k,
+                  state + h * dv * dk, o + t0 * ldo + h * dv, ldo);
+      }
+    }
+  }
+}
+
+namespace {
+
+constexpr int64_t kLanes = 32;  // partial sums per dot product: 2 AVX-512 or 4 AVX2 chains
+
+inline float SumLanes(const float* acc) {
+  float s[kLanes / 2];
+  for (int64_t u = 0; u < kLanes / 2; ++u) s[u] = acc[u] + acc[u + kLanes / 2];
+  for (int64_t n = kLanes / 4; n >= 1; n /= 2) {
+    for (int64_t u = 0; u < n; ++u) s[u] += s[u + n];
+  }
+  return s[0];
+}
+
+// One value head's step: st, the head's S^T (d_v, d_k), updated in place; o (d_v)
+// written. Row j of S^T is read twice (S^T k, then the update with S^T q) from L1: the
+// state crosses the memory bus once each way. kLanes partial sums let each dot product
+// vectorise without reassociating a sum the compiler must keep in order.
+ATTNSERVE_CLONES
+void StepHead(float* __restrict st, const float* __restrict q, const float* __restrict k,
+              const float* __restrict v, float decay, float beta, int64_t dk, int64_t dv,
+              float* __restrict o) {
+  const int64_t body = dk - dk % kLanes;
+  for (int64_t j = 0; j < dv; ++j) {
+    float* __restrict row = st + j * dk;
+    float acc[kLanes] = {};
+    for (int64_t r = 0; r < body; r += kLanes) {
+      for (int64_t u = 0; u < kLanes; ++u) acc[u] += row[r + u] * k[r + u];
+    }
+    for (int64_t r = body; r < dk; ++r) acc[0] += row[r] * k[r];
+    const float delta = beta * (v[j] - decay * SumLanes(acc));
+    float out[kLanes] = {};
+    for (int64_t r = 0; r < body; r += kLanes) {
+      for (int64_t u = 0; u < kLanes; ++u) {
+        const float x = decay * row[r + u] + k[r + u] * delta;
+        row[r + u] = x;
+        out[u] += x * q[r + u];
+      }
+    }
+    for (int64_t r = body; r < dk; ++r) {
+      const float x = decay * row[r] + k[r] * delta;
+      row[r] = x;
+      out[0] += x * q[r];
+    }
+    o[j] = SumLanes(out);
+  }
+}
+
+}  // namespace
+
+void GdnStep(const GdnWeights& w, const GdnInputs& in, int64_t batch, float* const* states,
+             float* o, int64_t ldo) {
+  const int64_t nk = w.key_heads, dk = w.key_dim, dv = w.value_dim;
+  std::vector<float> qn(nk * dk), kn(nk * dk);
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    NormalizeRow(w, in, bi, qn.data(), kn.data(), dk);
+    for (int64_t h = 0; h < w.value_heads; ++h) {
+      const int64_t kh = h % nk;
+      StepHead(states[bi] + h * dv * dk, &qn[kh * dk], &kn[kh * dk],
+               in.v + bi * in.ldqkv + h * dv, std::exp(LogDecay(w, in, bi, h)),
+               Beta(in, bi, h), dk, dv, o + bi * ldo + h * dv);
+    }
+  }
+}
+
+void GdnGatedRmsNorm(const float* o, int64_t ldo, const float* z, int64_t ldz,
+                     const float* weight, int64_t t, int64_t heads, int64_t head_dim,
+                     float eps, float* out, int64_t ldout) {
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* oh = o + i * ldo + h * head_dim;
+      const float* zh = z + i * ldz + h * head_dim;
+      float* yh = out + i * ldout + h * head_dim;
+      double sum = 0.0;  // as ggml's rms_norm: squares in float, summed in double
+      for (int64_t c = 0; c < head_dim; ++c) sum += double(oh[c] * oh[c]);
+      const float scale = 1.0f / std::sqrt(float(sum / double(head_dim)) + eps);
+      for (int64_t c = 0; c < head_dim; ++c) yh[c] = oh[c] * scale * weight[c] * Silu(zh[c]);
+    }
+  }
+}
+
+}  // namespace attnserve::mixer
