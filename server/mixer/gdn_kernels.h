@@ -5,8 +5,9 @@
 // (tests/gguf/hybrid_reference.py's l2_norm and gated_delta_rule, itself checked against
 // llama.cpp's delta-net graph, src/models/delta-net-base.cpp).
 //
-// Per token, per value head h (of n_v, dim d_v), reading key head kh = h mod n_k (of n_k,
-// dim d_k; GGUF's tiled order: the converter reordered the value rows, DESIGN.md §14):
+// Per token, per value head h (of n_v, dim d_v), reading key head kh (of n_k, dim d_k):
+// kh = h mod n_k in qwen35 / qwen35moe GGUF files (tiled: their converter reordered the
+// value rows, DESIGN.md §14), kh = h / (n_v / n_k) in qwen3next's (grouped):
 //   q = l2(q_kh) / sqrt(d_k),  k = l2(k_kh)         l2(x) = x / sqrt(sum x^2 + eps)
 //   beta = sigmoid(b[h]),  g = softplus(alpha[h] + dt_bias[h]) ssm_a[h]      (g <= 0)
 //   S_h = exp(g) S_h                                 (d_k x d_v)
@@ -17,10 +18,12 @@
 // system, the rest are matrix products.
 //
 // The layer around these kernels (the model's recipe, llama.cpp's qwen35.cpp /
-// qwen3next.cpp): the projections give q | k | v (one row of 2 n_k d_k + n_v d_v), z
-// (n_v d_v), b and alpha (n_v each); CausalConv1dPrefill / CausalConv1dStep
-// (conv_kernels.h: kernel 4, no bias, SiLU) over the q | k | v row give this file's
-// inputs; then GdnPrefill / GdnStep, GdnGatedRmsNorm with z, and the output projection.
+// qwen3next.cpp): the projections give q | k | v (attn_qkv: one row of 2 n_k d_k + n_v d_v),
+// z (attn_gate: n_v d_v), b and alpha (ssm_beta, ssm_alpha: n_v each; qwen3next fuses them
+// as ssm_in and ssm_ba, rows grouped per key head); CausalConv1dPrefill / CausalConv1dStep
+// (conv_kernels.h: ssm_conv1d, kernel 4, no bias, SiLU) over the q | k | v row give this
+// file's inputs; then GdnPrefill / GdnStep, GdnGatedRmsNorm with z and ssm_norm, and
+// ssm_out.
 //
 // State layout (what a session owns and snapshots): (n_v, d_v, d_k) fp32, each head's S_h
 // stored transposed: S_h[i][j] (i over the key dim, j over the value dim) at [h][j][i];
@@ -44,7 +47,14 @@ struct GdnWeights {
   int64_t value_dim = 0;           // d_v = ssm.inner_size / n_v
   float l2_eps = 1e-6f;            // added to q's and k's sums of squares (llama.cpp:
                                    // attention.layer_norm_rms_epsilon, as for the norm)
+  bool tiled = true;               // key head of value head h: h mod n_k (qwen35,
+                                   // qwen35moe); false: h / (n_v / n_k) (qwen3next)
 };
+
+// The key head value head h reads.
+inline int64_t GdnKeyHead(const GdnWeights& w, int64_t h) {
+  return w.tiled ? h % w.key_heads : h / (w.value_heads / w.key_heads);
+}
 
 // Floats in one session's state: n_v * d_v * d_k.
 inline int64_t GdnStateFloats(const GdnWeights& w) {

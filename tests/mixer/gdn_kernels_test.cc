@@ -28,6 +28,7 @@ using testing::MaxRelDiff;
 struct GdnCase {
   int64_t nk = 0, nv = 0, dk = 0, dv = 0, t = 0;
   float eps = 0;
+  bool tiled = true;
   std::vector<float> qkv, ba, dt_bias, ssm_a, state0, o, state1;
   int64_t ld = 0, ldba = 0;
 
@@ -37,6 +38,7 @@ struct GdnCase {
     nk = int64_t(dims[0]), nv = int64_t(dims[1]), dk = int64_t(dims[2]);
     dv = int64_t(dims[3]), t = int64_t(dims[4]);
     eps = Fixture(name + ".eps").at(0);
+    tiled = Fixture(name + ".tiled").at(0) != 0.0f;
     const std::vector<float> q = Fixture(name + ".q"), k = Fixture(name + ".k");
     const std::vector<float> v = Fixture(name + ".v"), b = Fixture(name + ".b");
     const std::vector<float> alpha = Fixture(name + ".alpha");
@@ -55,7 +57,9 @@ struct GdnCase {
     }
   }
   bool ok() const { return t > 0 && o.size() == size_t(t * nv * dv); }
-  GdnWeights weights() const { return {ssm_a.data(), dt_bias.data(), nk, nv, dk, dv, eps}; }
+  GdnWeights weights() const {
+    return {ssm_a.data(), dt_bias.data(), nk, nv, dk, dv, eps, tiled};
+  }
   // The inputs from token i on, rows of `qkv_rows` and `ba_rows` (this case's by default).
   GdnInputs inputs(int64_t i = 0, const float* qkv_rows = nullptr,
                    const float* ba_rows = nullptr) const {
@@ -73,7 +77,7 @@ struct GdnCase {
 constexpr double kTol = 2e-5;
 
 TEST(Gdn, ReferenceMatchesNumpyReference) {
-  for (const std::string name : {"gdn_tiled", "gdn_long"}) {
+  for (const std::string name : {"gdn_tiled", "gdn_grouped", "gdn_long"}) {
     const GdnCase k(name);
     ASSERT_TRUE(k.ok()) << name;
     ASSERT_EQ(int64_t(k.state0.size()), GdnStateFloats(k.weights()));
@@ -85,7 +89,7 @@ TEST(Gdn, ReferenceMatchesNumpyReference) {
 }
 
 TEST(Gdn, ChunkedPrefillMatchesNumpyReferenceForAnyChunk) {
-  for (const std::string name : {"gdn_tiled", "gdn_long"}) {
+  for (const std::string name : {"gdn_tiled", "gdn_grouped", "gdn_long"}) {
     const GdnCase k(name);
     ASSERT_TRUE(k.ok()) << name;
     const int64_t ldo = k.width() + 5;
@@ -156,7 +160,7 @@ TEST(Gdn, StepOfEachSessionMatchesNumpyReference) {
 
 TEST(Gdn, PrefillThenStepContinuesTheSequence) {
   // A prompt by the chunked prefill, then the rest token by token, as a session serves it.
-  for (const std::string name : {"gdn_tiled", "gdn_long"}) {
+  for (const std::string name : {"gdn_tiled", "gdn_grouped", "gdn_long"}) {
     const GdnCase k(name);
     ASSERT_TRUE(k.ok()) << name;
     const int64_t w = k.width(), prompt = k.t / 2 + 3;
@@ -208,6 +212,59 @@ TEST(Gdn, ThreePathsAgreeOnALongRandomSequenceAtQwenHeadSize) {
   }
   EXPECT_LE(MaxRelDiff(o_step.data(), o_ref.data(), o.size()), 1e-5);
   EXPECT_LE(MaxRelDiff(s_step.data(), s_ref.data(), s.size()), 1e-5);
+}
+
+TEST(Gdn, StepAndChunkedPrefillMatchTheReferenceAtAnyKeyDim) {
+  // Key dims off the vector widths: 24 (no full block of 32 lanes), 40 (one and a tail of
+  // 8), 48 (the AVX-512 step's tail of 16; in qwen3next's grouped head order), 128.
+  for (int64_t dk : {24, 40, 48, 128}) {
+    std::mt19937 rng(static_cast<uint32_t>(dk));
+    const int64_t nk = 2, nv = 4, dv = 24, t = 20, batch = 3;
+    const int64_t ld = 2 * nk * dk + nv * dv, width = nv * dv;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> qkv(t * ld), ba(t * 2 * nv), dt_bias(nv), ssm_a(nv);
+    for (float& v : qkv) v = normal(rng);
+    for (float& v : ba) v = normal(rng);
+    for (int64_t h = 0; h < nv; ++h) dt_bias[h] = normal(rng), ssm_a[h] = -1.0f - h;
+    const GdnWeights w{ssm_a.data(), dt_bias.data(), nk, nv, dk, dv, 1e-6f, dk != 48};
+    const GdnInputs in{qkv.data(), qkv.data() + nk * dk, qkv.data() + 2 * nk * dk, ld,
+                       ba.data(), 2 * nv, ba.data() + nv, 2 * nv};
+    // the reference from three different states, one per session of the step's batch
+    std::vector<std::vector<float>> ref(batch), step(batch);
+    std::vector<float> o_ref(t * width);
+    for (int64_t b = 0; b < batch; ++b) {
+      ref[b].resize(GdnStateFloats(w));
+      for (float& v : ref[b]) v = 0.3f * normal(rng);
+      step[b] = ref[b];
+    }
+    std::vector<float> chunked = ref[0], o(t * width);
+    GdnPrefill(w, in, t, 7, chunked.data(), o.data(), width);
+    GdnPrefillReference(w, in, t, ref[0].data(), o_ref.data(), width);
+    EXPECT_LE(MaxRelDiff(o.data(), o_ref.data(), o.size()), 1e-5) << "d_k " << dk;
+    EXPECT_LE(MaxRelDiff(chunked.data(), ref[0].data(), chunked.size()), 1e-5) << "d_k " << dk;
+    for (int64_t b = 1; b < batch; ++b) {
+      GdnPrefillReference(w, in, t, ref[b].data(), o_ref.data(), width);
+    }
+    // each token of the batch: session b reads token i of the same rows
+    std::vector<float*> states = {step[0].data(), step[1].data(), step[2].data()};
+    std::vector<float> rows(batch * ld), ba_rows(batch * 2 * nv), o_step(batch * width);
+    for (int64_t i = 0; i < t; ++i) {
+      for (int64_t b = 0; b < batch; ++b) {
+        std::copy_n(qkv.data() + i * ld, ld, rows.data() + b * ld);
+        std::copy_n(ba.data() + i * 2 * nv, 2 * nv, ba_rows.data() + b * 2 * nv);
+      }
+      const GdnInputs row{rows.data(), rows.data() + nk * dk, rows.data() + 2 * nk * dk, ld,
+                          ba_rows.data(), 2 * nv, ba_rows.data() + nv, 2 * nv};
+      GdnStep(w, row, batch, states.data(), o_step.data(), width);
+    }
+    EXPECT_LE(MaxRelDiff(o_step.data() + 2 * width, o_ref.data() + (t - 1) * width, width),
+              1e-5)
+        << "d_k " << dk;
+    for (int64_t b = 0; b < batch; ++b) {
+      EXPECT_LE(MaxRelDiff(step[b].data(), ref[b].data(), ref[b].size()), 1e-5)
+          << "d_k " << dk << " session " << b;
+    }
+  }
 }
 
 TEST(GdnGatedRmsNorm, MatchesNumpyReferenceAndWorksInPlace) {

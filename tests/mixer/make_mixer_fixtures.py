@@ -15,6 +15,8 @@ layouts: conv (channels, K-1), SSM (heads, P, N)):
   z | xBC | dt, with the weights initialised as Mamba-2 does;
   gdn_tiled: the gated delta rule (hybrid_reference's l2_norm and gated_delta_rule), 6
   value heads on 2 key heads (value head h reads key head h mod 2), d_k 16 != d_v 8;
+  gdn_grouped: the same with qwen3next's order (value head h reads key head h // 3),
+  d_k 8 != d_v 16;
   gdn_long: 1 key head, 2 value heads of 32, 70 tokens (over several chunks), a token
   whose decay wipes the state, one in softplus's linear branch, a zero key;
   gdn_norm: the gated RMSNorm after it (norm per value head, then silu(z));
@@ -130,12 +132,14 @@ def gdn_inputs(rng, nk, nv, dk, dv, t):
     return q, k, v, b, alpha, dt_bias, ssm_a
 
 
-def gdn_rule(q, k, v, b, alpha, dt_bias, ssm_a, nk, dk, dv, eps, s0):
-    """The reference's delta rule from raw inputs; states in the reference's layout."""
+def gdn_rule(q, k, v, b, alpha, dt_bias, ssm_a, nk, dk, dv, eps, s0, tiled):
+    """The reference's delta rule from raw inputs; states in the reference's layout. Value
+    head h reads key head h mod nk if tiled (qwen35 GGUFs), else h // (nv / nk)
+    (qwen3next), as hybrid_reference.gdn_core's kv_map."""
     t, nv = b.shape
     qn = ref.l2_norm(q.reshape(t, nk, dk), eps)
     kn = ref.l2_norm(k.reshape(t, nk, dk), eps)
-    of = np.arange(nv) % nk  # GGUF's tiled order
+    of = np.arange(nv) % nk if tiled else np.arange(nv) // (nv // nk)
     g = ref.softplus(alpha + dt_bias) * ssm_a
     beta = 1.0 / (1.0 + np.exp(-b))
     o, s1 = ref.gated_delta_rule(qn[:, of] / np.sqrt(dk), kn[:, of], v.reshape(t, nv, dv), g,
@@ -148,7 +152,7 @@ def kernel_state(s):
     return np.ascontiguousarray(np.asarray(s).transpose(0, 2, 1))
 
 
-def gdn_case(rng, name, nk, nv, dk, dv, t, extremes):
+def gdn_case(rng, name, nk, nv, dk, dv, t, extremes, tiled=True):
     q, k, v, b, alpha, dt_bias, ssm_a = gdn_inputs(rng, nk, nv, dk, dv, t)
     if extremes:
         alpha[t // 3] += 12.0  # exp(g) ~ 0 for every head at one token
@@ -156,8 +160,8 @@ def gdn_case(rng, name, nk, nv, dk, dv, t, extremes):
         k[t // 4] = 0.0  # a zero key: l2_norm's eps, no update but the decay
     s0 = f32(rng.standard_normal((nv, dk, dv)) * 0.5)
     eps = 1e-6
-    o, s1 = gdn_rule(q, k, v, b, alpha, dt_bias, ssm_a, nk, dk, dv, eps, s0)
-    out = {"dims": [nk, nv, dk, dv, t], "eps": [eps], "q": q, "k": k, "v": v, "b": b,
+    o, s1 = gdn_rule(q, k, v, b, alpha, dt_bias, ssm_a, nk, dk, dv, eps, s0, tiled)
+    out = {"dims": [nk, nv, dk, dv, t], "tiled": [int(tiled)], "eps": [eps], "q": q, "k": k, "v": v, "b": b,
            "alpha": alpha, "dt_bias": dt_bias, "ssm_a": ssm_a, "state0": kernel_state(s0),
            "o": o, "state1": kernel_state(s1)}
     return {f"{name}.{key}": v for key, v in out.items()}
@@ -209,6 +213,7 @@ def main():
     arrays.update(gdn_case(rng, "gdn_long", 1, 2, 32, 32, 70, extremes=True))
     arrays.update(gdn_norm_case(rng, "gdn_norm", 5, 3, 16, 1e-6))
     arrays.update(gdn_chain_case(rng, "gdn_chain", 2, 4, 16, 16, 4, 23))
+    arrays.update(gdn_case(rng, "gdn_grouped", 2, 6, 8, 16, 29, extremes=False, tiled=False))
     tmp = sys.argv[1] + ".tmp"
     with open(tmp, "w") as f:
         for name, v in arrays.items():
