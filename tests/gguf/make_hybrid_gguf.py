@@ -15,10 +15,23 @@ the keys, tensor names, shapes and the computation each file means):
   - nemotron_h (Nemotron-H, dense): three kinds of layer, each one block behind its
     attn_norm: Mamba-2 (4 groups of 3 heads, inner size not 2d), GQA attention without
     RoPE, and a squared-ReLU MLP (up, down; no gate); feed_forward_length and
-    head_count_kv per layer (both 0 on a Mamba-2 layer).
+    head_count_kv per layer (both 0 on a Mamba-2 layer);
+  - qwen35 (Qwen3.5 dense): Gated DeltaNet layers (2 key heads, 4 value heads of 32) and
+    every third layer full attention with the gated q projection, q/k RMSNorm and
+    interleaved M-RoPE on 16 of 64 dimensions, post_attention_norm before a SwiGLU MLP;
+  - qwen35moe: the same layers with a MoE FFN (8 experts, top 2, softmax renormalised)
+    and a sigmoid-gated shared expert;
+  - qwen3next: qwen35moe's layers with the fused ssm_ba, value heads reading key heads
+    h / (Hv / Hk), NEOX RoPE;
+  - qwen3moe: GQA attention with q/k RMSNorm and NEOX RoPE, a MoE FFN;
+  - lfm2moe: lfm2's layers, the first with a dense MLP, the rest a MoE FFN routed by
+    sigmoid scores with the selection bias exp_probs_b;
+  - granitehybrid with experts: granitehybrid's layers with a MoE FFN and an ungated
+    shared expert.
 
-Each as F32 and as Q8_0 (the big matrices: projections, MLP, embedding, output; norms,
-convolution taps, A, D and biases stay F32 as llama.cpp requires). Shapes are small
+Each as F32 and as Q8_0 (the big matrices: projections, MLP, experts, embedding, output; norms,
+convolution taps, A, D, biases, routers and the shared experts' gates stay F32 as
+llama.cpp requires). Shapes are small
 (d 256) and the vocabulary is a byte-level "gpt2" one: the 256 byte symbols, merges
 learnt from texts.json, <|endoftext|> as BOS and EOS. Weights come from a seeded numpy
 generator, scaled so that the final logits spread over several units and greedy decoding
@@ -71,6 +84,18 @@ FILES = {
     "nemotron_h-f32": ("nemotron_h", F32),
     "nemotron_h-q8_0": ("nemotron_h", Q8_0),
     "lfm2-q8_0": ("lfm2", Q8_0),
+    "qwen35-f32": ("qwen35", F32),
+    "qwen35-q8_0": ("qwen35", Q8_0),
+    "qwen3moe-f32": ("qwen3moe", F32),
+    "qwen3moe-q8_0": ("qwen3moe", Q8_0),
+    "qwen35moe-f32": ("qwen35moe", F32),
+    "qwen35moe-q8_0": ("qwen35moe", Q8_0),
+    "qwen3next-f32": ("qwen3next", F32),
+    "qwen3next-q8_0": ("qwen3next", Q8_0),
+    "lfm2moe-f32": ("lfm2moe", F32),
+    "lfm2moe-q8_0": ("lfm2moe", Q8_0),
+    "granitehybrid-moe-f32": ("granitehybrid-moe", F32),
+    "granitehybrid-moe-q8_0": ("granitehybrid-moe", Q8_0),
 }
 # Written only when named (hybrid_serve_test.sh): the big matrices in Q4_K (ggml_blocks'
 # quantizer; every row here is whole 256-value blocks), which hybrid_reference.py reads
@@ -183,7 +208,7 @@ def mlp(w, b, d, ff, kind):
     w.linear(b + "ffn_down.weight", d, ff, kind)
 
 
-def common_kvs(arch, name, kind, layers, embd=EMBD, vocab=VOCAB, context=4096):
+def common_kvs(arch, name, kind, layers, embd=EMBD, vocab=VOCAB, context=4096, eps=1e-5):
     return [
         gguf_kv("general.architecture", STRING, arch),
         gguf_kv("general.name", STRING, name),
@@ -193,7 +218,7 @@ def common_kvs(arch, name, kind, layers, embd=EMBD, vocab=VOCAB, context=4096):
         gguf_kv(f"{arch}.embedding_length", U32, embd),
         gguf_kv(f"{arch}.block_count", U32, layers),
         gguf_kv(f"{arch}.vocab_size", U32, vocab),
-        gguf_kv(f"{arch}.attention.layer_norm_rms_epsilon", F32V, 1e-5),
+        gguf_kv(f"{arch}.attention.layer_norm_rms_epsilon", F32V, eps),
     ]
 
 
@@ -331,9 +356,239 @@ def make_nemotron_h(name, kind, seed=34):
     return kvs, w.tensors
 
 
+# ---- Gated DeltaNet hybrids and mixtures of experts ---------------------------------------
+
+def gdn_layer(w, b, d, gdn, kind, fused_ba):
+    """One Gated DeltaNet mixer (qwen35 / qwen35moe: ssm_beta and ssm_alpha; qwen3next: the
+    fused ssm_ba, per key head [b (r rows) | a (r rows)], r = Hv / Hk). A = -ssm_a drawn
+    in [0.05, 2] and dt_bias around 0, so the heads keep memories of different lengths."""
+    hk, hv, dk = gdn["k_heads"], gdn["v_heads"], gdn["state"]
+    conv_dim = 2 * hk * dk + hv * dk
+    w.linear(b + "attn_qkv.weight", conv_dim, d, kind)
+    w.linear(b + "attn_gate.weight", hv * dk, d, kind)
+    if fused_ba:
+        w.linear(b + "ssm_ba.weight", 2 * hv, d, kind)
+    else:
+        w.linear(b + "ssm_beta.weight", hv, d, kind)
+        w.linear(b + "ssm_alpha.weight", hv, d, kind)
+    k = gdn["conv"]
+    w.add(b + "ssm_conv1d.weight", w.uniform((conv_dim, k), -1 / np.sqrt(k), 1 / np.sqrt(k)) * 1.5)
+    w.add(b + "ssm_dt.bias", w.normal((hv,), 0.5))
+    w.add(b + "ssm_a", -np.exp(w.uniform((hv,), np.log(0.05), np.log(2.0))))
+    w.norm(b + "ssm_norm.weight", (dk,))
+    w.linear(b + "ssm_out.weight", d, hv * dk, kind)
+
+
+def gated_attention_layer(w, b, d, heads, kv_heads, head_dim, kind):
+    """Qwen3.5 / Qwen3-Next full attention: attn_q {d, 2 H hd} laid out per head as
+    [q (hd rows) | gate (hd rows)], attn_k, attn_v, per-head q/k RMSNorm, attn_output."""
+    w.linear(b + "attn_q.weight", heads * 2 * head_dim, d, kind, gain=2.0)
+    w.linear(b + "attn_k.weight", kv_heads * head_dim, d, kind, gain=2.0)
+    w.linear(b + "attn_v.weight", kv_heads * head_dim, d, kind)
+    w.norm(b + "attn_q_norm.weight", (head_dim,))
+    w.norm(b + "attn_k_norm.weight", (head_dim,))
+    w.linear(b + "attn_output.weight", d, heads * head_dim, kind)
+
+
+def moe(w, b, d, moe_shape, kind, shared=None, bias=False):
+    """A mixture of experts: the router ffn_gate_inp {d, E} (F32), experts as 3-D tensors
+    ffn_gate_exps / ffn_up_exps {d, ff, E} and ffn_down_exps {ff, d, E} (numpy (E, ff, d)
+    and (E, d, ff)); shared = "gated" (ffn_*_shexp and the F32 gate vector
+    ffn_gate_inp_shexp {d}) or "plain" (ungated, Granite); bias: exp_probs_b.bias {E}
+    (LFM2-MoE's selection bias)."""
+    e, ff = moe_shape["experts"], moe_shape["ff"]
+    w.add(b + "ffn_gate_inp.weight", w.normal((e, d), 1.5 / np.sqrt(d)))
+    w.add(b + "ffn_gate_exps.weight", w.normal((e, ff, d), 1.0 / np.sqrt(d)), kind)
+    w.add(b + "ffn_up_exps.weight", w.normal((e, ff, d), 1.0 / np.sqrt(d)), kind)
+    w.add(b + "ffn_down_exps.weight", w.normal((e, d, ff), 1.0 / np.sqrt(ff)), kind)
+    if bias:
+        w.add(b + "exp_probs_b.bias", w.normal((e,), 0.3))
+    if shared:
+        sff = moe_shape["shared_ff"]
+        if shared == "gated":
+            w.add(b + "ffn_gate_inp_shexp.weight", w.normal((d,), 1.0 / np.sqrt(d)))
+        w.linear(b + "ffn_gate_shexp.weight", sff, d, kind)
+        w.linear(b + "ffn_up_shexp.weight", sff, d, kind)
+        w.linear(b + "ffn_down_shexp.weight", d, sff, kind)
+
+
+def moe_kvs(arch, moe_shape, shared=True):
+    kvs = [gguf_kv(f"{arch}.expert_count", U32, moe_shape["experts"]),
+           gguf_kv(f"{arch}.expert_used_count", U32, moe_shape["used"]),
+           gguf_kv(f"{arch}.expert_feed_forward_length", U32, moe_shape["ff"])]
+    if shared and "shared_ff" in moe_shape:
+        kvs.append(gguf_kv(f"{arch}.expert_shared_feed_forward_length", U32, moe_shape["shared_ff"]))
+    return kvs
+
+
+# qwen35 / qwen35moe / qwen3next test shape: d EMBD, 6 layers, every 3rd full attention
+# (layers 2 and 5: full_attention_interval 3), 6 query heads on 2 KV heads of 64
+# (key_length 64, H hd 384 != d), RoPE on 16 of the 64 dimensions (base 1e4); Gated
+# DeltaNet with 2 key heads and 4 value heads of 32 (Hv != Hk: the tiling is seen), conv
+# 4. rope.dimension_sections [1, 2, 2, 0] (qwen35, qwen35moe): interleaved M-RoPE then
+# leaves pair 3 of the 8 unrotated for text (sector 3 is a "t" sector beyond 3 x 1),
+# which tells it from NEOX and from plain M-RoPE; real files ([11, 11, 10, 0] over 32
+# pairs) rotate every pair, as NEOX does.
+QWEN35_SHAPE = dict(layers=6, interval=3, heads=6, kv_heads=2, head_dim=64, rope_dims=16,
+                    sections=[1, 2, 2, 0], ff=512,
+                    gdn=dict(k_heads=2, v_heads=4, state=32, conv=4))
+MOE_SHAPE = dict(experts=8, used=2, ff=128, shared_ff=256)
+
+
+def make_qwen35(name, kind, seed=35, arch="qwen35", shape=QWEN35_SHAPE):
+    """qwen35 (dense FFN), qwen35moe (MoE with a sigmoid-gated shared expert) and qwen3next
+    (the same MoE; fused ssm_ba; NEOX RoPE instead of interleaved M-RoPE; value head h
+    reads key head h / (Hv / Hk))."""
+    layers, heads, kv_heads, hd = (shape[k] for k in ("layers", "heads", "kv_heads", "head_dim"))
+    gdn, ff = shape["gdn"], shape["ff"]
+    kvs = common_kvs(arch, name, kind, layers, eps=1e-6) + [
+        gguf_kv(f"{arch}.feed_forward_length", U32, ff),
+        gguf_kv(f"{arch}.attention.head_count", U32, heads),
+        gguf_kv(f"{arch}.attention.head_count_kv", U32, kv_heads),
+        gguf_kv(f"{arch}.attention.key_length", U32, hd),
+        gguf_kv(f"{arch}.attention.value_length", U32, hd),
+        gguf_kv(f"{arch}.rope.dimension_count", U32, shape["rope_dims"]),
+        gguf_kv(f"{arch}.rope.freq_base", F32V, 10000.0),
+        gguf_kv(f"{arch}.full_attention_interval", U32, shape["interval"]),
+        gguf_kv(f"{arch}.ssm.conv_kernel", U32, gdn["conv"]),
+        gguf_kv(f"{arch}.ssm.state_size", U32, gdn["state"]),
+        gguf_kv(f"{arch}.ssm.group_count", U32, gdn["k_heads"]),
+        gguf_kv(f"{arch}.ssm.time_step_rank", U32, gdn["v_heads"]),
+        gguf_kv(f"{arch}.ssm.inner_size", U32, gdn["v_heads"] * gdn["state"]),
+    ]
+    if arch != "qwen3next":
+        kvs.append(gguf_kv(f"{arch}.rope.dimension_sections", ARRAY, shape["sections"], I32))
+    if arch != "qwen35":
+        kvs += moe_kvs(arch, MOE_SHAPE)
+    w = Weights(seed)
+    w.add("token_embd.weight", w.normal((VOCAB, EMBD), 1.0), kind)
+    for i in range(layers):
+        b = f"blk.{i}."
+        w.norm(b + "attn_norm.weight", (EMBD,))
+        if (i + 1) % shape["interval"] == 0:
+            gated_attention_layer(w, b, EMBD, heads, kv_heads, hd, kind)
+        else:
+            gdn_layer(w, b, EMBD, gdn, kind, fused_ba=arch == "qwen3next")
+        w.norm(b + "post_attention_norm.weight", (EMBD,))
+        if arch == "qwen35":
+            w.linear(b + "ffn_gate.weight", ff, EMBD, kind)
+            w.linear(b + "ffn_up.weight", ff, EMBD, kind)
+            w.linear(b + "ffn_down.weight", EMBD, ff, kind)
+        else:
+            moe(w, b, EMBD, MOE_SHAPE, kind, shared="gated")
+    w.norm("output_norm.weight", (EMBD,))
+    w.linear("output.weight", VOCAB, EMBD, kind, gain=5.0)
+    return kvs, w.tensors
+
+
+def make_qwen3moe(name, kind, seed=36):
+    """qwen3moe (Qwen3-30B-A3B's layout): 4 layers of GQA attention (4 heads on 2 KV heads
+    of 64, key_length 64, per-head q/k RMSNorm, NEOX RoPE over the whole head) and a MoE
+    FFN behind ffn_norm (softmax over E, top-k, renormalised; no shared expert)."""
+    arch, layers, heads, kv_heads, hd = "qwen3moe", 4, 4, 2, 64
+    kvs = common_kvs(arch, name, kind, layers) + [
+        gguf_kv(f"{arch}.feed_forward_length", U32, 512),
+        gguf_kv(f"{arch}.attention.head_count", U32, heads),
+        gguf_kv(f"{arch}.attention.head_count_kv", U32, kv_heads),
+        gguf_kv(f"{arch}.attention.key_length", U32, hd),
+        gguf_kv(f"{arch}.attention.value_length", U32, hd),
+        gguf_kv(f"{arch}.rope.freq_base", F32V, 1000000.0),
+    ] + moe_kvs(arch, MOE_SHAPE, shared=False)
+    w = Weights(seed)
+    w.add("token_embd.weight", w.normal((VOCAB, EMBD), 1.0), kind)
+    for i in range(layers):
+        b = f"blk.{i}."
+        w.norm(b + "attn_norm.weight", (EMBD,))
+        attention_layer(w, b, EMBD, heads, kv_heads, hd, kind, qk_norm=True)
+        w.norm(b + "ffn_norm.weight", (EMBD,))
+        moe(w, b, EMBD, MOE_SHAPE, kind)
+    w.norm("output_norm.weight", (EMBD,))
+    w.linear("output.weight", VOCAB, EMBD, kind, gain=5.0)
+    return kvs, w.tensors
+
+
+def make_lfm2moe(name, kind, seed=48):
+    """lfm2moe (LFM2-8B-A1B's layout): make_lfm2's layers, the first
+    (leading_dense_block_count 1) with a dense SwiGLU MLP, the rest with a MoE FFN routed
+    by sigmoid scores plus the selection bias exp_probs_b (expert_gating_func 2); output
+    tied."""
+    layers, heads, kv_heads, head_dim, ff, l_cache = 6, 8, 2, 32, 512, 3
+    arch = "lfm2moe"
+    kvs = common_kvs(arch, name, kind, layers) + [
+        gguf_kv(f"{arch}.feed_forward_length", U32, ff),
+        gguf_kv(f"{arch}.attention.head_count", U32, heads),
+        gguf_kv(f"{arch}.attention.head_count_kv", ARRAY,
+                [kv_heads if i in LFM2_ATTN else 0 for i in range(layers)], I32),
+        gguf_kv(f"{arch}.rope.freq_base", F32V, 1000000.0),
+        gguf_kv(f"{arch}.shortconv.l_cache", U32, l_cache),
+        gguf_kv(f"{arch}.leading_dense_block_count", U32, 1),
+        gguf_kv(f"{arch}.expert_gating_func", U32, 2),
+    ] + moe_kvs(arch, MOE_SHAPE, shared=False)
+    w = Weights(seed)
+    w.add("token_embd.weight", w.normal((VOCAB, EMBD), 0.3), kind)
+    for i in range(layers):
+        b = f"blk.{i}."
+        w.norm(b + "attn_norm.weight", (EMBD,))
+        if i in LFM2_ATTN:
+            attention_layer(w, b, EMBD, heads, kv_heads, head_dim, kind, qk_norm=True)
+        else:
+            w.add(b + "shortconv.conv.weight", w.uniform((EMBD, l_cache), -1.0, 1.0))
+            w.linear(b + "shortconv.in_proj.weight", 3 * EMBD, EMBD, kind, gain=1.5)
+            w.linear(b + "shortconv.out_proj.weight", EMBD, EMBD, kind)
+        if i == 0:
+            mlp(w, b, EMBD, ff, kind)
+        else:
+            w.norm(b + "ffn_norm.weight", (EMBD,))
+            moe(w, b, EMBD, MOE_SHAPE, kind, bias=True)
+    w.norm("token_embd_norm.weight", (EMBD,))
+    return kvs, w.tensors
+
+
+def make_granitehybrid_moe(name, kind, seed=38, shape=GRANITE_TEST):
+    """granitehybrid with experts (Granite-4.0-H-Tiny's layout): make_granitehybrid's
+    layers with a MoE FFN (softmax, top-k, renormalised; the experts' size is
+    feed_forward_length) and an ungated shared expert (expert_shared_feed_forward_length)."""
+    layers, heads, kv_heads, head_dim = (shape[k] for k in ("layers", "heads", "kv_heads", "head_dim"))
+    embd, vocab, attn, ssm = shape["embd"], shape["vocab"], shape["attn"], shape["ssm"]
+    arch = "granitehybrid"
+    kvs = common_kvs(arch, name, kind, layers, embd, vocab, shape["context"]) + ssm_kvs(arch, ssm) + [
+        gguf_kv(f"{arch}.feed_forward_length", U32, MOE_SHAPE["ff"]),
+        gguf_kv(f"{arch}.attention.head_count", U32, heads),
+        gguf_kv(f"{arch}.attention.head_count_kv", ARRAY,
+                [kv_heads if i in attn else 0 for i in range(layers)], I32),
+        gguf_kv(f"{arch}.rope.scaling.finetuned", BOOL, False),
+        gguf_kv(f"{arch}.rope.freq_base", F32V, 10000.0),
+        gguf_kv(f"{arch}.embedding_scale", F32V, 8.0),
+        gguf_kv(f"{arch}.residual_scale", F32V, 0.5),
+        gguf_kv(f"{arch}.logit_scale", F32V, 2.0),
+        gguf_kv(f"{arch}.attention.scale", F32V, 0.125),
+        gguf_kv(f"{arch}.expert_count", U32, MOE_SHAPE["experts"]),
+        gguf_kv(f"{arch}.expert_used_count", U32, MOE_SHAPE["used"]),
+        gguf_kv(f"{arch}.expert_shared_feed_forward_length", U32, MOE_SHAPE["shared_ff"]),
+    ]
+    w = Weights(seed)
+    w.add("token_embd.weight", w.normal((vocab, embd), 1.0 / 8.0), kind)
+    for i in range(layers):
+        b = f"blk.{i}."
+        w.norm(b + "attn_norm.weight", (embd,))
+        if i in attn:
+            attention_layer(w, b, embd, heads, kv_heads, head_dim, kind, qk_norm=False)
+        else:
+            mamba2_layer(w, b, embd, ssm, kind)
+        w.norm(b + "ffn_norm.weight", (embd,))
+        moe(w, b, embd, MOE_SHAPE, kind, shared="plain")
+    w.norm("output_norm.weight", (embd,))
+    w.linear("output.weight", vocab, embd, kind, gain=10.0)
+    return kvs, w.tensors
+
+
 MAKERS = {"nemotron_h": make_nemotron_h, "mamba2": make_mamba2, "granitehybrid": make_granitehybrid,
           "granitehybrid-rope": lambda name, kind: make_granitehybrid(name, kind, rope=True),
-          "lfm2": make_lfm2}
+          "lfm2": make_lfm2, "qwen35": make_qwen35,
+          "qwen35moe": lambda name, kind: make_qwen35(name, kind, seed=54, arch="qwen35moe"),
+          "qwen3next": lambda name, kind: make_qwen35(name, kind, seed=41, arch="qwen3next"),
+          "qwen3moe": make_qwen3moe, "lfm2moe": make_lfm2moe,
+          "granitehybrid-moe": make_granitehybrid_moe}
 
 
 # The benchmark's files (--bench): name -> (architecture, type, shape).
