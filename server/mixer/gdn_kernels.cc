@@ -22,13 +22,18 @@ inline float Sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 inline float Silu(float v) { return v / (1.0f + std::exp(-v)); }
 
 // out = x / sqrt(sum x^2 + eps) * scale over n: llama.cpp's build_gdn_l2_norm (an RMS norm
-// with eps / n, times 1 / sqrt(n); the squares summed in double as ggml's rms_norm) and,
-// for q, its 1 / sqrt(d_k).
+// with eps / n, times 1 / sqrt(n); the squares summed in double as ggml's rms_norm, here in
+// four partial sums so that the loop vectorises) and, for q, its 1 / sqrt(d_k).
 void L2Normalize(const float* x, int64_t n, float eps, float scale, float* out) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += double(x[i] * x[i]);
+  double part[4] = {0.0, 0.0, 0.0, 0.0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int64_t u = 0; u < 4; ++u) part[u] += double(x[i + u] * x[i + u]);
+  }
+  for (; i < n; ++i) part[0] += double(x[i] * x[i]);
+  const double sum = (part[0] + part[1]) + (part[2] + part[3]);
   const float inv = 1.0f / std::sqrt(float(sum) + eps);
-  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv * scale;
+  for (i = 0; i < n; ++i) out[i] = x[i] * inv * scale;
 }
 
 // Row `row` of q and k, every key head normalised (q also scaled by 1 / sqrt(d_k)), into
@@ -94,66 +99,64 @@ namespace {
 // Scratch for one chunk of up to `chunk` tokens.
 struct ChunkScratch {
   ChunkScratch(const GdnWeights& w, int64_t chunk)
-      : qn(w.key_heads * chunk * w.key_dim),
-        kn(w.key_heads * chunk * w.key_dim),
+      : kq(w.key_heads * 2 * chunk * w.key_dim),
         beta(chunk * w.value_heads),
         cum(chunk * w.value_heads),
         qk(chunk * chunk),
         kk(chunk * chunk),
         tri(chunk * chunk),
         mask(chunk * chunk),
-        delta(chunk * w.value_dim),
+        read(2 * chunk * w.value_dim),
         kd(chunk * w.key_dim) {}
-  std::vector<float> qn, kn;  // (n_k, l, d_k): normalised q (scaled) and k, per key head
+  std::vector<float> kq;      // (n_k, 2l, d_k): per key head its normalised keys K, then
+                              // its queries Q (scaled), so one product reads S for both
   std::vector<float> beta;    // (l, n_v)
   std::vector<float> cum;     // (l, n_v): g summed over the chunk up to and with token i
   std::vector<float> qk, kk;  // (l, l): Q K^T and K K^T of one key head
   std::vector<float> tri;     // (l, l): I + A, unit lower (the diagonal is not read)
   std::vector<float> mask;    // (l, l): D o Q K^T, lower with the diagonal, zeros above
-  std::vector<float> delta;   // (l, d_v): the per-token corrections Delta
+  std::vector<float> read;    // (2l, d_v): K S, then Q S; K S becomes Delta in place
   std::vector<float> kd;      // (l, d_k): D_Lj k_j, the keys decayed to the chunk's end
 };
 
 // Value head h over one chunk of l tokens, with its key head's Q K^T and K K^T already in
-// k.qk and k.kk; queries, keys: that key head's normalised (l, d_k) rows; v and o offset
-// to the head and the chunk's first token; st: the head's state S^T (d_v, d_k).
-void ChunkHead(const GdnWeights& w, int64_t h, int64_t l, const float* queries,
-               const float* keys, const float* v, int64_t ldv, ChunkScratch& k, float* st,
-               float* o, int64_t ldo) {
+// k.qk and k.kk; kq: that key head's (2l, d_k) rows K then Q; v and o offset to the head
+// and the chunk's first token; st: the head's state S^T (d_v, d_k).
+void ChunkHead(const GdnWeights& w, int64_t h, int64_t l, const float* kq, const float* v,
+               int64_t ldv, ChunkScratch& k, float* st, float* o, int64_t ldo) {
   const int64_t nv = w.value_heads, dk = w.key_dim, dv = w.value_dim;
   auto cum = [&](int64_t i) { return k.cum[i * nv + h]; };
-  float* delta = k.delta.data();
-  // (I + A) Delta = diag(beta) (V - diag(Gamma) K S)
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(l), int(dv), int(dk), 1.0f, keys,
-              int(dk), st, int(dk), 0.0f, delta, int(dv));
+  float* delta = k.read.data();
+  const float* qs = k.read.data() + l * dv;
+  // K S and Q S: the state before the chunk read by every key and query
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(2 * l), int(dv), int(dk), 1.0f, kq,
+              int(dk), st, int(dk), 0.0f, k.read.data(), int(dv));
+  // (I + A) Delta = diag(beta) (V - diag(Gamma) K S); mask = D o Q K^T. One exp per D_ij.
   for (int64_t i = 0; i < l; ++i) {
     const float gamma = std::exp(cum(i)), beta = k.beta[i * nv + h];
     for (int64_t c = 0; c < dv; ++c) {
       delta[i * dv + c] = beta * (v[i * ldv + c] - gamma * delta[i * dv + c]);
+      o[i * ldo + c] = gamma * qs[i * dv + c];
     }
+    float* row = &k.mask[i * l];
     for (int64_t j = 0; j < i; ++j) {
-      k.tri[i * l + j] = beta * std::exp(cum(i) - cum(j)) * k.kk[i * l + j];
+      const float d = std::exp(cum(i) - cum(j));
+      k.tri[i * l + j] = beta * d * k.kk[i * l + j];
+      row[j] = d * k.qk[i * l + j];
     }
+    row[i] = k.qk[i * l + i];
+    std::fill(row + i + 1, row + l, 0.0f);
   }
   cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, int(l), int(dv),
               1.0f, k.tri.data(), int(l), delta, int(dv));
   // O = diag(Gamma) Q S + mask Delta
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(l), int(dv), int(dk), 1.0f,
-              queries, int(dk), st, int(dk), 0.0f, o, int(ldo));
-  for (int64_t i = 0; i < l; ++i) {
-    const float gamma = std::exp(cum(i));
-    for (int64_t c = 0; c < dv; ++c) o[i * ldo + c] *= gamma;
-    float* row = &k.mask[i * l];
-    for (int64_t j = 0; j <= i; ++j) row[j] = std::exp(cum(i) - cum(j)) * k.qk[i * l + j];
-    std::fill(row + i + 1, row + l, 0.0f);
-  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(l), int(dv), int(l), 1.0f,
               k.mask.data(), int(l), delta, int(dv), 1.0f, o, int(ldo));
   // S^T = Gamma_L S^T + Delta^T diag(D_Lj) K
   const float last = cum(l - 1);
   for (int64_t j = 0; j < l; ++j) {
     const float f = std::exp(last - cum(j));
-    for (int64_t r = 0; r < dk; ++r) k.kd[j * dk + r] = f * keys[j * dk + r];
+    for (int64_t r = 0; r < dk; ++r) k.kd[j * dk + r] = f * kq[j * dk + r];
   }
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(dv), int(dk), int(l), 1.0f, delta,
               int(dv), k.kd.data(), int(dk), std::exp(last), st, int(dk));
@@ -169,8 +172,9 @@ void GdnPrefill(const GdnWeights& w, const GdnInputs& in, int64_t t, int64_t chu
   ChunkScratch k(w, chunk);
   for (int64_t t0 = 0; t0 < t; t0 += chunk) {
     const int64_t l = std::min(chunk, t - t0);
+    // key head kh's K at kq[kh * 2l * d_k], its Q l rows further
     for (int64_t i = 0; i < l; ++i) {
-      NormalizeRow(w, in, t0 + i, &k.qn[i * dk], &k.kn[i * dk], l * dk);
+      NormalizeRow(w, in, t0 + i, &k.kq[(l + i) * dk], &k.kq[i * dk], 2 * l * dk);
     }
     for (int64_t h = 0; h < nv; ++h) {
       float run = 0.0f;
@@ -181,18 +185,17 @@ void GdnPrefill(const GdnWeights& w, const GdnInputs& in, int64_t t, int64_t chu
       }
     }
     for (int64_t kh = 0; kh < nk; ++kh) {
-      const float* qh = &k.qn[kh * l * dk];
-      const float* kd = &k.kn[kh * l * dk];
+      const float* kq = &k.kq[kh * 2 * l * dk];
       // Q K^T and K K^T, shared by the key head's value heads
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(l), int(l), int(dk), 1.0f, qh,
-                  int(dk), kd, int(dk), 0.0f, k.qk.data(), int(l));
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(l), int(l), int(dk), 1.0f, kd,
-                  int(dk), kd, int(dk), 0.0f, k.kk.data(), int(l));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(l), int(l), int(dk), 1.0f,
+                  kq + l * dk, int(dk), kq, int(dk), 0.0f, k.qk.data(), int(l));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(l), int(l), int(dk), 1.0f, kq,
+                  int(dk), kq, int(dk), 0.0f, k.kk.data(), int(l));
       const int64_t per_key = nv / nk;
       for (int64_t g = 0; g < per_key; ++g) {
         const int64_t h = w.tiled ? kh + g * nk : kh * per_key + g;
-        ChunkHead(w, h, l, qh, kd, in.v + t0 * in.ldqkv + h * dv, in.ldqkv, k,
-                  state + h * dv * dk, o + t0 * ldo + h * dv, ldo);
+        ChunkHead(w, h, l, kq, in.v + t0 * in.ldqkv + h * dv, in.ldqkv, k, state + h * dv * dk,
+                  o + t0 * ldo + h * dv, ldo);
       }
     }
   }
