@@ -19,11 +19,12 @@
 //
 // The layer around these kernels (the model's recipe, llama.cpp's qwen35.cpp /
 // qwen3next.cpp): the projections give q | k | v (attn_qkv: one row of 2 n_k d_k + n_v d_v),
-// z (attn_gate: n_v d_v), b and alpha (ssm_beta, ssm_alpha: n_v each; qwen3next fuses them
-// as ssm_in and ssm_ba, rows grouped per key head); CausalConv1dPrefill / CausalConv1dStep
-// (conv_kernels.h: ssm_conv1d, kernel 4, no bias, SiLU) over the q | k | v row give this
-// file's inputs; then GdnPrefill / GdnStep, GdnGatedRmsNorm with z and ssm_norm, and
-// ssm_out.
+// z (attn_gate: n_v d_v), b and alpha (ssm_beta, ssm_alpha: n_v each; qwen3next's ssm_ba
+// interleaves them per key head, [b (n_v / n_k) | alpha (n_v / n_k)] per key head, and its
+// legacy ssm_in q | k | v | z per key head: rows to reorder once at load);
+// CausalConv1dPrefill / CausalConv1dStep (conv_kernels.h: ssm_conv1d, kernel 4, no bias,
+// SiLU) over the q | k | v row give this file's inputs; then GdnPrefill / GdnStep,
+// GdnGatedRmsNorm with z and ssm_norm, and ssm_out.
 //
 // State layout (what a session owns and snapshots): (n_v, d_v, d_k) fp32, each head's S_h
 // stored transposed: S_h[i][j] (i over the key dim, j over the value dim) at [h][j][i];

@@ -161,8 +161,8 @@ def gdn_case(rng, name, nk, nv, dk, dv, t, extremes, tiled=True):
     s0 = f32(rng.standard_normal((nv, dk, dv)) * 0.5)
     eps = 1e-6
     o, s1 = gdn_rule(q, k, v, b, alpha, dt_bias, ssm_a, nk, dk, dv, eps, s0, tiled)
-    out = {"dims": [nk, nv, dk, dv, t], "tiled": [int(tiled)], "eps": [eps], "q": q, "k": k, "v": v, "b": b,
-           "alpha": alpha, "dt_bias": dt_bias, "ssm_a": ssm_a, "state0": kernel_state(s0),
+    out = {"dims": [nk, nv, dk, dv, t], "tiled": [int(tiled)], "eps": [eps], "q": q, "k": k,
+           "v": v, "b": b, "alpha": alpha, "dt_bias": dt_bias, "ssm_a": ssm_a, "state0": kernel_state(s0),
            "o": o, "state1": kernel_state(s1)}
     return {f"{name}.{key}": v for key, v in out.items()}
 
