@@ -153,6 +153,11 @@ GGUF facts (dims innermost first, as GGUF writes them; numpy shapes are the reve
     feed_forward_length) and, when expert_shared_feed_forward_length > 0, an ungated
     shared expert; residual_scale multiplies the sum before the residual add.
 
+  llama with experts (Mixtral): GQA attention (attn_q / k / v / output, NORM RoPE:
+    adjacent pairs, over rope.dimension_count = hd) and ffn_norm, then the MoE FFN
+    (softmax over E, top k, renormalised: the same as Mixtral's softmax over the top k;
+    the experts' size is feed_forward_length).
+
 Hugging Face names of the same tensors (llama.cpp's converter, gguf-py's
 tensor_mapping; L the layer):
   mamba2 (Mamba2ForCausalLM): backbone.embeddings -> token_embd; backbone.layers.L.norm
@@ -618,6 +623,8 @@ class Forward:
                       "attention": self.kv("attention.scale", 0.0)}
         if self.arch == "granitehybrid":
             self.rope = "norm" if self.kv("rope.scaling.finetuned", True) else None
+        elif self.arch == "llama":
+            self.rope = "norm"
         elif self.arch in ("qwen35", "qwen35moe"):
             self.rope = "imrope"
             self.sections = self.kv("rope.dimension_sections")

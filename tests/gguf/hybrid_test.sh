@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Recurrent, hybrid and mixture-of-experts GGUF files against llama.cpp itself:
 # make_hybrid_gguf.py writes mamba2, granitehybrid (dense and with experts), lfm2,
-# lfm2moe, nemotron_h, qwen35, qwen35moe, qwen3next and qwen3moe files with random weights
+# lfm2moe, nemotron_h, qwen35, qwen35moe, qwen3next, qwen3moe and llama-with-experts
+# (Mixtral) files with random weights
 # (F32 and Q8_0), node-llama-cpp's prebuilt llama.cpp loads each, continues a prompt
 # greedily and gives its logits after every position (hybrid_llama_cpp.mjs), and
 # hybrid_reference.py's numpy forward of the same files must give the same logits and the

@@ -27,7 +27,8 @@ the keys, tensor names, shapes and the computation each file means):
   - lfm2moe: lfm2's layers, the first with a dense MLP, the rest a MoE FFN routed by
     sigmoid scores with the selection bias exp_probs_b;
   - granitehybrid with experts: granitehybrid's layers with a MoE FFN and an ungated
-    shared expert.
+    shared expert;
+  - llama with experts (Mixtral): GQA attention with NORM RoPE and a MoE FFN.
 
 Each as F32 and as Q8_0 (the big matrices: projections, MLP, experts, embedding, output; norms,
 convolution taps, A, D, biases, routers and the shared experts' gates stay F32 as
@@ -96,6 +97,8 @@ FILES = {
     "lfm2moe-q8_0": ("lfm2moe", Q8_0),
     "granitehybrid-moe-f32": ("granitehybrid-moe", F32),
     "granitehybrid-moe-q8_0": ("granitehybrid-moe", Q8_0),
+    "llama-moe-f32": ("llama-moe", F32),
+    "llama-moe-q8_0": ("llama-moe", Q8_0),
 }
 # Written only when named (hybrid_serve_test.sh): the big matrices in Q4_K (ggml_blocks'
 # quantizer; every row here is whole 256-value blocks), which hybrid_reference.py reads
@@ -582,13 +585,46 @@ def make_granitehybrid_moe(name, kind, seed=38, shape=GRANITE_TEST):
     return kvs, w.tensors
 
 
+def make_llama_moe(name, kind, seed=57):
+    """llama with experts (Mixtral's layout): 4 layers of GQA attention (8 heads on 2 KV
+    heads of 32, NORM RoPE: adjacent pairs) and a MoE FFN behind ffn_norm (softmax,
+    top 2 of 8, renormalised; the experts' size is feed_forward_length)."""
+    arch, layers, heads, kv_heads, hd = "llama", 4, 8, 2, 32
+    kvs = common_kvs(arch, name, kind, layers) + [
+        gguf_kv(f"{arch}.feed_forward_length", U32, MOE_SHAPE["ff"]),
+        gguf_kv(f"{arch}.attention.head_count", U32, heads),
+        gguf_kv(f"{arch}.attention.head_count_kv", U32, kv_heads),
+        gguf_kv(f"{arch}.rope.dimension_count", U32, hd),
+        gguf_kv(f"{arch}.rope.freq_base", F32V, 10000.0),
+        gguf_kv(f"{arch}.expert_count", U32, MOE_SHAPE["experts"]),
+        gguf_kv(f"{arch}.expert_used_count", U32, MOE_SHAPE["used"]),
+    ]
+    w = Weights(seed)
+    w.add("token_embd.weight", w.normal((VOCAB, EMBD), 1.0), kind)
+    for i in range(layers):
+        b = f"blk.{i}."
+        w.norm(b + "attn_norm.weight", (EMBD,))
+        # q and k at gain 1: at attention_layer's 2 (and no q/k norm) the scores are so
+        # sharp that single F16 roundings of the KV cache move the logits by ~1e-3 of
+        # their spread
+        w.linear(b + "attn_q.weight", heads * hd, EMBD, kind)
+        w.linear(b + "attn_k.weight", kv_heads * hd, EMBD, kind)
+        w.linear(b + "attn_v.weight", kv_heads * hd, EMBD, kind)
+        w.linear(b + "attn_output.weight", EMBD, heads * hd, kind)
+        w.norm(b + "ffn_norm.weight", (EMBD,))
+        moe(w, b, EMBD, MOE_SHAPE, kind)
+    w.norm("output_norm.weight", (EMBD,))
+    w.linear("output.weight", VOCAB, EMBD, kind, gain=5.0)
+    return kvs, w.tensors
+
+
 MAKERS = {"nemotron_h": make_nemotron_h, "mamba2": make_mamba2, "granitehybrid": make_granitehybrid,
           "granitehybrid-rope": lambda name, kind: make_granitehybrid(name, kind, rope=True),
           "lfm2": make_lfm2, "qwen35": make_qwen35,
           "qwen35moe": lambda name, kind: make_qwen35(name, kind, seed=54, arch="qwen35moe"),
           "qwen3next": lambda name, kind: make_qwen35(name, kind, seed=41, arch="qwen3next"),
           "qwen3moe": make_qwen3moe, "lfm2moe": make_lfm2moe,
-          "granitehybrid-moe": make_granitehybrid_moe}
+          "granitehybrid-moe": make_granitehybrid_moe, "llama-moe": make_llama_moe}
 
 
 # The benchmark's files (--bench): name -> (architecture, type, shape).
