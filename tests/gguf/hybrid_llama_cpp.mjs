@@ -1,10 +1,11 @@
-// llama.cpp itself (node-llama-cpp's prebuilt binaries) on the recurrent and hybrid GGUF
-// files make_hybrid_gguf.py wrote: for each file, the prompt's ids (BOS first), the tokens
-// it generates greedily with the top-1 probability margin of each step, and then, on a
-// fresh sequence fed prompt + generated tokens in one evaluation, the full logits after
-// every position (llama.cpp's raw logits, one row of n_vocab per position).
-// With STATE_DIR, that sequence's state (llama_state_seq_save_file: its recurrent rows
-// and KV cells) is saved to STATE_DIR/FILE.state.
+// llama.cpp itself (node-llama-cpp's prebuilt binaries) on the recurrent, hybrid and
+// mixture-of-experts GGUF files make_hybrid_gguf.py wrote: for each file, the prompt's ids
+// (BOS first), the tokens it generates greedily with the top-1 probability margin of each
+// step, and then, on a fresh sequence fed prompt + generated tokens in one evaluation, the
+// full logits after every position (llama.cpp's raw logits, one row of n_vocab per
+// position).
+// With STATE_DIR, that sequence's state (llama_state_seq_save_file: its recurrent rows,
+// Mamba-2 / short-conv / Gated DeltaNet, and KV cells) is saved to STATE_DIR/FILE.state.
 // Prints one JSON object {file: {prompt, greedy, margins, logits: [[...]...]}} on stdout.
 // Usage: [STATE_DIR=DIR] node hybrid_llama_cpp.mjs PROMPT GREEDY_TOKENS FILE.gguf...
 import path from "node:path";
