@@ -206,7 +206,7 @@ TEST(Gdn, ThreePathsAgreeOnALongRandomSequenceAtQwenHeadSize) {
   std::vector<float> s_step(GdnStateFloats(w), 0.0f), o_step(t * width);
   float* state = s_step.data();
   for (int64_t i = 0; i < t; ++i) {
-    const GdnInputs row{in.q + i * ld, in.k + i * ld,     in.v + i * ld,         ld,
+    const GdnInputs row{in.q + i * ld, in.k + i * ld, in.v + i * ld, ld,
                         in.b + i * 2 * nv, 2 * nv, in.alpha + i * 2 * nv, 2 * nv};
     GdnStep(w, row, 1, &state, o_step.data() + i * width, width);
   }
