@@ -78,13 +78,15 @@ struct GdnInputs {
 };
 
 // T tokens of one session, one token at a time as the formula reads: the reference.
-// state: (n_v, d_v, d_k), updated; o: (T, n_v d_v), row stride ldo.
+// state: (n_v, d_v, d_k), updated; o: (T, n_v d_v), row stride ldo, overlapping neither
+// the inputs nor the state (for all three paths).
 void GdnPrefillReference(const GdnWeights& w, const GdnInputs& in, int64_t t, float* state,
                          float* o, int64_t ldo);
 
-// The same, chunk by chunk (llama.cpp uses chunks of 64). Inside a chunk of L tokens, per
-// value head, with Gamma_i = exp(g_1 + ... + g_i), D_ij = Gamma_i / Gamma_j (j <= i) and
-// S the state before the chunk:
+// The same, chunk by chunk (llama.cpp uses chunks of 64; at d_k = d_v = 128, 16 to 32 are
+// the fastest here, tests/bench/gdn_bench). Inside a chunk of L tokens, per value head,
+// with Gamma_i = exp(g_1 + ... + g_i), D_ij = Gamma_i / Gamma_j (j <= i) and S the state
+// before the chunk:
 //   (I + A) Delta = diag(beta) (V - diag(Gamma) K S),  A_ij = beta_i D_ij k_i.k_j (j < i)
 //   O = diag(Gamma) Q S + (D o Q K^T, lower with the diagonal) Delta
 //   S = Gamma_L S + K^T diag(D_Lj) Delta

@@ -9,7 +9,8 @@
 //  - GdnPrefill (chunked, BLAS) against GdnPrefillReference (token by token) on a
 //    512-token prompt: tokens/s of one layer.
 // Medians of --reps repetitions, wall time and the calling thread's CPU time (the machine
-// is shared: wall time also counts the time other work held the core). One thread.
+// is shared: wall time also counts the time other work held the core). One thread; the
+// prefill's products run in whichever OpenBLAS kernels OPENBLAS_CORETYPE picks (printed).
 // Prints markdown tables; asserts nothing, not a test.
 //
 // Usage: gdn_bench [--reps=7]
@@ -190,7 +191,10 @@ int main(int argc, char** argv) {
     }
   }
   std::mt19937 rng(2026);
-  std::printf("Gated DeltaNet kernels, one thread, medians of %d repetitions\n\n", reps);
+  const char* core = std::getenv("OPENBLAS_CORETYPE");  // the prefill's products
+  std::printf("Gated DeltaNet kernels, one thread, medians of %d repetitions; "
+              "OPENBLAS_CORETYPE %s\n\n",
+              reps, core != nullptr ? core : "<unset>");
   StepTable(reps, rng);
   PrefillTable(reps, rng);
   return 0;
