@@ -91,7 +91,8 @@ void GdnPrefillReference(const GdnWeights& w, const GdnInputs& in, int64_t t, fl
 //   O = diag(Gamma) Q S + (D o Q K^T, lower with the diagonal) Delta
 //   S = Gamma_L S + K^T diag(D_Lj) Delta
 // Delta's rows are the delta rule's per-token corrections (one triangular solve, the
-// UT transform); Q K^T and K K^T are shared by a key head's value heads. Equal to the
+// UT transform); Q K^T and K K^T are shared by a key head's value heads. A chunk of fewer
+// than 5 tokens (a short prompt, a remainder) runs as GdnStep, faster there. Equal to the
 // reference to fp32 rounding for any chunk >= 1. T may be 0.
 void GdnPrefill(const GdnWeights& w, const GdnInputs& in, int64_t t, int64_t chunk,
                 float* state, float* o, int64_t ldo);

@@ -7,7 +7,8 @@
 //    the step's roofline). Each call takes the next states of a ring of 128 MiB, over the
 //    32 MiB L3, so the bytes come from memory.
 //  - GdnPrefill (chunked, BLAS) against GdnPrefillReference (token by token) on a
-//    512-token prompt: tokens/s of one layer.
+//    512-token prompt: tokens/s of one layer; and against GdnStep token by token on
+//    prompts of 1 to 64 tokens (by CPU time).
 // Medians of --reps repetitions, wall time and the calling thread's CPU time (the machine
 // is shared: wall time also counts the time other work held the core). One thread; the
 // prefill's products run in whichever OpenBLAS kernels OPENBLAS_CORETYPE picks (printed).
@@ -116,31 +117,44 @@ void StepTable(int reps, std::mt19937& rng) {
               double(state_bytes) / (1 << 20), (long long)ring, (long long)(kRingBytes >> 20));
   std::printf("| pass | batch | µs per session-layer | by CPU time | GB/s (read + write) | "
               "by CPU time |\n|---|---|---|---|---|---|\n");
-  auto row = [&](const char* name, int64_t batch, std::pair<double, double> t) {
-    const double per_wall = t.first / double(batch), per_cpu = t.second / double(batch);
-    std::printf("| %s | %lld | %.1f | %.1f | %.1f | %.1f |\n", name, (long long)batch,
-                per_wall * 1e6, per_cpu * 1e6, 2.0 * double(state_bytes) / per_wall / 1e9,
-                2.0 * double(state_bytes) / per_cpu / 1e9);
-  };
-  for (int64_t batch : {1, 8}) {
-    const Rows rows(batch, rng);
-    std::vector<float> o(batch * kValueHeads * kDim);
-    std::vector<float*> ptrs(batch);
-    const int calls = int(ring / batch);
-    int64_t next = 0;
-    row("GdnStep", batch, Time(reps, calls, [&](int) {
-          for (int64_t b = 0; b < batch; ++b) {
-            ptrs[b] = &states[(next % ring) * state_floats];
-            ++next;
-          }
-          mx::GdnStep(layer.w, rows.inputs(), batch, ptrs.data(), o.data(), kValueHeads * kDim);
-        }));
-  }
-  // The roofline: one vectorised read-modify-write pass over the same states.
+  // Three passes over the ring, one after the other in each repetition so that each sees
+  // the same share of the machine: the step of one session at a time, of 8 at a time, and
+  // the roofline, one vectorised read-modify-write pass over the same states.
+  const Rows rows(8, rng);
+  std::vector<float> o(8 * kValueHeads * kDim);
+  std::vector<float*> ptrs(8);
   int64_t next = 0;
-  row("in-place scale-and-add", 1, Time(reps, int(ring), [&](int) {
-        ScaleAndAdd(&states[(next++ % ring) * state_floats], state_floats);
-      }));
+  auto step = [&](int64_t batch) {
+    for (int64_t c = 0; c < ring / batch; ++c) {
+      for (int64_t b = 0; b < batch; ++b) ptrs[b] = &states[(next++ % ring) * state_floats];
+      mx::GdnStep(layer.w, rows.inputs(), batch, ptrs.data(), o.data(), kValueHeads * kDim);
+    }
+  };
+  auto scale_and_add = [&] {
+    for (int64_t c = 0; c < ring; ++c) {
+      ScaleAndAdd(&states[(next++ % ring) * state_floats], state_floats);
+    }
+  };
+  std::vector<double> wall[3], cpu[3];
+  for (int rep = 0; rep < reps; ++rep) {
+    for (int pass = 0; pass < 3; ++pass) {
+      const double start = Now(), cpu_start = CpuNow();
+      if (pass == 2) {
+        scale_and_add();
+      } else {
+        step(pass == 0 ? 1 : 8);
+      }
+      wall[pass].push_back((Now() - start) / double(ring));
+      cpu[pass].push_back((CpuNow() - cpu_start) / double(ring));
+    }
+  }
+  const char* names[3] = {"GdnStep | 1", "GdnStep | 8", "in-place scale-and-add | 1"};
+  for (int pass = 0; pass < 3; ++pass) {
+    const double per_wall = Median(wall[pass]), per_cpu = Median(cpu[pass]);
+    std::printf("| %s | %.1f | %.1f | %.1f | %.1f |\n", names[pass], per_wall * 1e6,
+                per_cpu * 1e6, 2.0 * double(state_bytes) / per_wall / 1e9,
+                2.0 * double(state_bytes) / per_cpu / 1e9);
+  }
 }
 
 void PrefillTable(int reps, std::mt19937& rng) {
@@ -178,6 +192,33 @@ void PrefillTable(int reps, std::mt19937& rng) {
       }));
 }
 
+// Short prompts (a chat turn's new message, a prompt's remainder): µs per token of
+// GdnPrefill (chunk 32) and of GdnStep token by token, one state warm in cache.
+void ShortTable(int reps, std::mt19937& rng) {
+  const Layer layer(rng);
+  const int64_t most = 64, width = kValueHeads * kDim;
+  const Rows rows(most, rng);
+  std::vector<float> state(mx::GdnStateFloats(layer.w), 0.0f), o(most * width);
+  std::vector<float*> one = {state.data()};
+  std::printf("\nShort prefills: µs per token, one state in cache\n\n");
+  std::printf("| tokens | GdnPrefill, chunk 32 | GdnStep, token by token |\n|---|---|---|\n");
+  for (int64_t t : {1, 2, 4, 5, 8, 16, 64}) {
+    const auto chunked = Time(reps * 3, 1, [&](int) {
+      mx::GdnPrefill(layer.w, rows.inputs(), t, 32, state.data(), o.data(), width);
+    });
+    const auto stepped = Time(reps * 3, 1, [&](int) {
+      for (int64_t i = 0; i < t; ++i) {
+        mx::GdnInputs in = rows.inputs();
+        in.q += i * in.ldqkv, in.k += i * in.ldqkv, in.v += i * in.ldqkv;
+        in.b += i * in.ldb, in.alpha += i * in.ldalpha;
+        mx::GdnStep(layer.w, in, 1, one.data(), o.data() + i * width, width);
+      }
+    });
+    std::printf("| %lld | %.1f | %.1f |\n", (long long)t, chunked.second / double(t) * 1e6,
+                stepped.second / double(t) * 1e6);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -197,5 +238,6 @@ int main(int argc, char** argv) {
               reps, core != nullptr ? core : "<unset>");
   StepTable(reps, rng);
   PrefillTable(reps, rng);
+  ShortTable(reps, rng);
   return 0;
 }

@@ -16,7 +16,7 @@ layouts: conv (channels, K-1), SSM (heads, P, N)):
   gdn_tiled: the gated delta rule (hybrid_reference's l2_norm and gated_delta_rule), 6
   value heads on 2 key heads (value head h reads key head h mod 2), d_k 16 != d_v 8;
   gdn_grouped: the same with qwen3next's order (value head h reads key head h // 3),
-  d_k 8 != d_v 16;
+  d_k 8 != d_v 16;  gdn_d64: d_k 64 (a size the AVX-512 step has a path for), d_v 32;
   gdn_long: 1 key head, 2 value heads of 32, 70 tokens (over several chunks), a token
   whose decay wipes the state, one in softplus's linear branch, a zero key;
   gdn_norm: the gated RMSNorm after it (norm per value head, then silu(z));
@@ -214,6 +214,7 @@ def main():
     arrays.update(gdn_norm_case(rng, "gdn_norm", 5, 3, 16, 1e-6))
     arrays.update(gdn_chain_case(rng, "gdn_chain", 2, 4, 16, 16, 4, 23))
     arrays.update(gdn_case(rng, "gdn_grouped", 2, 6, 8, 16, 29, extremes=False, tiled=False))
+    arrays.update(gdn_case(rng, "gdn_d64", 2, 4, 64, 32, 24, extremes=False))
     tmp = sys.argv[1] + ".tmp"
     with open(tmp, "w") as f:
         for name, v in arrays.items():
