@@ -100,9 +100,9 @@ void GdnPrefill(const GdnWeights& w, const GdnInputs& in, int64_t t, int64_t chu
 // One token for each of `batch` sessions: row b of the inputs is session b's token,
 // states[b] its (n_v, d_v, d_k) state, updated in place; row b of o (row stride ldo) its
 // output. A single pass over each state: row j of S_h^T is read (S^T k and S^T q of it),
-// then updated and written back while still in L1. The decode step of a layer; at
-// Qwen3.5-4B's shape it moves the state at ~80% of an in-place pass over the same bytes
-// (tests/bench/gdn_bench).
+// then updated and written back while still in registers or L1. The decode step of a
+// layer; at Qwen3.5-4B's shape it takes as long as an in-place pass over the same bytes
+// (tests/bench/gdn_bench; AVX-512 at d_k 64 and 128, a portable clone otherwise).
 void GdnStep(const GdnWeights& w, const GdnInputs& in, int64_t batch, float* const* states,
              float* o, int64_t ldo);
 
