@@ -53,17 +53,27 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
     return Invalid("mixers", absl::StrCat("must list one mixer per layer (", c.num_layers, ")"),
                    int64_t(c.mixers.size()));
   }
-  bool mamba2 = false, shortconv = false;
+  bool mamba2 = false, shortconv = false, gdn = false;
   for (const std::string& m : c.mixers) {
-    if (m != kAttentionMixer && m != kMamba2Mixer && m != kShortConvMixer) {
-      return absl::InvalidArgumentError(absl::StrCat("mixers: '", m, "' is not a mixer (",
-                                                     kAttentionMixer, ", ", kMamba2Mixer, ", ",
-                                                     kShortConvMixer, ")"));
+    if (m != kAttentionMixer && m != kMamba2Mixer && m != kShortConvMixer &&
+        m != kGatedDeltaNetMixer) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mixers: '", m, "' is not a mixer (", kAttentionMixer, ", ", kMamba2Mixer, ", ",
+          kShortConvMixer, ", ", kGatedDeltaNetMixer, ")"));
     }
     mamba2 = mamba2 || m == kMamba2Mixer;
     shortconv = shortconv || m == kShortConvMixer;
+    gdn = gdn || m == kGatedDeltaNetMixer;
   }
-  if (mamba2) {
+  if (c.rope_dims < 0 || c.rope_dims % 2 != 0 || c.rope_dims > c.attention.head_dim) {
+    return Invalid("rope_dims", absl::StrCat("must be even and at most head_dim ",
+                                             c.attention.head_dim),
+                   c.rope_dims);
+  }
+  for (int s : c.rope_sections) {
+    if (s < 0) return Invalid("rope_sections", "must be >= 0", s);
+  }
+  if (mamba2 || gdn) {
     if (c.ssm_heads < 1 || c.ssm_groups < 1 || c.ssm_heads % c.ssm_groups != 0) {
       return Invalid("ssm_groups", absl::StrCat("must divide ssm_heads ", c.ssm_heads), c.ssm_groups);
     }
@@ -73,13 +83,25 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
     }
     if (c.ssm_state < 1) return Invalid("ssm_state", "must be >= 1", c.ssm_state);
   }
-  if ((mamba2 || shortconv) && c.conv_kernel < 2) {
+  if ((mamba2 || shortconv || gdn) && c.conv_kernel < 2) {
     return Invalid("conv_kernel", "must be >= 2", c.conv_kernel);
   }
   if (!(c.embedding_scale > 0) || !(c.residual_scale > 0) || !(c.logit_scale > 0) ||
       !(c.attention_scale >= 0)) {
     return absl::InvalidArgumentError("embedding_scale, residual_scale and logit_scale must be "
                                       "> 0, attention_scale >= 0");
+  }
+  if (c.experts < 0 || c.experts_used < 0 || c.experts_used > c.experts ||
+      (c.experts > 0 && (c.experts_used < 1 || c.expert_hidden < 1)) ||
+      c.shared_expert_hidden < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "experts ", c.experts, ", experts_used ", c.experts_used, ", expert_hidden ",
+        c.expert_hidden, ": a MoE needs 1 <= experts_used <= experts and expert_hidden >= 1"));
+  }
+  if (c.expert_routing != "softmax" && c.expert_routing != "softmax_topk" &&
+      c.expert_routing != "sigmoid") {
+    return absl::InvalidArgumentError(absl::StrCat("expert_routing '", c.expert_routing,
+                                                   "' is not softmax, softmax_topk or sigmoid"));
   }
   if (c.bos_token_id < -1 || c.bos_token_id >= c.vocab_size) {
     return Invalid("bos_token_id", absl::StrCat("must be -1 (none) or in [0, vocab_size ",
@@ -212,6 +234,23 @@ std::string ModelConfigToText(const ModelConfig& c) {
   return out;
 }
 
+std::string ModelConfigExtensionText(const ModelConfig& c) {
+  std::string out;
+  if (c.attention_gate) out += "attention_gate: true\n";
+  if (c.rope_dims != 0) absl::StrAppend(&out, "rope_dims: ", c.rope_dims, "\n");
+  for (int s : c.rope_sections) absl::StrAppend(&out, "rope_sections: ", s, "\n");
+  if (c.gdn_grouped_heads) out += "gdn_grouped_heads: true\n";
+  if (c.experts > 0) {
+    absl::StrAppend(&out, "experts: ", c.experts, "\nexperts_used: ", c.experts_used,
+                    "\nexpert_hidden: ", c.expert_hidden, "\nshared_expert_hidden: ",
+                    c.shared_expert_hidden, "\nshared_expert_gate: ", c.shared_expert_gate,
+                    "\nexpert_routing: \"", c.expert_routing, "\"\nexpert_renormalize: ",
+                    c.expert_renormalize, "\nexpert_weights_scale: ", c.expert_weights_scale,
+                    "\nleading_dense_layers: ", c.leading_dense_layers, "\n");
+  }
+  return out;
+}
+
 const std::string& ModelConfig::Mixer(int l) const {
   static const std::string* const kAttention = new std::string(kAttentionMixer);
   return mixers.empty() ? *kAttention : mixers[size_t(l)];
@@ -235,7 +274,7 @@ int64_t ParameterCount(const ModelConfig& c) {
   const int64_t dim = c.dim, hidden = c.mlp_hidden, vocab = c.vocab_size;
   const int64_t q_width = int64_t{c.attention.num_heads} * c.attention.head_dim;
   const int64_t kv_width = int64_t{c.attention.num_kv_heads} * c.attention.head_dim;
-  const int64_t attention = 2 * q_width * dim           // wq, wo
+  const int64_t attention = (c.attention_gate ? 3 : 2) * q_width * dim  // wq (and gate), wo
                             + 2 * kv_width * dim        // wk, wv
                             + (c.attention.learn_temperature ? 1 : 0)
                             + (c.attention_bias ? q_width + 2 * kv_width : 0)
@@ -246,12 +285,25 @@ int64_t ParameterCount(const ModelConfig& c) {
   const int64_t mamba2 = (c.ssm_inner + conv + c.ssm_heads) * dim + conv * (c.conv_kernel + 1) +
                          3 * int64_t{c.ssm_heads} + c.ssm_inner + dim * c.ssm_inner;
   const int64_t shortconv = 3 * dim * dim + dim * c.conv_kernel + dim * dim;
+  // Gated DeltaNet: qkv (C = 2 n_k d_k + n_v d_v), z, beta, alpha; taps; dt_bias, A; the
+  // norm (d_v); out_proj.
+  const int64_t gdn_conv = 2 * int64_t{c.ssm_groups} * c.ssm_state + c.ssm_inner;
+  const int64_t gdn = (gdn_conv + c.ssm_inner + 2 * int64_t{c.ssm_heads}) * dim +
+                      gdn_conv * c.conv_kernel + 2 * int64_t{c.ssm_heads} +
+                      (c.ssm_heads > 0 ? c.ssm_inner / c.ssm_heads : 0) + dim * c.ssm_inner;
   int64_t layers = 0;
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string& m = c.Mixer(l);
     layers += dim  // the mixer's norm
-              + (m == kMamba2Mixer ? mamba2 : m == kShortConvMixer ? shortconv : attention)
-              + (c.mlp ? dim + 3 * dim * hidden : 0);  // its norm, w_gate, w_up, w_down
+              + (m == kMamba2Mixer       ? mamba2
+                 : m == kShortConvMixer  ? shortconv
+                 : m == kGatedDeltaNetMixer ? gdn
+                                         : attention)
+              + (!c.mlp ? 0
+                 : !c.HasExperts(l) ? dim + 3 * dim * hidden  // its norm, w_gate, w_up, w_down
+                                  : dim + int64_t{c.experts} * (dim + 3 * dim * c.expert_hidden) +
+                                        3 * dim * c.shared_expert_hidden +
+                                        (c.shared_expert_gate ? dim : 0));
   }
   return (c.tie_embeddings ? 1 : 2) * vocab * dim  // embedding (+ the untied head)
          + layers + dim;  // + final norm

@@ -17,6 +17,7 @@ namespace attnserve::model {
 inline constexpr char kAttentionMixer[] = "attention";
 inline constexpr char kMamba2Mixer[] = "mamba2";
 inline constexpr char kShortConvMixer[] = "shortconv";
+inline constexpr char kGatedDeltaNetMixer[] = "gated_deltanet";
 
 struct ModelConfig {
   std::string name = "attnserve";
@@ -51,12 +52,32 @@ struct ModelConfig {
   // before RoPE (Qwen3).
   bool qk_head_norm = false;
 
-  // Each layer's token mixer (server/DESIGN.md §11): kAttention (the module above),
-  // kMamba2 or kShortConv. Empty: every layer attention (Mixer(l) reads it).
+  // Qwen3.5 / Qwen3-Next gated attention: wq is (2 H D, dim), each head's rows [q | gate];
+  // the attention output is multiplied by sigmoid(gate) before wo.
+  bool attention_gate = false;
+  // RoPE on the first rope_dims of each head's D (pairs (i, i + rope_dims / 2)); the rest
+  // pass through. 0: the whole head.
+  int rope_dims = 0;
+  // Qwen3.5's interleaved M-RoPE (rope.dimension_sections): for text positions (p, p, p,
+  // 0), pair i with s = i mod sum(sections) rotates by p when s % 3 == j and
+  // s < 3 sections[j] for some j < 3, else not at all. Empty: every pair rotates.
+  std::vector<int> rope_sections;
+
+  // Each layer's token mixer (server/DESIGN.md §11, §14): kAttention (the module above),
+  // kMamba2, kShortConv or kGatedDeltaNet. Empty: every layer attention (Mixer(l) reads it).
   std::vector<std::string> mixers;
   // Mamba-2 layers: inner width I (x and z), state size N, heads H (head dim P = I / H),
   // groups G sharing B and C (H / G heads each).
+  // Gated DeltaNet layers (GGUF's names for the same keys): ssm_groups key heads n_k of
+  // ssm_state d_k, ssm_heads value heads n_v of d_v = ssm_inner / n_v; value head h reads
+  // key head h mod n_k.
   int ssm_inner = 0, ssm_state = 0, ssm_heads = 0, ssm_groups = 0;
+  // Qwen3-Next's Gated DeltaNet order: value head h reads key head h / (n_v / n_k). The
+  // GGUF loader then stores the value heads reordered (head j n_k + g holds file head
+  // g r + j, r = n_v / n_k) so that the kernels' h mod n_k holds, and the mixer puts its
+  // output back in the file's order before out_proj. The state is kept in the reordered
+  // heads.
+  bool gdn_grouped_heads = false;
   // Taps K of the causal convolutions (Mamba-2's conv1d over x, B, C; LFM2's short conv):
   // a session keeps the last K - 1 inputs.
   int conv_kernel = 0;
@@ -64,6 +85,23 @@ struct ModelConfig {
   bool mlp = true;
   // RoPE on q and k in the attention layers (Granite 4.0-H has none).
   bool rope = true;
+  // Mixtures of experts (server/DESIGN.md §14): with experts > 0 every layer's FFN is a
+  // router over `experts` SwiGLU experts of expert_hidden, experts_used of them per token,
+  // plus a shared expert of shared_expert_hidden (0: none), gated by
+  // sigmoid(shared_gate . x) when shared_expert_gate. expert_routing: "softmax" (softmax
+  // over the experts, then the top experts_used), "softmax_topk" (the top logits, then a
+  // softmax over those) or "sigmoid" (sigmoid scores; a per-expert bias, when the layer
+  // has one, only selects); expert_renormalize divides the chosen weights by their sum.
+  int experts = 0, experts_used = 0, expert_hidden = 0, shared_expert_hidden = 0;
+  bool shared_expert_gate = false;
+  std::string expert_routing = "softmax";
+  bool expert_renormalize = true;
+  // The chosen weights times this (GGUF expert_weights_scale; 1: none).
+  float expert_weights_scale = 1.0f;
+  // The first this many layers keep the SwiGLU of mlp_hidden (LFM2-MoE's
+  // leading_dense_block_count); the rest have the experts.
+  int leading_dense_layers = 0;
+
   // Granite's multipliers: embeddings times embedding_scale, every mixer and MLP output
   // times residual_scale before its residual add, logits divided by logit_scale;
   // attention_scale replaces 1/sqrt(head_dim) when not 0.
@@ -73,6 +111,8 @@ struct ModelConfig {
   // Layer l's mixer (kAttention when `mixers` is empty).
   const std::string& Mixer(int l) const;
   bool IsAttention(int l) const { return Mixer(l) == kAttentionMixer; }
+  // Whether layer l's FFN is the mixture of experts (else the SwiGLU).
+  bool HasExperts(int l) const { return mlp && experts > 0 && l >= leading_dense_layers; }
   // Whether any layer is attention / any is recurrent.
   bool HasAttention() const;
   bool HasRecurrent() const;
@@ -93,6 +133,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view text);
 // the byte tokenizer's (bos 256, eos [257], tokenizer_class empty or
 // kByteTokenizerClass), so a byte model's text is what it was before they existed.
 std::string ModelConfigToText(const ModelConfig& config);
+
+// The fields model_config.proto has no field for yet (attention_gate, rope_dims,
+// rope_sections, the experts), as text; empty when they are all at their defaults, so
+// configs without them keep their identity. Model::Fingerprint hashes it after
+// ModelConfigToText.
+std::string ModelConfigExtensionText(const ModelConfig& config);
 
 // Checks every field and the attention options.
 absl::Status ValidateModelConfig(const ModelConfig& config);

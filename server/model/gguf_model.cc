@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <climits>
+#include <cstdlib>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -52,8 +53,26 @@ bool IsGgufPath(const std::string& path) { return absl::EndsWith(path, kGgufSuff
 // attention.head_count_kv 0 for Mamba-2; Granite's multipliers; RoPE only when
 // rope.scaling.finetuned) and lfm2 (short-conv and attention layers likewise, per-head q/k
 // norms, the final norm token_embd_norm).
-constexpr const char* kGgufArchitectures[] = {"llama", "qwen2", "qwen3", "mamba2",
-                                              "granitehybrid", "lfm2"};
+// The 2026 families (server/DESIGN.md §14): qwen35 (Gated DeltaNet layers and gated
+// full-attention layers with partial, sectioned RoPE; the pre-FFN norm is
+// post_attention_norm), qwen35moe (the same with a MoE FFN and a sigmoid-gated shared
+// expert), qwen3next (as qwen35moe, with NEOX RoPE, beta and alpha in one matrix ssm_ba,
+// and value head h reading key head h / (n_v / n_k): gdn_grouped_heads) and qwen3moe
+// (Qwen3's attention, a MoE FFN: softmax, top-k, renormalised). With experts too:
+// granitehybrid (every layer; softmax, renormalised; an ungated shared expert; experts of
+// feed_forward_length) and lfm2moe (lfm2's layers; after leading_dense_block_count dense
+// ones, experts routed by expert_gating_func: 2 sigmoid with the selection bias
+// exp_probs_b); llama (Mixtral: softmax, renormalised, experts of feed_forward_length).
+constexpr const char* kGgufArchitectures[] = {
+    "llama", "qwen2", "qwen3", "mamba2", "granitehybrid", "lfm2", "lfm2moe", "qwen35",
+    "qwen35moe", "qwen3next", "qwen3moe"};
+
+// Gated DeltaNet hybrids.
+namespace {
+bool GdnArchitecture(const json& arch) {
+  return arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next";
+}
+}  // namespace
 
 bool GgufInterleavedRope(const GgufFile& file) {
   const json arch = file.metadata.value("general.architecture", json());
@@ -123,15 +142,23 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
       return BadKey(key, absl::StrCat(GgufValueText(m[key]), ": RoPE scaling is not supported"));
     }
   }
-  if (m.contains(p + "expert_count") && m[p + "expert_count"] != 0) {
-    return BadKey(p + "expert_count", "mixtures of experts are not supported");
+  const bool has_experts = m.contains(p + "expert_count") && m[p + "expert_count"] != 0;
+  const bool moe_arch = arch == "qwen35moe" || arch == "qwen3moe" || arch == "qwen3next" ||
+                        arch == "lfm2moe" ||
+                        ((arch == "granitehybrid" || arch == "llama") && has_experts);
+  if (!moe_arch && has_experts) {
+    return BadKey(p + "expert_count",
+                  absl::StrCat("mixtures of experts are served for qwen3moe, qwen35moe, "
+                               "qwen3next, lfm2moe, granitehybrid and llama, not ",
+                               GgufValueText(arch)));
   }
   ModelConfig c;
   c.name = name;
   attention::AttentionOptions& a = c.attention;
   a = attention::AttentionOptions();
   a.module = "softmax";
-  const bool mamba2 = arch == "mamba2", lfm2 = arch == "lfm2";
+  const bool mamba2 = arch == "mamba2", lfm2 = arch == "lfm2" || arch == "lfm2moe";
+  const bool gdn = GdnArchitecture(arch);
   const bool hybrid = arch == "granitehybrid" || lfm2;
   auto dim = UInt(m, p + "embedding_length");
   auto layers = UInt(m, p + "block_count");
@@ -145,7 +172,10 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
     return BadKey(p + "block_count", absl::StrCat(*layers, " layers, but the file holds ",
                                                   file.tensors.size(), " tensors"));
   }
-  auto hidden = UInt(m, p + "feed_forward_length", mamba2 ? std::optional<int64_t>(0) : std::nullopt);
+  auto hidden = UInt(m, p + "feed_forward_length",
+                     mamba2 || (moe_arch && arch != "granitehybrid" && arch != "llama")
+                         ? std::optional<int64_t>(0)
+                         : std::nullopt);
   if (!hidden.ok()) return hidden.status();
   auto head_counts = PerLayer(m, p + "attention.head_count", *layers, 0);
   if (!head_counts.ok()) return head_counts.status();
@@ -155,12 +185,38 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
   if (!kv_counts.ok()) return kv_counts.status();
   auto kv_or = Uniform(*kv_counts, p + "attention.head_count_kv");
   if (!kv_or.ok()) return kv_or.status();
-  // Each layer's mixer: a hybrid's head_count_kv of 0 marks a recurrent layer.
+  // Each layer's mixer: a hybrid's head_count_kv of 0 marks a recurrent layer; Qwen3.5's
+  // attention.recurrent_layers (booleans) does, or else every full_attention_interval-th
+  // layer (4) is attention and the rest Gated DeltaNet (llama.cpp's qwen35.cpp).
+  std::vector<bool> recurrent(size_t(*layers), false);
+  if (gdn) {
+    const std::string key = p + "attention.recurrent_layers";
+    if (m.contains(key)) {
+      const json& v = m[key];
+      if (!v.is_array() || int64_t(v.size()) != *layers) {
+        return BadKey(key, absl::StrCat("must list one boolean per layer (", *layers, ")"));
+      }
+      for (int64_t l = 0; l < *layers; ++l) {
+        const json& e = v[size_t(l)];
+        if (!e.is_boolean() && !e.is_number_integer()) return BadKey(key, "must hold booleans");
+        recurrent[size_t(l)] = e.is_boolean() ? e.get<bool>() : e.get<int64_t>() != 0;
+      }
+    } else {
+      auto interval = UInt(m, p + "full_attention_interval", 4);
+      if (!interval.ok()) return interval.status();
+      if (*interval < 1) return BadKey(p + "full_attention_interval", "must be at least 1");
+      for (int64_t l = 0; l < *layers; ++l) recurrent[size_t(l)] = (l + 1) % *interval != 0;
+    }
+  }
   c.mixers.clear();
   int attention_layers = 0, last_attention = -1;
   for (int64_t l = 0; l < *layers; ++l) {
-    const bool attends = !mamba2 && (!hybrid || (*kv_counts)[size_t(l)] != 0);
-    c.mixers.push_back(attends ? kAttentionMixer : lfm2 ? kShortConvMixer : kMamba2Mixer);
+    const bool attends =
+        !mamba2 && (!hybrid || (*kv_counts)[size_t(l)] != 0) && !recurrent[size_t(l)];
+    c.mixers.push_back(attends   ? kAttentionMixer
+                       : gdn     ? kGatedDeltaNetMixer
+                       : lfm2    ? kShortConvMixer
+                                 : kMamba2Mixer);
     if (attends) {
       ++attention_layers;
       last_attention = int(l);
@@ -184,7 +240,7 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
   if (*value_length != *key_length) {
     return BadKey(p + "attention.value_length", "must equal key_length");
   }
-  if (mamba2 || arch == "granitehybrid") {
+  if (mamba2 || arch == "granitehybrid" || gdn) {
     auto conv = UInt(m, p + "ssm.conv_kernel");
     auto inner = UInt(m, p + "ssm.inner_size");
     auto state = UInt(m, p + "ssm.state_size");
@@ -222,10 +278,94 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
   if (mamba2) c.rope = false;
   auto rope_dims = UInt(m, p + "rope.dimension_count", *key_length);
   if (!rope_dims.ok()) return rope_dims.status();
-  if (*rope_dims != *key_length) {
+  if (*rope_dims != *key_length && !gdn) {
     return BadKey(p + "rope.dimension_count",
                   absl::StrCat(*rope_dims, " is not the head dimension ", *key_length,
-                               ": partial RoPE is not supported"));
+                               ": partial RoPE is served for qwen35, qwen35moe and qwen3next only"));
+  }
+  if (gdn) {
+    if (*rope_dims > *key_length || *rope_dims % 2 != 0) {
+      return BadKey(p + "rope.dimension_count",
+                    absl::StrCat(*rope_dims, " must be even and at most the head dimension ",
+                                 *key_length));
+    }
+    c.rope_dims = *rope_dims == *key_length ? 0 : int(*rope_dims);
+    c.attention_gate = true;
+    c.gdn_grouped_heads = arch == "qwen3next";
+    // Interleaved M-RoPE: text positions rotate the pairs the first three sections hold
+    // (Qwen3-Next: plain NEOX RoPE).
+    const std::string key = p + "rope.dimension_sections";
+    if (arch == "qwen3next") {
+      // no sections
+    } else if (!m.contains(key) || !m[key].is_array() || m[key].empty() || m[key].size() > 4) {
+      return BadKey(key, "is required (up to 4 non-negative integers)");
+    }
+    for (const json& e : arch == "qwen3next" ? json::array() : m[key]) {
+      if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > 65536) {
+        return BadKey(key, absl::StrCat("must hold non-negative integers, got ", GgufValueText(e)));
+      }
+      c.rope_sections.push_back(int(e.get<int64_t>()));
+    }
+  }
+  if (moe_arch) {
+    auto experts = UInt(m, p + "expert_count");
+    auto used = UInt(m, p + "expert_used_count");
+    for (const auto* v : {&experts, &used}) {
+      if (!v->ok()) return v->status();
+    }
+    if (*experts < 1 || *used < 1 || *used > *experts) {
+      return BadKey(p + "expert_used_count",
+                    absl::StrCat(*used, " must be in [1, expert_count ", *experts, "]"));
+    }
+    auto lead = UInt(m, p + "leading_dense_block_count", 0);
+    if (!lead.ok()) return lead.status();
+    if (*lead >= *layers) {
+      return BadKey(p + "leading_dense_block_count", "leaves no layer with experts");
+    }
+    // Bounded by the file: one tensor set per expert would not fit otherwise.
+    const std::string first = absl::StrCat("blk.", *lead, ".");
+    const GgufTensor* router = file.Find(first + "ffn_gate_inp.weight");
+    if (router == nullptr || router->dims.size() != 2 || router->dims[1] != *experts) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GGUF: tensor '", first, "ffn_gate_inp.weight' is missing or not {embedding_length, ",
+          *experts, "}"));
+    }
+    // Granite's and Mixtral's experts are feed_forward_length wide; else the key, or
+    // llama.cpp's fallback.
+    auto expert_ff = arch == "granitehybrid" || arch == "llama"
+                         ? hidden
+                         : UInt(m, p + "expert_feed_forward_length",
+                                *used > 0 ? *hidden / *used : 0);
+    if (!expert_ff.ok()) return expert_ff.status();
+    auto gating = UInt(m, p + "expert_gating_func", 1);  // read by lfm2moe only
+    if (!gating.ok()) return gating.status();
+    if (arch == "lfm2moe") {
+      if (*gating < 1 || *gating > 3) {
+        return BadKey(p + "expert_gating_func",
+                      absl::StrCat(*gating, ": served are 1 (softmax), 2 (sigmoid) and 3 "
+                                            "(softmax over the chosen)"));
+      }
+      c.expert_routing = *gating == 2 ? "sigmoid" : *gating == 3 ? "softmax_topk" : "softmax";
+    }
+    c.leading_dense_layers = int(*lead);
+    c.experts = int(*experts);
+    c.experts_used = int(*used);
+    c.expert_hidden = int(*expert_ff);
+    if (arch != "lfm2moe") c.expert_routing = "softmax";
+    c.expert_renormalize = true;  // all renormalise (norm_topk_prob is not read)
+    auto scale = Float(m, p + "expert_weights_scale", 0.0);  // llama.cpp: 0 and 1 are none
+    if (!scale.ok()) return scale.status();
+    if (*scale != 0.0) c.expert_weights_scale = float(*scale);
+    const GgufTensor* shared = file.Find(first + "ffn_up_shexp.weight");
+    if (shared != nullptr) {
+      if (shared->dims.size() != 2) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("GGUF: tensor '", first, "ffn_up_shexp.weight' is not a matrix"));
+      }
+      c.shared_expert_hidden = int(shared->dims[1]);
+      c.shared_expert_gate = file.Find(first + "ffn_gate_inp_shexp.weight") != nullptr;
+    }
+    if (*lead == 0) *hidden = c.shared_expert_hidden > 0 ? c.shared_expert_hidden : c.expert_hidden;
   }
   auto theta = Float(m, p + "rope.freq_base", 10000.0);
   auto eps = Float(m, p + "attention.layer_norm_rms_epsilon", 1e-5);
@@ -257,14 +397,22 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
   if (absl::Status s = expect("token_embd.weight", {*dim, embed->dims[1]}); !s.ok()) return s;
   if (last_attention >= 0) {
     const std::string last = absl::StrCat("blk.", last_attention, ".");
-    for (absl::Status s : {expect(last + "attn_q.weight", {*dim, *heads * *key_length}),
+    const int64_t q_rows = (gdn ? 2 : 1) * *heads * *key_length;  // Qwen3.5: [q | gate]
+    for (absl::Status s : {expect(last + "attn_q.weight", {*dim, q_rows}),
                            expect(last + "attn_k.weight", {*dim, *kv_heads * *key_length})}) {
       if (!s.ok()) return s;
     }
   }
-  if (c.mlp) {
+  if (c.mlp && c.experts == 0) {
     const std::string last = absl::StrCat("blk.", *layers - 1, ".");
     if (absl::Status s = expect(last + "ffn_up.weight", {*dim, *hidden}); !s.ok()) return s;
+  }
+  if (c.experts > 0) {
+    const std::string last = absl::StrCat("blk.", *layers - 1, ".");
+    if (absl::Status s = expect(last + "ffn_up_exps.weight", {*dim, c.expert_hidden, c.experts});
+        !s.ok()) {
+      return s;
+    }
   }
   c.dim = int(*dim);
   c.num_layers = int(*layers);
@@ -283,8 +431,10 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
                      file.Find(absl::StrCat("blk.", last_attention, ".attn_q.bias")) != nullptr;
   c.qk_head_norm = last_attention >= 0 &&
                    file.Find(absl::StrCat("blk.", last_attention, ".attn_q_norm.weight")) != nullptr;
-  if (arch == "qwen3" && !c.qk_head_norm) {
-    return absl::InvalidArgumentError("GGUF: a qwen3 file needs blk.N.attn_q_norm.weight");
+  if ((arch == "qwen3" || arch == "qwen3moe" || gdn) && last_attention >= 0 &&
+      !c.qk_head_norm) {
+    return absl::InvalidArgumentError(absl::StrCat("GGUF: a ", arch.get<std::string>(),
+                                                   " file needs blk.N.attn_q_norm.weight"));
   }
   c.tokenizer_class.clear();
   c.bos_token_id = -1;
@@ -323,11 +473,23 @@ std::string GgufTensorName(const std::string& name) {
       {"ssm_dt_bias", "ssm_dt.bias"}, {"ssm_a", "ssm_a"},       {"ssm_d", "ssm_d"},
       {"ssm_norm", "ssm_norm"},   {"ssm_out", "ssm_out"},
       {"conv_in", "shortconv.in_proj"}, {"conv_w", "shortconv.conv"},
-      {"conv_out", "shortconv.out_proj"}};
+      {"conv_out", "shortconv.out_proj"},
+      // Gated DeltaNet (with ssm_conv_w, ssm_dt_bias, ssm_a, ssm_norm, ssm_out above).
+      {"gdn_qkv", "attn_qkv"},    {"gdn_z", "attn_gate"}, {"gdn_beta", "ssm_beta"},
+      {"gdn_alpha", "ssm_alpha"},
+      // Mixtures of experts: each expert is a slice of a 3-D tensor (GgufExpertIndex).
+      {"router", "ffn_gate_inp"}, {"expert_bias", "exp_probs_b.bias"},
+      {"shared_gate", "ffn_gate_inp_shexp"}};
   // "layers.N.rest"
   const size_t dot = name.find('.', 7);
   const std::string layer = name.substr(7, dot - 7);
-  auto it = kLayer.find(name.substr(dot + 1));
+  std::string rest = name.substr(dot + 1);
+  if (absl::StartsWith(rest, "experts.")) {  // "experts.E.w_gate" -> ffn_gate_exps
+    const std::string matrix = rest.substr(rest.rfind('.') + 1);
+    const char* kind = matrix == "w_gate" ? "gate" : matrix == "w_up" ? "up" : "down";
+    return absl::StrCat("blk.", layer, ".ffn_", kind, "_exps.weight");
+  }
+  auto it = kLayer.find(rest);
   if (it == kLayer.end()) return "";  // not a llama parameter (attention-module extras)
   if (absl::EndsWith(it->second, ".bias") || it->second == "ssm_a" || it->second == "ssm_d") {
     return absl::StrCat("blk.", layer, ".", it->second);
@@ -358,14 +520,82 @@ namespace {
 std::string GgufFileTensorName(const GgufFile& file, const ModelConfig& config,
                                const std::string& name) {
   if (name == "head" && config.tie_embeddings) return GgufTensorName("embed");
-  if (name == "norm" && file.metadata.value("general.architecture", json()) == "lfm2") {
+  const json arch = file.metadata.value("general.architecture", json());
+  if (name == "norm" && (arch == "lfm2" || arch == "lfm2moe")) {
     return "token_embd_norm.weight";  // LFM2's final norm
   }
-  return GgufTensorName(name);
+  std::string gguf = GgufTensorName(name);
+  if (GgufExpertIndex(name) < 0 && absl::StartsWith(name, "layers.") &&
+      config.HasExperts(std::atoi(name.c_str() + 7)) &&
+      (absl::EndsWith(name, ".w_gate") || absl::EndsWith(name, ".w_up") ||
+       absl::EndsWith(name, ".w_down"))) {
+    // Beside experts, the SwiGLU is the shared expert: ffn_gate -> ffn_gate_shexp.
+    gguf = absl::StrCat(gguf.substr(0, gguf.size() - 7), "_shexp.weight");
+  }
+  if (absl::EndsWith(name, ".mlp_norm") && GdnArchitecture(arch)) {
+    gguf = absl::StrCat(gguf.substr(0, gguf.rfind("ffn_norm")), "post_attention_norm.weight");
+  }
+  if (arch == "qwen3next" &&
+      (absl::EndsWith(name, ".gdn_beta") || absl::EndsWith(name, ".gdn_alpha"))) {
+    gguf = absl::StrCat(gguf.substr(0, gguf.rfind("ssm_")), "ssm_ba.weight");  // both in one
+  }
+  return gguf;
+}
+
+std::vector<int64_t> GgufRowMap(const ModelConfig& config, const std::string& name) {
+  if (!config.gdn_grouped_heads || !absl::StartsWith(name, "layers.")) return {};
+  const std::string rest = name.substr(name.find('.', 7) + 1);
+  const int64_t nk = config.ssm_groups, nv = config.ssm_heads, r = nv / nk;
+  const int64_t dv = config.ssm_inner / nv, keys = 2 * nk * config.ssm_state;
+  // Our value head h' = j n_k + g is the file's head g r + j.
+  auto head_of = [&](int64_t h) { return (h % nk) * r + h / nk; };
+  std::vector<int64_t> map;
+  if (rest == "gdn_qkv" || rest == "ssm_conv_w") {  // q | k as they are, v by head
+    for (int64_t i = 0; i < keys + config.ssm_inner; ++i) {
+      map.push_back(i < keys ? i : keys + head_of((i - keys) / dv) * dv + (i - keys) % dv);
+    }
+  } else if (rest == "gdn_z") {
+    for (int64_t i = 0; i < config.ssm_inner; ++i) map.push_back(head_of(i / dv) * dv + i % dv);
+  } else if (rest == "gdn_beta" || rest == "gdn_alpha") {
+    // ssm_ba: per key head g, the beta rows of its r value heads, then their alpha rows.
+    for (int64_t i = 0; i < nv; ++i) {
+      const int64_t h = head_of(i);
+      map.push_back(h / r * 2 * r + (rest == "gdn_alpha" ? r : 0) + h % r);
+    }
+  } else if (rest == "ssm_dt_bias" || rest == "ssm_a") {
+    for (int64_t i = 0; i < nv; ++i) map.push_back(head_of(i));
+  }
+  return map;
+}
+
+int GgufExpertIndex(const std::string& name) {
+  const size_t at = name.find(".experts.");
+  if (!absl::StartsWith(name, "layers.") || at == std::string::npos) return -1;
+  const size_t first = at + 9, end = name.find('.', first);
+  if (end == std::string::npos || end == first) return -1;
+  int index = 0;
+  for (size_t i = first; i < end; ++i) {
+    if (name[i] < '0' || name[i] > '9' || index > 1 << 20) return -1;
+    index = index * 10 + (name[i] - '0');
+  }
+  return index;
+}
+
+std::vector<int64_t> GgufFileShape(const ModelConfig& config, const std::string& name,
+                                   const std::vector<int64_t>& shape) {
+  if (config.gdn_grouped_heads &&
+      (absl::EndsWith(name, ".gdn_beta") || absl::EndsWith(name, ".gdn_alpha"))) {
+    return {2 * shape[0], shape[1]};  // ssm_ba holds both
+  }
+  if (GgufExpertIndex(name) < 0) return shape;
+  std::vector<int64_t> out = {config.experts};
+  out.insert(out.end(), shape.begin(), shape.end());
+  return out;
 }
 
 bool GgufOptionalTensor(const std::string& name) {
-  return absl::EndsWith(name, ".ssm_conv_b");  // Granite's conv may have no bias: zeros
+  // Granite's conv may have no bias; a sigmoid router may have no selection bias: zeros.
+  return absl::EndsWith(name, ".ssm_conv_b") || absl::EndsWith(name, ".expert_bias");
 }
 
 namespace {
@@ -381,11 +611,12 @@ absl::StatusOr<const GgufTensor*> FindParameter(const GgufFile& file, const Mode
         "GGUF: tensor '", gguf.empty() ? name : gguf, "' is missing (the model needs shape [",
         absl::StrJoin(shape, ", "), "])"));
   }
-  if (t->shape() != shape) {
+  const std::vector<int64_t> want = GgufFileShape(config, name, shape);
+  if (t->shape() != want) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GGUF: tensor '", gguf, "' has shape [", absl::StrJoin(t->shape(), ", "),
         "] (dims innermost first [", absl::StrJoin(t->dims, ", "), "]), the model needs [",
-        absl::StrJoin(shape, ", "), "]"));
+        absl::StrJoin(want, ", "), "]"));
   }
   return t;
 }
@@ -408,6 +639,18 @@ absl::StatusOr<std::vector<float>> GgufParameter(const GgufFile& file, const Mod
   if (!t.ok()) return t.status();
   auto values = GgufToFloat32(**t);
   if (!values.ok()) return values.status();
+  if (const int e = GgufExpertIndex(name); e >= 0) {  // expert e's slice of the 3-D tensor
+    const int64_t n = shape[0] * shape[1];
+    return std::vector<float>(values->begin() + e * n, values->begin() + (e + 1) * n);
+  }
+  if (const std::vector<int64_t> map = GgufRowMap(config, name); !map.empty()) {
+    const int64_t columns = shape.size() > 1 ? shape[1] : 1;
+    std::vector<float> rows(map.size() * size_t(columns));
+    for (size_t i = 0; i < map.size(); ++i) {
+      std::copy_n(values->begin() + map[i] * columns, columns, rows.begin() + int64_t(i) * columns);
+    }
+    return rows;
+  }
   if (const int heads = InterleavedHeads(file, config, name); heads > 0) {
     return UninterleaveRopeRows(*values, heads, config.attention.head_dim, shape[1]);
   }
@@ -428,7 +671,16 @@ absl::StatusOr<GgufMatrix> GgufMatrixParameter(const GgufFile& file, const Model
     out.dense = std::move(values).value();
     return out;
   }
-  auto packed = weights::PackedMatrix::Copy(*type, shape[0], shape[1], (*t)->bytes.data());
+  // Expert e: rows [e F, (e + 1) F) of the 3-D tensor's (E F, in) rows, whole blocks each.
+  const int e = std::max(GgufExpertIndex(name), 0);
+  const int64_t row_bytes = weights::RowBytes(*type, shape[1]);
+  const char* rows = (*t)->bytes.data() + e * shape[0] * row_bytes;
+  std::string gathered;  // the rows GgufRowMap picks, in its order
+  if (const std::vector<int64_t> map = GgufRowMap(config, name); !map.empty()) {
+    for (int64_t r : map) gathered.append(rows + r * row_bytes, size_t(row_bytes));
+    rows = gathered.data();
+  }
+  auto packed = weights::PackedMatrix::Copy(*type, shape[0], shape[1], rows);
   if (!packed.ok()) return packed.status();
   if (const int heads = InterleavedHeads(file, config, name); heads > 0) {
     // Whole rows move: a row is whole blocks.

@@ -11,6 +11,11 @@
 // ARCH.rope.freq_base (10000), ARCH.attention.layer_norm_rms_epsilon (1e-5),
 // ARCH.context_length (2048), tokenizer.ggml.bos_token_id / eos_token_id / eot_token_id.
 // Refused, naming the key: rope scaling, another architecture, experts.
+// Also served (gguf_model.cc lists them with what each reads): the recurrent and hybrid
+// mamba2, granitehybrid (with or without experts), lfm2, lfm2moe; the Gated DeltaNet
+// hybrids qwen35, qwen35moe, qwen3next (gated attention, partial RoPE, the pre-FFN norm
+// post_attention_norm); qwen3moe. Experts are 3-D tensors ffn_{gate,up,down}_exps, read
+// one expert at a time (GgufExpertIndex); shared experts ffn_*_shexp.
 //
 // Tensors: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
 // ffn_gate, ffn_up, ffn_down}, output_norm, output (absent: tied to token_embd). llama.cpp's
@@ -40,7 +45,19 @@ std::string GgufTensorName(const std::string& name);
 // norm is token_embd_norm.
 std::string GgufFileTensorName(const GgufFile& file, const ModelConfig& config,
                                const std::string& name);
-// Parameters a file may leave out (zeros then): Granite's Mamba-2 conv bias.
+// Expert E of "layers.N.experts.E.w_gate" (and .w_up, .w_down): a slice of the 3-D
+// tensor blk.N.ffn_gate_exps.weight; -1 for any other parameter.
+int GgufExpertIndex(const std::string& name);
+// The shape parameter `name` of `shape` has in the file: (experts, shape...) for an
+// expert's slice, else `shape`.
+std::vector<int64_t> GgufFileShape(const ModelConfig& config, const std::string& name,
+                                   const std::vector<int64_t>& shape);
+// Which rows of the file's tensor parameter `name`'s rows are (Qwen3-Next's value heads
+// reordered: ModelConfig::gdn_grouped_heads; its beta and alpha rows out of ssm_ba);
+// empty when they are the file's rows as they are.
+std::vector<int64_t> GgufRowMap(const ModelConfig& config, const std::string& name);
+// Parameters a file may leave out (zeros then): Granite's Mamba-2 conv bias, a sigmoid
+// router's selection bias.
 bool GgufOptionalTensor(const std::string& name);
 
 // The values of attnserve parameter `name` (row-major, [rows, columns] as the network

@@ -13,6 +13,7 @@
 #include "server/attention/registry.h"
 #include "server/common/torch_status.h"
 #include "server/mixer/conv_kernels.h"
+#include "server/mixer/gdn_kernels.h"
 #include "server/mixer/ssd_kernels.h"
 #include "server/model/recurrent_state.h"
 
@@ -24,11 +25,13 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& g, double eps) {
   return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * g;
 }
 
-// x: (B, T, H, D); cos, sin: (B, T, 1, D/2). Rotates the pairs (x_i, x_{i+D/2}).
+// x: (B, T, H, D); cos, sin: (B, T, 1, R/2) for the first R <= D dimensions of each
+// head. Rotates the pairs (x_i, x_{i+R/2}), i < R/2; x_R .. x_{D-1} pass through.
 at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
+  const int64_t half = cos.size(-1), d = x.size(-1);
   at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  return at::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1);
+  at::Tensor rotated = at::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1);
+  return 2 * half == d ? rotated : at::cat({rotated, x.narrow(-1, 2 * half, d - 2 * half)}, -1);
 }
 
 }  // namespace
@@ -67,8 +70,9 @@ void DecodeState::Rewind(std::unique_ptr<DecodeState> checkpoint) {
 }
 
 const at::Tensor& Model::Layer::dense(Matrix m) const {
-  const at::Tensor* const all[kMatrices] = {&wq,     &wk,   &wv,     &wo,     &w_gate,
-                                            &w_up,   &w_down, &in_proj, &out_proj};
+  const at::Tensor* const all[kMatrices] = {&wq,      &wk,       &wv,    &wo,        &w_gate,
+                                            &w_up,    &w_down,   &in_proj, &out_proj, &gdn_z,
+                                            &gdn_beta, &gdn_alpha, &router};
   return *all[m];
 }
 
@@ -84,9 +88,24 @@ absl::StatusOr<std::unique_ptr<Model>> Model::CreateEmpty(const ModelConfig& con
     m->layers_.back().attention = std::move(attn).value();
   }
   absl::Status rope = CatchTorch("initialising model", [&]() -> absl::Status {
-    const int64_t d = config.attention.head_dim;
+    // RoPE over the first R = rope_dims (or all D) of each head: (R/2) frequencies, 0
+    // where Qwen3.5's M-RoPE sections leave a pair of a text token unrotated.
+    const int64_t r = config.rope_dims != 0 ? config.rope_dims : config.attention.head_dim;
     m->inv_freq_ = at::pow(double(config.rope_theta),
-                           -at::arange(0, d, 2, at::kDouble) / double(d));  // (D/2)
+                           -at::arange(0, r, 2, at::kDouble) / double(r));  // (R/2)
+    const std::vector<int>& sec = config.rope_sections;
+    if (!sec.empty()) {
+      int64_t total = 0;
+      for (int v : sec) total += v;
+      for (int64_t i = 0; i < r / 2; ++i) {
+        const int64_t s = total > 0 ? i % total : i;
+        bool text = false;
+        for (int64_t j = 0; j < 3 && j < int64_t(sec.size()); ++j) {
+          text = text || (s % 3 == j && s < 3 * int64_t{sec[size_t(j)]});
+        }
+        if (!text) m->inv_freq_[i] = 0.0;
+      }
+    }
     return absl::OkStatus();
   });
   if (!rope.ok()) return rope;
@@ -98,6 +117,7 @@ std::vector<Model::Slot> Model::Slots() {
   const int64_t d = config_.attention.head_dim;
   const int64_t q_width = int64_t{config_.attention.num_heads} * d;
   const int64_t kv_width = int64_t{config_.attention.num_kv_heads} * d;
+  const int64_t q_rows = config_.attention_gate ? 2 * q_width : q_width;  // [q | gate] per head
   std::vector<Slot> out = {{"embed", &embed_, &embed_packed_, {vocab, dim}}};
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
@@ -116,17 +136,53 @@ std::vector<Model::Slot> Model::Slots() {
       out.push_back({p + "ssm_d", &l.ssm_d, nullptr, {heads, 1}});
       out.push_back({p + "ssm_norm", &l.ssm_norm, nullptr, {groups, inner / groups}});
       out.push_back({p + "ssm_out", &l.out_proj, &l.packed[kOutProj], {dim, inner}});
+    } else if (l.mixer == kGatedDeltaNetMixer) {
+      const int64_t nv = config_.ssm_heads, values = config_.ssm_inner;
+      const int64_t channels = 2 * int64_t{config_.ssm_groups} * config_.ssm_state + values;
+      out.push_back({p + "gdn_qkv", &l.in_proj, &l.packed[kInProj], {channels, dim}});
+      out.push_back({p + "gdn_z", &l.gdn_z, &l.packed[kGdnZ], {values, dim}});
+      out.push_back({p + "gdn_beta", &l.gdn_beta, &l.packed[kGdnBeta], {nv, dim}});
+      out.push_back({p + "gdn_alpha", &l.gdn_alpha, &l.packed[kGdnAlpha], {nv, dim}});
+      out.push_back({p + "ssm_conv_w", &l.conv_w, nullptr, {channels, config_.conv_kernel}});
+      out.push_back({p + "ssm_dt_bias", &l.dt_bias, nullptr, {nv}});
+      out.push_back({p + "ssm_a", &l.ssm_a, nullptr, {nv}});
+      out.push_back({p + "ssm_norm", &l.ssm_norm, nullptr, {values / nv}});
+      out.push_back({p + "ssm_out", &l.out_proj, &l.packed[kOutProj], {dim, values}});
     } else if (l.mixer == kShortConvMixer) {
       out.push_back({p + "conv_in", &l.in_proj, &l.packed[kInProj], {3 * dim, dim}});  // b | c | x
       out.push_back({p + "conv_w", &l.conv_w, nullptr, {dim, config_.conv_kernel}});
       out.push_back({p + "conv_out", &l.out_proj, &l.packed[kOutProj], {dim, dim}});
     } else {
-      out.push_back({p + "wq", &l.wq, &l.packed[kWq], {q_width, dim}});
+      out.push_back({p + "wq", &l.wq, &l.packed[kWq], {q_rows, dim}});
       out.push_back({p + "wk", &l.wk, &l.packed[kWk], {kv_width, dim}});
       out.push_back({p + "wv", &l.wv, &l.packed[kWv], {kv_width, dim}});
       out.push_back({p + "wo", &l.wo, &l.packed[kWo], {dim, q_width}});
     }
-    if (config_.mlp) {
+    if (config_.HasExperts(int(i))) {
+      const int64_t e = config_.experts, f = config_.expert_hidden;
+      const int64_t shared = config_.shared_expert_hidden;
+      out.push_back({p + "mlp_norm", &l.mlp_norm, nullptr, {dim}});
+      out.push_back({p + "router", &l.router, &l.packed[kRouter], {e, dim}});
+      if (config_.expert_routing == "sigmoid") {
+        out.push_back({p + "expert_bias", &l.expert_bias, nullptr, {e}});
+      }
+      if (shared > 0) {
+        out.push_back({p + "w_gate", &l.w_gate, &l.packed[kWGate], {shared, dim}});
+        out.push_back({p + "w_up", &l.w_up, &l.packed[kWUp], {shared, dim}});
+        out.push_back({p + "w_down", &l.w_down, &l.packed[kWDown], {dim, shared}});
+        if (config_.shared_expert_gate) {
+          out.push_back({p + "shared_gate", &l.shared_gate, nullptr, {dim}});
+        }
+      }
+      l.experts.resize(size_t(e));
+      for (int64_t j = 0; j < e; ++j) {
+        Expert& x = l.experts[size_t(j)];
+        const std::string q = absl::StrCat(p, "experts.", j, ".");
+        out.push_back({q + "w_gate", &x.gate, &x.gate_packed, {f, dim}});
+        out.push_back({q + "w_up", &x.up, &x.up_packed, {f, dim}});
+        out.push_back({q + "w_down", &x.down, &x.down_packed, {dim, f}});
+      }
+    } else if (config_.mlp) {
       out.push_back({p + "mlp_norm", &l.mlp_norm, nullptr, {dim}});
       out.push_back({p + "w_gate", &l.w_gate, &l.packed[kWGate], {hidden, dim}});
       out.push_back({p + "w_up", &l.w_up, &l.packed[kWUp], {hidden, dim}});
@@ -169,7 +225,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
         *slot.dense = -at::exp(at::rand(slot.shape, gen) * std::log(16.0));
       } else if (absl::EndsWith(n, ".ssm_d") || absl::EndsWith(n, ".ssm_dt_bias")) {
         *slot.dense = at::ones(slot.shape);
-      } else if (absl::EndsWith(n, ".ssm_conv_b")) {
+      } else if (absl::EndsWith(n, ".ssm_conv_b") || absl::EndsWith(n, ".expert_bias")) {
         *slot.dense = at::zeros(slot.shape);
       } else if (absl::EndsWith(n, "_conv_w") || absl::EndsWith(n, ".conv_w")) {
         *slot.dense = normal(slot.shape, 0.5);
@@ -369,6 +425,7 @@ const Sha256Digest& Model::Fingerprint() const {
     identity.attention.reference_kernels = false;
     Sha256 h;
     h.Update(ModelConfigToText(identity));
+    h.Update(ModelConfigExtensionText(identity));  // empty unless the config has such fields
     h.Update(weights_digest_->digest.data(), weights_digest_->digest.size());
     if (bf16_ != nullptr) h.Update("weights bf16");  // other decode arithmetic
     // bf16 states round where fp32 ones do not: a state continues byte-identically only
@@ -398,7 +455,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::ServeAs(const std::string& module,
               from.mlp_norm,  from.w_gate, from.w_up, from.w_down, nullptr,
               from.bq,        from.bk,     from.bv,   from.q_norm, from.k_norm,
               from.packed,    from.mixer,  from.in_proj, from.out_proj, from.conv_w,
-              from.conv_b,    from.dt_bias, from.ssm_a, from.ssm_d, from.ssm_norm};
+              from.conv_b,    from.dt_bias, from.ssm_a, from.ssm_d, from.ssm_norm,
+              from.gdn_z,     from.gdn_beta, from.gdn_alpha, from.router, from.expert_bias,
+              from.shared_gate, from.experts};
       if (from.attention == nullptr) {  // a recurrent layer: shared as it is
         m->layers_.push_back(std::move(l));
         continue;
@@ -441,8 +500,9 @@ void Model::UseBf16Weights() {
   };
   for (const Layer& l : layers_) {
     copies->layers.push_back({pack(l.wq), pack(l.wk), pack(l.wv), pack(l.wo), pack(l.w_gate),
-                              pack(l.w_up), pack(l.w_down), pack(l.in_proj),
-                              pack(l.out_proj)});
+                              pack(l.w_up), pack(l.w_down), pack(l.in_proj), pack(l.out_proj),
+                              pack(l.gdn_z), pack(l.gdn_beta), pack(l.gdn_alpha),
+                              pack(l.router)});
   }
   copies->head = pack(head_);
   bf16_ = std::move(copies);
@@ -497,6 +557,12 @@ at::Tensor Model::Run(const at::Tensor& tokens, const at::Tensor& positions,
       mixed = at::stack(rows);
     } else {
       at::Tensor q = lin(hn, kWq), k = lin(hn, kWk), v = lin(hn, kWv);  // (B, T, H*D), ...
+      at::Tensor gate;  // (B, T, H*D): Qwen3.5's per-head [q | gate] rows
+      if (config_.attention_gate) {
+        at::Tensor qg = q.view({b, t, h, 2, d});
+        gate = qg.select(3, 1).reshape({b, t, h * d});
+        q = qg.select(3, 0).reshape({b, t, h * d});
+      }
       if (config_.attention_bias) {
         q = q + l.bq;
         k = k + l.bk;
@@ -517,12 +583,16 @@ at::Tensor Model::Run(const at::Tensor& tokens, const at::Tensor& positions,
       // (B, T, H, D) -> (B, H, T, D); k, v with Hkv heads.
       at::Tensor o = attend(*l.attention, int(i), q.transpose(1, 2), k.transpose(1, 2),
                             v.view({b, t, hkv, d}).transpose(1, 2));  // (B, H, T, Dv)
-      mixed = lin(o.transpose(1, 2).reshape({b, t, h * d}), kWo);
+      at::Tensor heads_out = o.transpose(1, 2).reshape({b, t, h * d});
+      if (gate.defined()) heads_out = heads_out * at::sigmoid(gate);
+      mixed = lin(heads_out, kWo);
     }
     x = x + (rs == 1.0 ? mixed : mixed * rs);
     if (config_.mlp) {
       at::Tensor mn = RmsNorm(x, l.mlp_norm, eps);
-      at::Tensor mlp = lin(at::silu(lin(mn, kWGate)) * lin(mn, kWUp), kWDown);
+      at::Tensor mlp = config_.HasExperts(int(i))
+                           ? MoeRef(l, mn)
+                           : lin(at::silu(lin(mn, kWGate)) * lin(mn, kWUp), kWDown);
       x = x + (rs == 1.0 ? mlp : mlp * rs);
     }
   }
@@ -539,7 +609,32 @@ at::Tensor Model::RecurrentRef(const Layer& l, const at::Tensor& hn,
   const int64_t ld = proj.size(1);
   const float* p = proj.data_ptr<float>();
   at::Tensor y;
-  if (l.mixer == kShortConvMixer) {
+  if (l.mixer == kGatedDeltaNetMixer) {
+    // proj is q | k | v (C = 2 n_k d_k + n_v d_v); z, beta and alpha their own products.
+    const int64_t nk = config_.ssm_groups, nv = config_.ssm_heads, dk = config_.ssm_state;
+    const int64_t values = config_.ssm_inner, dv = values / nv, channels = ld;
+    at::Tensor z = LinearRef(hn, l.gdn_z, l.packed[kGdnZ]).contiguous();          // (T, n_v d_v)
+    at::Tensor beta = LinearRef(hn, l.gdn_beta, l.packed[kGdnBeta]).contiguous();    // (T, n_v)
+    at::Tensor alpha = LinearRef(hn, l.gdn_alpha, l.packed[kGdnAlpha]).contiguous();  // (T, n_v)
+    at::Tensor qkv = at::empty({t, channels}, at::kFloat);
+    const mixer::ConvWeights cw{l.conv_w.data_ptr<float>(), nullptr, channels, k, /*silu=*/true};
+    mixer::CausalConv1dPrefillReference(cw, p, ld, t, st.conv(), qkv.data_ptr<float>(), channels);
+    const mixer::GdnWeights gw{l.ssm_a.data_ptr<float>(), l.dt_bias.data_ptr<float>(), nk, nv,
+                               dk, dv, config_.norm_eps};
+    const float* c = qkv.data_ptr<float>();
+    const mixer::GdnInputs in{c, c + nk * dk, c + 2 * nk * dk, channels,
+                              beta.data_ptr<float>(), nv, alpha.data_ptr<float>(), nv};
+    y = at::empty({t, values}, at::kFloat);
+    mixer::GdnPrefillReference(gw, in, t, st.ssm(), y.data_ptr<float>(), values);
+    mixer::GdnGatedRmsNorm(y.data_ptr<float>(), values, z.data_ptr<float>(), values,
+                           l.ssm_norm.data_ptr<float>(), t, nv, dv, config_.norm_eps,
+                           y.data_ptr<float>(), values);
+    if (config_.gdn_grouped_heads) {  // back to the file's head order for out_proj
+      at::Tensor file_order = at::empty_like(y);
+      UngroupHeads(y.data_ptr<float>(), t, nk, nv, dv, file_order.data_ptr<float>());
+      y = file_order;
+    }
+  } else if (l.mixer == kShortConvMixer) {
     y = at::empty({t, dim}, at::kFloat);  // c * conv(b * x)
     mixer::ShortConvPrefillReference(l.conv_w.data_ptr<float>(), dim, k, p, ld, t, st.conv(),
                                      y.data_ptr<float>(), dim);

@@ -231,7 +231,18 @@ class Model {
   // The linear weights of a layer, in the order of Layer::packed.
   // kInProj and kOutProj are a recurrent layer's (Mamba-2: z | xBC | dt and back to dim;
   // short conv: b | c | x and back), where an attention layer has wq .. wo.
-  enum Matrix { kWq, kWk, kWv, kWo, kWGate, kWUp, kWDown, kInProj, kOutProj, kMatrices };
+  // A Gated DeltaNet layer's kInProj is its q | k | v projection, kGdnZ, kGdnBeta and
+  // kGdnAlpha its z, beta and alpha ones. kRouter is a MoE layer's router; its shared
+  // expert is kWGate, kWUp, kWDown.
+  enum Matrix {
+    kWq, kWk, kWv, kWo, kWGate, kWUp, kWDown, kInProj, kOutProj, kGdnZ, kGdnBeta, kGdnAlpha,
+    kRouter, kMatrices
+  };
+  // One expert of a MoE layer: gate, up (F, dim), down (dim, F), each a tensor or packed.
+  struct Expert {
+    at::Tensor gate, up, down;
+    Packed gate_packed, up_packed, down_packed;
+  };
   struct Layer {
     // (dim); wq (H*D, dim); wk, wv (Hkv*D, dim); wo (dim, H*D): H query heads, Hkv KV
     // heads of head_dim D (attention options), independent of dim. A matrix kept packed
@@ -247,8 +258,18 @@ class Model {
     // in_proj (2I + 2GN + H, dim), conv_w (C, K), conv_b (C), dt_bias (H), ssm_a (H, 1)
     // (A itself, negative), ssm_d (H, 1), ssm_norm (G, I / G), out_proj (dim, I); for
     // the short conv: in_proj (3 dim, dim), conv_w (dim, K), out_proj (dim, dim).
+    // For Gated DeltaNet (C = 2 n_k d_k + n_v d_v conv channels): in_proj (C, dim) (q | k
+    // | v), gdn_z (n_v d_v, dim), gdn_beta and gdn_alpha (n_v, dim), conv_w (C, K) (no
+    // bias), dt_bias (n_v), ssm_a (n_v), ssm_norm (d_v), out_proj (dim, n_v d_v).
     std::string mixer;
     at::Tensor in_proj, out_proj, conv_w, conv_b, dt_bias, ssm_a, ssm_d, ssm_norm;
+    at::Tensor gdn_z, gdn_beta, gdn_alpha;
+    // A MoE FFN (ModelConfig::experts > 0) in place of the SwiGLU: router (E, dim), the
+    // experts, the selection bias (E) (undefined: none); w_gate, w_up, w_down are then
+    // the shared expert (shared_expert_hidden wide; undefined when it has none) and
+    // shared_gate (dim) its sigmoid gate (undefined: ungated).
+    at::Tensor router, expert_bias, shared_gate;
+    std::vector<Expert> experts;
     const at::Tensor& dense(Matrix m) const;
   };
   // Attention over rotated q: (B, H, T, D), k: (B, Hkv, T, D) and v: (B, Hkv, T, Dv)
@@ -282,6 +303,16 @@ class Model {
   // and into `state` -> (T, dim), before the residual scale.
   at::Tensor RecurrentRef(const Layer& l, const at::Tensor& hn,
                           attention::AttentionState& state) const;
+  // A MoE FFN through LibTorch (model_moe.cc): hn (..., dim) -> (..., dim), before the
+  // residual scale.
+  at::Tensor MoeRef(const Layer& l, const at::Tensor& hn) const;
+  // The same on raw rows for the fused pass (model_moe.cc): hn (rows, dim) -> out (rows,
+  // dim) (+ beta out). Rows are grouped by expert so each expert's weights are read once
+  // for all the rows routed to it. The caller holds workspace_.mu.
+  void MoeRows(const Layer& l, const float* hn, int64_t rows, float* out, float beta) const;
+  // The experts and their weights for one row of router logits (E) (ModelConfig's
+  // routing): writes experts_used indices and weights.
+  void Route(const Layer& l, const float* logits, int32_t* experts, float* weights) const;
   absl::Status CheckTokens(absl::Span<const int32_t> tokens) const;
   // Sets fused_step_ once the layers exist (Create, ServeAs).
   void ChooseStepPath();
@@ -327,13 +358,17 @@ class Model {
   at::Tensor norm_;  // (dim)
   at::Tensor head_;  // (V, dim); embed_ itself when tied; undefined when packed
   Packed head_packed_;  // embed_packed_ itself when tied
-  at::Tensor inv_freq_;  // (D / 2) fp64 RoPE frequencies
+  at::Tensor inv_freq_;  // (rope_dims / 2) fp64 RoPE frequencies; 0 for pairs not rotated
 
   // Buffers of the fused step, grown to the largest batch seen and then reused.
   struct StepWorkspace {
     std::mutex mu;
     std::vector<float> x, hn, q, k, v, o, gate, up, cos, sin, scratch, linear;
     std::vector<float> proj, conv, mixed;  // recurrent layers: in_proj out, conv out, y
+    std::vector<float> gdn_z, gdn_beta, gdn_alpha;  // Gated DeltaNet's other projections
+    std::vector<float> q_gate;  // gated attention: wq's output (q | gate per head), gates
+    // MoE FFN rows: router logits, an expert's rows in and out, Linear's scratch
+    std::vector<float> router, moe_in, moe_gate, moe_up, moe_out, moe_linear;
     weights::LinearScratch packed;  // PackedLinear's quantized activations
   };
   bool fused_step_ = false;

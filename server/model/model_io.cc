@@ -220,10 +220,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path,
             path, ": GGUF: tensor '", gguf, "' is missing (the model needs shape [",
             absl::StrJoin(slot.shape, ", "), "])"));
       }
-      if (t->shape() != slot.shape) {
+      const std::vector<int64_t> want = GgufFileShape(*config, slot.name, slot.shape);
+      if (t->shape() != want) {
         return absl::InvalidArgumentError(absl::StrCat(
             path, ": GGUF: tensor '", gguf, "' has shape [", absl::StrJoin(t->shape(), ", "),
-            "], the model needs [", absl::StrJoin(slot.shape, ", "), "]"));
+            "], the model needs [", absl::StrJoin(want, ", "), "]"));
       }
       if (auto type = GgufWeightType(*t); !type.ok()) {
         return absl::Status(type.status().code(), absl::StrCat(path, ": ", type.status().message()));

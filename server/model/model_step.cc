@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "server/mixer/conv_kernels.h"
+#include "server/mixer/gdn_kernels.h"
 #include "server/mixer/ssd_kernels.h"
 #include "server/model/model.h"
 #include "server/model/recurrent_state.h"
@@ -53,7 +54,8 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
   const int64_t b = int64_t(tokens.size()), dim = config_.dim, hidden = config_.mlp_hidden;
   const int64_t vocab = config_.vocab_size, heads = config_.attention.num_heads;
   const int64_t kv_heads = config_.attention.num_kv_heads;
-  const int64_t d = config_.attention.head_dim, half = d / 2;
+  const int64_t d = config_.attention.head_dim;
+  const int64_t half = inv_freq_.size(0), rot = 2 * half;  // RoPE over the first rot of d
   const int64_t q_width = heads * d, kv_width = kv_heads * d;  // value_dim == head_dim
   const int64_t decode = int64_t(groups.decode_states.size());
   int64_t longest = 1;
@@ -69,8 +71,17 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
   const int64_t inner = config_.ssm_inner, groups_n = int64_t{config_.ssm_groups} * config_.ssm_state;
   const int64_t conv_channels = inner + 2 * groups_n;
   int64_t proj_width = 0, mixed_width = 0;
+  // Gated DeltaNet: q | k | v (the conv's channels too), n_v value heads of d_v.
+  const int64_t gdn_values = config_.ssm_inner, gdn_heads = config_.ssm_heads;
+  const int64_t gdn_key = int64_t{config_.ssm_groups} * config_.ssm_state;
+  const int64_t gdn_channels = 2 * gdn_key + gdn_values;
+  bool has_gdn = false;
   for (const Layer& l : layers_) {
-    if (l.mixer == kMamba2Mixer) {
+    if (l.mixer == kGatedDeltaNetMixer) {
+      has_gdn = true;
+      proj_width = std::max(proj_width, gdn_channels);
+      mixed_width = std::max(mixed_width, gdn_values);
+    } else if (l.mixer == kMamba2Mixer) {
       proj_width = std::max(proj_width, inner + conv_channels + config_.ssm_heads);
       mixed_width = std::max(mixed_width, inner);
     } else if (l.mixer == kShortConvMixer) {
@@ -93,9 +104,15 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
   float* sin = Grow(w.sin, b * half);
   float* scratch = Grow(w.scratch, scratch_floats);
   float* proj = Grow(w.proj, b * proj_width);         // (B, in_proj)
-  float* conv = Grow(w.conv, b * conv_channels);      // (B, C): Mamba-2's xBC after the conv
+  float* conv = Grow(w.conv, b * std::max(conv_channels, has_gdn ? gdn_channels : 0));
+  // (B, C): Mamba-2's xBC after the conv; Gated DeltaNet's q | k | v
   float* mixed = Grow(w.mixed, b * mixed_width);      // (B, I) or (B, dim)
-  float* lin = Grow(w.linear, b * std::max({dim, hidden, vocab, q_width, proj_width}));
+  float* lin = Grow(w.linear, b * std::max({dim, hidden, vocab, 2 * q_width, proj_width}));
+  // Gated attention: wq's (B, H, [q | gate]) rows, then the gates (B, H*D).
+  float* q_gate = config_.attention_gate ? Grow(w.q_gate, 3 * b * q_width) : nullptr;
+  float* gdn_z = has_gdn ? Grow(w.gdn_z, b * gdn_values) : nullptr;
+  float* gdn_beta = has_gdn ? Grow(w.gdn_beta, b * gdn_heads) : nullptr;
+  float* gdn_alpha = has_gdn ? Grow(w.gdn_alpha, b * gdn_heads) : nullptr;
 
   // Embedding rows (dequantized when packed) and RoPE angles (fp64 angles as in Run, then
   // fp32 cos and sin).
@@ -171,7 +188,16 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
     RmsNormRows(x, b, dim, Data(l.attn_norm), eps, hn);
     decode_states(li);
     if (l.mixer == kAttentionMixer) {
-      lin_m(hn, dim, kWq, q_width, q, 0.0f);   // (B, H*D)
+      if (config_.attention_gate) {  // (B, H, [q | gate]) -> q (B, H*D), gates (B, H*D)
+        lin_m(hn, dim, kWq, 2 * q_width, q_gate, 0.0f);
+        float* gates = q_gate + 2 * b * q_width;
+        for (int64_t r = 0; r < b * heads; ++r) {
+          std::memcpy(q + r * d, q_gate + 2 * r * d, d * sizeof(float));
+          std::memcpy(gates + r * d, q_gate + (2 * r + 1) * d, d * sizeof(float));
+        }
+      } else {
+        lin_m(hn, dim, kWq, q_width, q, 0.0f);  // (B, H*D)
+      }
       lin_m(hn, dim, kWk, kv_width, k, 0.0f);  // (B, Hkv*D)
       lin_m(hn, dim, kWv, kv_width, v, 0.0f);  // (B, Hkv*Dv)
       if (config_.attention_bias) {
@@ -184,8 +210,8 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
         RmsNormRows(k, b * kv_heads, d, Data(l.k_norm), eps, k);
       }
       if (config_.rope) {
-        RopeRows(q, b, heads, d, cos, sin);
-        RopeRows(k, b, kv_heads, d, cos, sin);
+        RopeRows(q, b, heads, d, cos, sin, rot);
+        RopeRows(k, b, kv_heads, d, cos, sin, rot);
       }
       if (config_.attention_scale != 0) {  // in place of the modules' 1/sqrt(D)
         const float f = config_.attention_scale * std::sqrt(float(d));
@@ -197,11 +223,56 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
         l.attention->PrefillRaw(*p.state->layers_[li], p.count, q + qa, k + ka, v + ka, o + qa,
                                 scratch);
       }
+      if (config_.attention_gate) SigmoidGate(o, q_gate + 2 * b * q_width, b * q_width);
       if (rs == 1.0f) {
         lin_m(o, q_width, kWo, dim, x, /*beta=*/1.0f);  // x += o W_o^T
       } else {
         lin_m(o, q_width, kWo, dim, hn, 0.0f);  // hn is free until the MLP's norm
         for (int64_t i = 0; i < b * dim; ++i) x[i] += rs * hn[i];
+      }
+    } else if (l.mixer == kGatedDeltaNetMixer) {
+      const int64_t c = gdn_channels, vd = gdn_values, nv = gdn_heads;
+      lin_m(hn, dim, kInProj, c, proj, 0.0f);          // (B, q | k | v)
+      lin_m(hn, dim, kGdnZ, vd, gdn_z, 0.0f);          // (B, n_v d_v)
+      lin_m(hn, dim, kGdnBeta, nv, gdn_beta, 0.0f);    // (B, n_v)
+      lin_m(hn, dim, kGdnAlpha, nv, gdn_alpha, 0.0f);  // (B, n_v)
+      const mixer::ConvWeights cw{Data(l.conv_w), nullptr, c, config_.conv_kernel,
+                                  /*silu=*/true};
+      const mixer::GdnWeights gw{Data(l.ssm_a),      Data(l.dt_bias),
+                                 config_.ssm_groups, nv,
+                                 config_.ssm_state,  vd / nv,
+                                 eps};
+      // Row r's inputs: q, k, v in the conv output, beta and alpha in their products.
+      auto inputs = [&](int64_t r) {
+        const float* qkv = conv + r * c;
+        return mixer::GdnInputs{qkv, qkv + gdn_key, qkv + 2 * gdn_key, c, gdn_beta + r * nv, nv,
+                                gdn_alpha + r * nv, nv};
+      };
+      for (int64_t r = 0; r < decode; ++r) {
+        auto* st = static_cast<RecurrentState*>(layer_states[r]);
+        conv_states[r] = st->conv();
+        ssm_states[r] = st->ssm();
+      }
+      if (decode > 0) {
+        mixer::CausalConv1dStep(cw, proj, c, decode, conv_states.data(), conv, c);
+        mixer::GdnStep(gw, inputs(0), decode, ssm_states.data(), mixed, vd);
+      }
+      constexpr int64_t kGdnChunk = 64;  // llama.cpp's
+      for (const RowGroups::Prefill& p : groups.prefills) {
+        auto& st = static_cast<RecurrentState&>(*p.state->layers_[li]);
+        mixer::CausalConv1dPrefill(cw, proj + p.first * c, c, p.count, st.conv(),
+                                   conv + p.first * c, c);
+        mixer::GdnPrefill(gw, inputs(p.first), p.count, kGdnChunk, st.ssm(),
+                          mixed + p.first * vd, vd);
+      }
+      mixer::GdnGatedRmsNorm(mixed, vd, gdn_z, vd, Data(l.ssm_norm), b, nv, vd / nv, eps, mixed,
+                             vd);
+      if (config_.gdn_grouped_heads) {  // the file's head order for out_proj, into the
+        // conv's buffer (read by now)
+        UngroupHeads(mixed, b, config_.ssm_groups, nv, vd / nv, conv);
+        residual(conv, vd, kOutProj);
+      } else {
+        residual(mixed, vd, kOutProj);
       }
     } else if (l.mixer == kShortConvMixer) {
       lin_m(hn, dim, kInProj, 3 * dim, proj, 0.0f);  // (B, 3 dim): b | c | x
@@ -262,6 +333,15 @@ at::Tensor Model::RunRowsFused(absl::Span<const int32_t> tokens, const int64_t* 
     }
     if (!config_.mlp) continue;
     RmsNormRows(x, b, dim, Data(l.mlp_norm), eps, hn);
+    if (config_.HasExperts(int(li))) {  // x += rs * MoE(hn)
+      if (rs == 1.0f) {
+        MoeRows(l, hn, b, x, 1.0f);
+      } else {
+        MoeRows(l, hn, b, o, 0.0f);
+        for (int64_t i = 0; i < b * dim; ++i) x[i] += rs * o[i];
+      }
+      continue;
+    }
     lin_m(hn, dim, kWGate, hidden, gate, 0.0f);
     lin_m(hn, dim, kWUp, hidden, up, 0.0f);
     SiluMul(gate, up, b * hidden);

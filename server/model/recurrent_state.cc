@@ -24,6 +24,13 @@ attention::TensorShapes RecurrentState::Shapes(const ModelConfig& c, const std::
     return {{"conv", {channels, taps}},
             {"ssm", {c.ssm_heads, c.ssm_inner / c.ssm_heads, c.ssm_state}}};
   }
+  if (mixer == kGatedDeltaNetMixer) {
+    // The conv runs over q | k | v: 2 n_k d_k + n_v d_v channels; S per value head
+    // (n_v, d_v, d_k), each head's S transposed (gdn_kernels.h).
+    const int64_t dv = c.ssm_inner / c.ssm_heads;
+    return {{"conv", {2 * int64_t{c.ssm_groups} * c.ssm_state + c.ssm_inner, taps}},
+            {"ssm", {c.ssm_heads, dv, c.ssm_state}}};
+  }
   return {{"conv", {c.dim, taps}}};  // the short conv over b * x: dim channels
 }
 

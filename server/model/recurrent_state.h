@@ -1,8 +1,10 @@
 // One session's state in one recurrent layer (server/DESIGN.md §11): the causal
 // convolution's last K - 1 inputs per channel, and for Mamba-2 the SSM state per head.
 // Fixed size at any position: a hybrid's state grows only in its attention layers.
-// Layouts are server/mixer's (conv_kernels.h, ssd_kernels.h): conv (channels, K - 1),
-// ssm (H, P, N), fp32. Snapshots hold them as the tensors "conv" and "ssm".
+// Layouts are server/mixer's (conv_kernels.h, ssd_kernels.h, gdn_kernels.h): conv
+// (channels, K - 1); ssm (H, P, N) for Mamba-2, (n_v, d_v, d_k) for Gated DeltaNet (each
+// value head's S transposed, llama.cpp's layout); fp32. Snapshots hold them as the tensors
+// "conv" and "ssm".
 #pragma once
 
 #include <cstdint>
@@ -16,7 +18,8 @@ namespace attnserve::model {
 
 class RecurrentState final : public attention::AttentionState {
  public:
-  // The state of layer kind `mixer` (kMamba2Mixer or kShortConvMixer) of `config`, zeros.
+  // The state of layer kind `mixer` (kMamba2Mixer, kShortConvMixer or
+  // kGatedDeltaNetMixer) of `config`, zeros.
   RecurrentState(const ModelConfig& config, const std::string& mixer);
 
   int64_t Position() const override { return position_; }
@@ -41,7 +44,7 @@ class RecurrentState final : public attention::AttentionState {
  private:
   RecurrentState() = default;
   int64_t position_ = 0;
-  std::vector<int64_t> conv_shape_, ssm_shape_;  // (C, K-1); (H, P, N) or empty
+  std::vector<int64_t> conv_shape_, ssm_shape_;  // (C, K-1); (H, P, N), (n_v, d_v, d_k) or empty
   std::vector<float> conv_, ssm_;
 };
 

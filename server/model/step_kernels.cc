@@ -179,8 +179,8 @@ void RmsNormRows(const float* x, int64_t rows, int64_t dim, const float* g, floa
 }
 
 void RopeRows(float* x, int64_t rows, int64_t heads, int64_t d, const float* cos,
-              const float* sin) {
-  const int64_t half = d / 2;
+              const float* sin, int64_t rot) {
+  const int64_t half = (rot == 0 ? d : rot) / 2;
   for (int64_t r = 0; r < rows; ++r) {
     const float* c = cos + r * half;
     const float* s = sin + r * half;
@@ -194,6 +194,23 @@ void RopeRows(float* x, int64_t rows, int64_t heads, int64_t d, const float* cos
       }
     }
   }
+}
+
+void UngroupHeads(const float* y, int64_t rows, int64_t key_heads, int64_t value_heads,
+                  int64_t head_dim, float* out) {
+  const int64_t r = value_heads / key_heads;
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* in = y + row * value_heads * head_dim;
+    float* to = out + row * value_heads * head_dim;
+    for (int64_t h = 0; h < value_heads; ++h) {  // ours h = j n_k + g is the file's g r + j
+      const int64_t file = (h % key_heads) * r + h / key_heads;
+      std::copy_n(in + h * head_dim, head_dim, to + file * head_dim);
+    }
+  }
+}
+
+void SigmoidGate(float* x, const float* gate, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] /= 1.0f + std::exp(-gate[i]);
 }
 
 void SiluMul(float* gate, const float* up, int64_t n) {

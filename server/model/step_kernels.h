@@ -45,10 +45,21 @@ void LinearBf16Reference(const float* x, int64_t rows, const Bf16Matrix& w, floa
 void RmsNormRows(const float* x, int64_t rows, int64_t dim, const float* g, float eps,
                  float* out);
 
-// RoPE in place on x (rows, heads, d): row r's pairs (x_i, x_{i+d/2}) rotated by the
-// angle whose cos, sin are cos[r * d/2 + i], sin[r * d/2 + i]: the model's Rope.
+// RoPE in place on x (rows, heads, d) over the first `rot` of each head's d (0: all d):
+// row r's pairs (x_i, x_{i+rot/2}) rotated by the angle whose cos, sin are
+// cos[r * rot/2 + i], sin[r * rot/2 + i]; x_rot .. x_{d-1} are left alone: the model's
+// Rope.
 void RopeRows(float* x, int64_t rows, int64_t heads, int64_t d, const float* cos,
-              const float* sin);
+              const float* sin, int64_t rot = 0);
+
+// x[i] *= sigmoid(gate[i]) for n elements: Qwen3.5's gated attention output.
+void SigmoidGate(float* x, const float* gate, int64_t n);
+
+// Qwen3-Next's Gated DeltaNet heads back to the file's order (ModelConfig::
+// gdn_grouped_heads): y (rows, n_v, d_v) holds file head g r + j at head j n_k + g
+// (r = n_v / n_k); out (rows, n_v, d_v) gets each at its own index. out must not be y.
+void UngroupHeads(const float* y, int64_t rows, int64_t key_heads, int64_t value_heads,
+                  int64_t head_dim, float* out);
 
 // gate[i] = silu(gate[i]) * up[i] for n elements: SwiGLU's silu(x W_gate^T) * x W_up^T.
 void SiluMul(float* gate, const float* up, int64_t n);

@@ -281,9 +281,9 @@ TEST(GgufModelTest, ConfigFromMetadataAndItsRefusals) {
               HasSubstr("RoPE scaling"));
   EXPECT_THAT(refusal([&](Builder& b) {
                 llama(b);
-                b.U32("llama.expert_count", 8);
+                b.U32("llama.expert_count", 8);  // Mixtral's keys, without the rest
               }),
-              HasSubstr("experts"));
+              HasSubstr("llama.expert_used_count: is missing"));
   EXPECT_THAT(refusal([&](Builder& b) {
                 llama(b);
                 b.String("llama.context_length", "long");
@@ -373,6 +373,51 @@ TEST(GgufModelTest, HybridConfigsFromMetadata) {
   EXPECT_FALSE(mamba2->mlp);
   EXPECT_EQ(mamba2->mlp_hidden, 0);
   EXPECT_FALSE(mamba2->rope);
+}
+
+// Qwen3.5's metadata (server/DESIGN.md §14), as llama.cpp's qwen35.cpp reads it: every
+// full_attention_interval-th layer attention, the rest Gated DeltaNet; gated attention
+// (attn_q holds [q | gate] per head), partial RoPE (rope.dimension_count of key_length)
+// and the M-RoPE sections, which are required.
+TEST(GgufModelTest, Qwen35ConfigFromMetadata) {
+  auto config_of = [](const std::function<void(Builder&)>& edit) {
+    Builder b;
+    b.String("general.architecture", "qwen35").U32("qwen35.embedding_length", 16)
+        .U32("qwen35.block_count", 3).U32("qwen35.full_attention_interval", 3)
+        .U32("qwen35.feed_forward_length", 32).U32("qwen35.attention.head_count", 4)
+        .U32("qwen35.attention.head_count_kv", 2).U32("qwen35.attention.key_length", 8)
+        .U32("qwen35.rope.dimension_count", 4).U32("qwen35.ssm.conv_kernel", 4)
+        .U32("qwen35.ssm.inner_size", 32).U32("qwen35.ssm.state_size", 8)
+        .U32("qwen35.ssm.time_step_rank", 4).U32("qwen35.ssm.group_count", 2);
+    edit(b);
+    b.Tensor("token_embd.weight", {16, 300}, 0, std::string(16 * 300 * 4, '\0'))
+        .Tensor("blk.2.attn_q.weight", {16, 64}, 0, std::string(16 * 64 * 4, '\0'))
+        .Tensor("blk.2.attn_k.weight", {16, 16}, 0, std::string(16 * 16 * 4, '\0'))
+        .Tensor("blk.2.attn_q_norm.weight", {8}, 0, std::string(8 * 4, '\0'))
+        .Tensor("blk.2.ffn_up.weight", {16, 32}, 0, std::string(16 * 32 * 4, '\0'));
+    auto f = ParseGguf(b.Bytes());
+    EXPECT_TRUE(f.ok()) << f.status();
+    return GgufModelConfig(*f, "m");
+  };
+  std::string sections;
+  Builder::Put<uint32_t>(&sections, 5);  // GGUF's INT32
+  Builder::Put<uint64_t>(&sections, 4);
+  for (int32_t x : {1, 1, 0, 0}) Builder::Put(&sections, x);
+  auto c = config_of([&](Builder& b) { b.Raw("qwen35.rope.dimension_sections", 9, sections); });
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->mixers,
+              ElementsAre(kGatedDeltaNetMixer, kGatedDeltaNetMixer, kAttentionMixer));
+  EXPECT_TRUE(c->attention_gate);
+  EXPECT_TRUE(c->qk_head_norm);
+  EXPECT_EQ(c->attention.head_dim, 8);
+  EXPECT_EQ(c->rope_dims, 4);
+  EXPECT_THAT(c->rope_sections, ElementsAre(1, 1, 0, 0));
+  EXPECT_EQ(c->ssm_groups, 2);  // key heads
+  EXPECT_EQ(c->ssm_heads, 4);   // value heads
+  EXPECT_EQ(c->ssm_state, 8);   // d_k
+  EXPECT_EQ(c->experts, 0);
+  auto no_sections = config_of([](Builder&) {});
+  EXPECT_THAT(no_sections.status().message(), HasSubstr("rope.dimension_sections"));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
-// Models with recurrent layers (server/DESIGN.md §11): Mamba-2 and short-conv mixers,
-// alone and interleaved with grouped-query softmax attention, built in-process with
+// Models with recurrent layers (server/DESIGN.md §11, §14): Mamba-2, short-conv and Gated
+// DeltaNet mixers, alone and interleaved with grouped-query softmax attention (Qwen3.5's
+// gated attention with partial, sectioned RoPE among them), and mixture-of-experts FFNs
+// (every routing variant, shared experts gated and not), built in-process with
 // Model::Create. The fused paths (model_step.cc: server/mixer's chunked prefill and
 // batched step beside the attention modules' raw kernels) against the LibTorch reference
 // (Model::Run with the mixers' plain token-by-token kernels, the model created with
@@ -28,6 +30,16 @@ struct Variant {
   bool qk_head_norm = false;
   // Granite's multipliers (1: none) and attention scale (0: 1/sqrt(head_dim)).
   float embedding_scale = 1, residual_scale = 1, logit_scale = 1, attention_scale = 0;
+  // Qwen3.5's attention: the q projection's gate, RoPE on 8 of 16 dimensions, sections.
+  bool qwen35_attention = false;
+  // A MoE FFN: 6 experts of 32, 2 per token, this routing; a shared expert of 48 (0:
+  // none), gated or not.
+  std::string routing;
+  bool renormalize = true;
+  int shared_expert = 0;
+  bool shared_gate = false;
+  // Qwen3-Next's Gated DeltaNet head order (ModelConfig::gdn_grouped_heads).
+  bool grouped_heads = false;
 };
 
 std::string VariantName(const testing::TestParamInfo<Variant>& info) { return info.param.name; }
@@ -59,6 +71,21 @@ ModelConfig HybridConfig(const Variant& v) {
   c.residual_scale = v.residual_scale;
   c.logit_scale = v.logit_scale;
   c.attention_scale = v.attention_scale;
+  if (v.qwen35_attention) {
+    c.attention_gate = true;
+    c.rope_dims = 8;
+    c.rope_sections = {2, 1, 0, 0};  // pair 2 of 4 is not rotated
+  }
+  if (!v.routing.empty()) {
+    c.experts = 6;
+    c.experts_used = 2;
+    c.expert_hidden = 32;
+    c.expert_routing = v.routing;
+    c.expert_renormalize = v.renormalize;
+    c.shared_expert_hidden = v.shared_expert;
+    c.shared_expert_gate = v.shared_gate;
+  }
+  c.gdn_grouped_heads = v.grouped_heads;
   return c;
 }
 
@@ -119,6 +146,17 @@ void ExpectSameState(const DecodeState& a, const DecodeState& b, double tol,
   }
 }
 
+// How close two paths' states must be (ExpectSameState's tol): 1e-5, or 2e-5 with Gated
+// DeltaNet layers, whose chunked prefill (a triangular solve per chunk, then products)
+// rounds otherwise than the token-by-token reference and, through 10x matrices, moves a
+// later attention layer's values by up to 1.2e-5 of their scale (measured).
+double StateTol(const ModelConfig& c) {
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (c.Mixer(l) == kGatedDeltaNetMixer) return 2e-5;
+  }
+  return 1e-5;
+}
+
 class RecurrentModel : public testing::TestWithParam<Variant> {
  protected:
   void SetUp() override {
@@ -146,6 +184,13 @@ TEST_P(RecurrentModel, RecurrentStateHasTheMixersShapes) {
     } else if (c.Mixer(l) == kShortConvMixer) {
       ASSERT_EQ(shapes.size(), 1u);
       EXPECT_EQ(shapes[0].second, (std::vector<int64_t>{64, 3}));
+    } else if (c.Mixer(l) == kGatedDeltaNetMixer) {
+      // conv over q | k | v: 2 n_k d_k + n_v d_v = 2 * 2 * 16 + 128 channels; S per value
+      // head (n_v, d_v, d_k).
+      ASSERT_EQ(shapes.size(), 2u);
+      EXPECT_EQ(shapes[0].second, (std::vector<int64_t>{64 + 128, 3}));
+      EXPECT_EQ(shapes[1].first, "ssm");
+      EXPECT_EQ(shapes[1].second, (std::vector<int64_t>{8, 16, 16}));
     }
     const attention::NamedTensors tensors = state->layer(l).Tensors();
     ASSERT_EQ(tensors.size(), shapes.size()) << "layer " << l;
@@ -186,7 +231,7 @@ TEST_P(RecurrentModel, FusedPrefillMatchesReference) {
       EXPECT_GT(spread, 0.5) << "logits too flat to compare";
     }
     EXPECT_LE(worst, 1e-4 * std::max(1.0, spread)) << "prompt of " << first;
-    ExpectSameState(*sf, *sr, 1e-5, "prompt " + std::to_string(first));
+    ExpectSameState(*sf, *sr, StateTol(fused_->config()), "prompt " + std::to_string(first));
   }
 }
 
@@ -219,7 +264,8 @@ TEST_P(RecurrentModel, FusedStepOfSessionsAtDifferentPositionsMatchesReference) 
   EXPECT_GT(spread, 0.5) << "logits too flat to compare";
   EXPECT_LE(worst, 1e-4 * std::max(1.0, spread));
   for (int s = 0; s < 4; ++s) {
-    ExpectSameState(*states_f[s], *states_r[s], 1e-5, "session " + std::to_string(s));
+    ExpectSameState(*states_f[s], *states_r[s], StateTol(fused_->config()),
+                    "session " + std::to_string(s));
   }
 }
 
@@ -262,8 +308,9 @@ TEST_P(RecurrentModel, FusedBatchOfDecodeAndPrefillSegmentsMatchesReference) {
       ASSERT_TRUE(own.ok()) << own.status();
       EXPECT_LE(MaxDiff((*bf)[int64_t(s)], (*own)[-1]), 1e-4 * std::max(1.0, spread))
           << "segment " << s << " round " << round;
-      ExpectSameState(*sf[s], *sr[s], 1e-5, "segment " + std::to_string(s));
-      ExpectSameState(*sf[s], *alone[s], 1e-5, "segment alone " + std::to_string(s));
+      const double tol = StateTol(fused_->config());
+      ExpectSameState(*sf[s], *sr[s], tol, "segment " + std::to_string(s));
+      ExpectSameState(*sf[s], *alone[s], tol, "segment alone " + std::to_string(s));
     }
     // Round 2: the other way round (session 0 prefills, the others decode).
     for (size_t s = 0; s < before.size(); ++s) seg_f[s].tokens = seg_r[s].tokens = second[s];
@@ -344,7 +391,26 @@ INSTANTIATE_TEST_SUITE_P(
         // Pure Mamba-2, no MLP.
         Variant{"mamba2", {"mamba2", "mamba2", "mamba2"}, false, false},
         // Short convolutions alone and beside attention.
-        Variant{"shortconv", {"shortconv", "attention", "shortconv"}, true, true, true}),
+        Variant{"shortconv", {"shortconv", "attention", "shortconv"}, true, true, true},
+        // Qwen3.5-like: Gated DeltaNet (2 key heads, 8 value heads of 16) and gated
+        // attention with per-head q/k norms and partial sectioned RoPE.
+        Variant{"qwen35", {"gated_deltanet", "gated_deltanet", "attention", "gated_deltanet"},
+                true, true, true, 1, 1, 1, 0, /*qwen35_attention=*/true},
+        // Qwen3-MoE-like: attention and experts (softmax, top 2, renormalised).
+        Variant{"qwen3moe", {"attention", "attention"}, true, true, true, 1, 1, 1, 0, false,
+                "softmax"},
+        // Qwen3.5-MoE-like: and a sigmoid-gated shared expert.
+        Variant{"qwen35moe", {"gated_deltanet", "attention", "gated_deltanet"}, true, true, true,
+                1, 1, 1, 0, true, "softmax", true, 48, true},
+        // Qwen3-Next-like: value head h reads key head h / 4, experts, a gated shared one.
+        Variant{"qwen3next", {"gated_deltanet", "attention"}, true, true, true, 1, 1, 1, 0,
+                true, "softmax", true, 48, true, /*grouped_heads=*/true},
+        // The other routings: top-k then softmax (Mixtral) with an ungated shared expert,
+        // sigmoid scores (LFM2-MoE, Granite) beside Mamba-2, unnormalised.
+        Variant{"moe_topk_softmax", {"attention", "shortconv"}, true, true, true, 1, 1, 1, 0,
+                false, "softmax_topk", false, 48, false},
+        Variant{"moe_sigmoid", {"mamba2", "attention"}, true, true, false, 1, 1, 1, 0, false,
+                "sigmoid", true}),
     VariantName);
 
 }  // namespace
