@@ -409,7 +409,12 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
   }
   if (c.experts > 0) {
     const std::string last = absl::StrCat("blk.", *layers - 1, ".");
-    if (absl::Status s = expect(last + "ffn_up_exps.weight", {*dim, c.expert_hidden, c.experts});
+    const bool merged = file.Find(last + "ffn_gate_up_exps.weight") != nullptr &&
+                        file.Find(last + "ffn_up_exps.weight") == nullptr;
+    if (absl::Status s = merged ? expect(last + "ffn_gate_up_exps.weight",
+                                         {*dim, 2 * c.expert_hidden, c.experts})
+                                : expect(last + "ffn_up_exps.weight",
+                                         {*dim, c.expert_hidden, c.experts});
         !s.ok()) {
       return s;
     }
@@ -525,6 +530,9 @@ std::string GgufFileTensorName(const GgufFile& file, const ModelConfig& config,
     return "token_embd_norm.weight";  // LFM2's final norm
   }
   std::string gguf = GgufTensorName(name);
+  if (GgufMergedGateUp(file, name)) {  // converted with --fuse-gate-up-exps
+    return absl::StrCat(gguf.substr(0, gguf.find(".ffn_")), ".ffn_gate_up_exps.weight");
+  }
   if (GgufExpertIndex(name) < 0 && absl::StartsWith(name, "layers.") &&
       config.HasExperts(std::atoi(name.c_str() + 7)) &&
       (absl::EndsWith(name, ".w_gate") || absl::EndsWith(name, ".w_up") ||
@@ -581,17 +589,38 @@ int GgufExpertIndex(const std::string& name) {
   return index;
 }
 
-std::vector<int64_t> GgufFileShape(const ModelConfig& config, const std::string& name,
-                                   const std::vector<int64_t>& shape) {
+bool GgufMergedGateUp(const GgufFile& file, const std::string& name) {
+  if (GgufExpertIndex(name) < 0 || absl::EndsWith(name, ".w_down")) return false;
+  const std::string gate = GgufTensorName(name.substr(0, name.rfind('.')) + ".w_gate");
+  const std::string merged =
+      absl::StrCat(gate.substr(0, gate.find(".ffn_")), ".ffn_gate_up_exps.weight");
+  return file.Find(gate) == nullptr && file.Find(merged) != nullptr;
+}
+
+std::vector<int64_t> GgufFileShape(const GgufFile& file, const ModelConfig& config,
+                                   const std::string& name, const std::vector<int64_t>& shape) {
   if (config.gdn_grouped_heads &&
       (absl::EndsWith(name, ".gdn_beta") || absl::EndsWith(name, ".gdn_alpha"))) {
     return {2 * shape[0], shape[1]};  // ssm_ba holds both
   }
   if (GgufExpertIndex(name) < 0) return shape;
-  std::vector<int64_t> out = {config.experts};
-  out.insert(out.end(), shape.begin(), shape.end());
+  // (E, F, in); merged gate and up: (E, 2F, in), each expert's gate rows then its up rows.
+  std::vector<int64_t> out = {config.experts, (GgufMergedGateUp(file, name) ? 2 : 1) * shape[0]};
+  out.insert(out.end(), shape.begin() + 1, shape.end());
   return out;
 }
+
+namespace {
+
+// The first row of expert parameter `name` of `shape` among its file tensor's E * rows.
+int64_t ExpertFirstRow(const GgufFile& file, const std::string& name,
+                       const std::vector<int64_t>& shape) {
+  const int64_t e = GgufExpertIndex(name);
+  if (!GgufMergedGateUp(file, name)) return e * shape[0];
+  return 2 * e * shape[0] + (absl::EndsWith(name, ".w_up") ? shape[0] : 0);
+}
+
+}  // namespace
 
 bool GgufOptionalTensor(const std::string& name) {
   // Granite's conv may have no bias; a sigmoid router may have no selection bias: zeros.
@@ -611,7 +640,7 @@ absl::StatusOr<const GgufTensor*> FindParameter(const GgufFile& file, const Mode
         "GGUF: tensor '", gguf.empty() ? name : gguf, "' is missing (the model needs shape [",
         absl::StrJoin(shape, ", "), "])"));
   }
-  const std::vector<int64_t> want = GgufFileShape(config, name, shape);
+  const std::vector<int64_t> want = GgufFileShape(file, config, name, shape);
   if (t->shape() != want) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GGUF: tensor '", gguf, "' has shape [", absl::StrJoin(t->shape(), ", "),
@@ -639,9 +668,10 @@ absl::StatusOr<std::vector<float>> GgufParameter(const GgufFile& file, const Mod
   if (!t.ok()) return t.status();
   auto values = GgufToFloat32(**t);
   if (!values.ok()) return values.status();
-  if (const int e = GgufExpertIndex(name); e >= 0) {  // expert e's slice of the 3-D tensor
-    const int64_t n = shape[0] * shape[1];
-    return std::vector<float>(values->begin() + e * n, values->begin() + (e + 1) * n);
+  if (GgufExpertIndex(name) >= 0) {  // the expert's slice of the 3-D tensor
+    const int64_t first = ExpertFirstRow(file, name, shape) * shape[1];
+    return std::vector<float>(values->begin() + first,
+                              values->begin() + first + shape[0] * shape[1]);
   }
   if (const std::vector<int64_t> map = GgufRowMap(config, name); !map.empty()) {
     const int64_t columns = shape.size() > 1 ? shape[1] : 1;
@@ -671,10 +701,10 @@ absl::StatusOr<GgufMatrix> GgufMatrixParameter(const GgufFile& file, const Model
     out.dense = std::move(values).value();
     return out;
   }
-  // Expert e: rows [e F, (e + 1) F) of the 3-D tensor's (E F, in) rows, whole blocks each.
-  const int e = std::max(GgufExpertIndex(name), 0);
+  // An expert: its F rows of the 3-D tensor's rows (whole blocks each).
+  const int64_t first = GgufExpertIndex(name) >= 0 ? ExpertFirstRow(file, name, shape) : 0;
   const int64_t row_bytes = weights::RowBytes(*type, shape[1]);
-  const char* rows = (*t)->bytes.data() + e * shape[0] * row_bytes;
+  const char* rows = (*t)->bytes.data() + first * row_bytes;
   std::string gathered;  // the rows GgufRowMap picks, in its order
   if (const std::vector<int64_t> map = GgufRowMap(config, name); !map.empty()) {
     for (int64_t r : map) gathered.append(rows + r * row_bytes, size_t(row_bytes));

@@ -48,10 +48,15 @@ std::string GgufFileTensorName(const GgufFile& file, const ModelConfig& config,
 // Expert E of "layers.N.experts.E.w_gate" (and .w_up, .w_down): a slice of the 3-D
 // tensor blk.N.ffn_gate_exps.weight; -1 for any other parameter.
 int GgufExpertIndex(const std::string& name);
-// The shape parameter `name` of `shape` has in the file: (experts, shape...) for an
-// expert's slice, else `shape`.
-std::vector<int64_t> GgufFileShape(const ModelConfig& config, const std::string& name,
-                                   const std::vector<int64_t>& shape);
+// Whether expert parameter `name` (w_gate or w_up) is in the file's merged
+// ffn_gate_up_exps (llama.cpp's converter with --fuse-gate-up-exps: each expert's gate
+// rows, then its up rows) rather than ffn_gate_exps / ffn_up_exps.
+bool GgufMergedGateUp(const GgufFile& file, const std::string& name);
+// The shape the file's tensor for parameter `name` of `shape` has: (experts, shape...)
+// for an expert's slice ((experts, 2 F, in) when merged), Qwen3-Next's ssm_ba for its beta
+// and alpha, else `shape`.
+std::vector<int64_t> GgufFileShape(const GgufFile& file, const ModelConfig& config,
+                                   const std::string& name, const std::vector<int64_t>& shape);
 // Which rows of the file's tensor parameter `name`'s rows are (Qwen3-Next's value heads
 // reordered: ModelConfig::gdn_grouped_heads; its beta and alpha rows out of ssm_ba);
 // empty when they are the file's rows as they are.

@@ -220,7 +220,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadGguf(const std::string& path,
             path, ": GGUF: tensor '", gguf, "' is missing (the model needs shape [",
             absl::StrJoin(slot.shape, ", "), "])"));
       }
-      const std::vector<int64_t> want = GgufFileShape(*config, slot.name, slot.shape);
+      const std::vector<int64_t> want = GgufFileShape(file, *config, slot.name, slot.shape);
       if (t->shape() != want) {
         return absl::InvalidArgumentError(absl::StrCat(
             path, ": GGUF: tensor '", gguf, "' has shape [", absl::StrJoin(t->shape(), ", "),

@@ -22,8 +22,12 @@ a running attnserve_server that serves it:
     (n_v, d_v, d_k), fp32) at 1k and 32k tokens alike.
 Prints one line per file and check; exits 1 on any failure, naming the file and step.
 
+  - FILE=TWIN names two files of the same weights stored otherwise (moe_merged_gguf.py:
+    gate and up experts in one tensor): their greedy steps and top-5 logprobs must be
+    equal.
+
 Usage: PYTHONPATH=STUBS qwen35_serve_check.py SERVER_ADDR PROMPT N --gguf_dir=DIR
-       [--near_tie=0.05] [--max_gap_error=0.01] FILE_NAMES...
+       [--near_tie=0.05] [--max_gap_error=0.01] [--rounded] FILE_NAMES (or FILE=TWIN)...
 """
 import argparse
 import os
@@ -220,6 +224,19 @@ def check_file(stub, file, args):
     return failures
 
 
+def check_twins(stub, pair, args):
+    """FILE=TWIN: the same weights stored otherwise (moe_merged_gguf.py) serve alike, id for
+    id and logprob for logprob. -> failures."""
+    a, b = (f[:-len(".gguf")] for f in pair.split("="))
+    ours = {}
+    for model in (a, b):
+        ours[model], _ = greedy_turn(stub, args.n, model=model, text=args.prompt.encode())
+    same = ours[a] == ours[b]
+    print(f"qwen35_serve_check: {b} serves as {a}: {args.n} greedy steps with their top-5 logprobs "
+          f"{'equal' if same else 'DIFFER'}")
+    return [] if same else [f"{b}: {ours[b][:2]}... != {a}'s {ours[a][:2]}..."]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("addr")
@@ -247,7 +264,7 @@ def main():
     stub = rpc.AttnServeStub(grpc.insecure_channel(args.addr))
     failures = []
     for file in args.files:
-        failures += check_file(stub, file, args)
+        failures += check_twins(stub, file, args) if "=" in file else check_file(stub, file, args)
     print(f"qwen35_serve_check: {len(args.files)} files, {len(failures)} failures")
     for f in failures:
         print("qwen35_serve_check: FAIL " + f)

@@ -10,8 +10,9 @@
 # qwen35_serve_check.py holds its greedy continuations and logit gaps to
 # hybrid_reference.py's float64 forward of the same files (itself held to llama.cpp by
 # gguf_hybrid_reference_test), its session turns to one call, exported + imported and
-# forked sessions to the original bit for bit, and DescribeModel's state by mixer to the
-# files' shapes. Largest logit-gap error allowed: 0.01 on F32 files (fp32 against
+# forked sessions to the original bit for bit, DescribeModel's state by mixer to the
+# files' shapes, and files whose experts' gate and up are one tensor (moe_merged_gguf.py)
+# to the same weights stored apart, bit for bit. Largest logit-gap error allowed: 0.01 on F32 files (fp32 against
 # float64, F16 KV cache). On Q8_0 files attnserve rounds activations to 8 bits before each
 # packed product, as llama.cpp does: its error may be 1.5x that of the reference run with
 # llama.cpp's roundings emulated (--rounded), margins under twice that one's rms error
@@ -34,8 +35,12 @@ quantized_files=${QWEN35_Q8_FILES:-"qwen35-q8_0 qwen3moe-q8_0 qwen35moe-q8_0 lla
 
 step "GGUF files of the 2026 families with random weights"
 "$py" "$here/make_hybrid_gguf.py" "$work/gguf" $f32_files $quantized_files | sed "s/^/  /" || fail "make_hybrid_gguf.py"
+# The same experts with gate and up in one tensor (llama.cpp's --fuse-gate-up-exps).
+merged_files="qwen35moe-f32 qwen3moe-q8_0"
+"$py" "$here/moe_merged_gguf.py" "$work/gguf" $merged_files | sed "s/^/  /" || fail "moe_merged_gguf.py"
 paths=""
 for f in $f32_files $quantized_files; do paths+=" $work/gguf/$f.gguf"; done
+for f in $merged_files; do paths+=" $work/gguf/$f-merged.gguf"; done
 
 python_stubs "$work/stubs"
 a_addr=127.0.0.1:$(free_port)
@@ -49,6 +54,8 @@ PYTHONPATH="$work/stubs:$here" "$py" "$here/qwen35_serve_check.py" "$a_addr" "$p
 PYTHONPATH="$work/stubs:$here" "$py" "$here/qwen35_serve_check.py" "$a_addr" "$prompt" "$greedy" \
   --gguf_dir="$work/gguf" --rounded --route_tie=5e-3 --near_tie=0.25 --max_gap_rms=0.3 --max_gap_error=1.0 \
   $(for f in $quantized_files; do echo "$f.gguf"; done) || rc=1
+PYTHONPATH="$work/stubs:$here" "$py" "$here/qwen35_serve_check.py" "$a_addr" "$prompt" "$greedy" \
+  --gguf_dir="$work/gguf" $(for f in $merged_files; do echo "$f.gguf=$f-merged.gguf"; done) || rc=1
 [ "$rc" -eq 0 ] || fail "attnserve and the float64 reference differ"
 stop "$a_pid"
 a_pid=""
