@@ -460,10 +460,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
 absl::Status Model::Save(const std::string& dir) const {
   const ModelConfig& c = config_;
   if (c.HasRecurrent() || !c.mlp || !c.rope || c.embedding_scale != 1.0f ||
-      c.residual_scale != 1.0f || c.logit_scale != 1.0f || c.attention_scale != 0.0f) {
+      c.residual_scale != 1.0f || c.logit_scale != 1.0f || c.attention_scale != 0.0f ||
+      c.experts > 0 || c.attention_gate || c.rope_dims != 0 || !c.rope_sections.empty()) {
     return absl::UnimplementedError(
-        "a model with recurrent layers, without MLPs or RoPE, or with Granite's multipliers "
-        "is not saved as a directory: Save writes Llama / Qwen directories only");
+        "a model with recurrent layers, without MLPs or RoPE, with Granite's multipliers, "
+        "experts or Qwen3.5's attention is not saved as a directory: Save writes Llama / "
+        "Qwen directories only");
   }
   if (HasPackedWeights()) {
     return absl::FailedPreconditionError(

@@ -379,6 +379,14 @@ TEST_P(RecurrentModel, RestoredStateContinuesExactly) {
   EXPECT_FALSE(fused_->RestoreState(45, layers).ok());
 }
 
+// Save writes Llama / Qwen directories only: every variant here (recurrent layers,
+// experts, Qwen3.5's attention) is refused with a status before anything is written.
+TEST_P(RecurrentModel, IsRefusedBySaveWithAStatus) {
+  const std::string dir = testing::TempDir() + "/recurrent_save_" + GetParam().name;
+  const absl::Status s = fused_->Save(dir);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Mixers, RecurrentModel,
     testing::Values(
