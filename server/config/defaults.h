@@ -48,6 +48,9 @@ inline constexpr absl::Duration kHttpRequestTimeout = absl::Seconds(30);
 // tokens, in a memory store (a durable store's cache here holds whole records).
 inline constexpr absl::Duration kResponseTtl = absl::Hours(24);
 inline constexpr int64_t kCheckpointMemoryBytes = int64_t{4} << 30;
+// The bytes a page of stored state aims at (server/store/state_pages.h): 2 MiB, 18
+// tokens of Qwen3-0.6B's 16-bit KV rounded down to a power of two (16).
+inline constexpr int64_t kStatePageBytes = int64_t{2} << 20;
 // Each tenant's stored responses at most: 3 GiB, 28,086 tokens of Qwen3-0.6B's state at
 // 16 bits, four such conversations (3.12 GB) and the next turn's room; a memory store
 // holds one tenant at its quota.

@@ -75,6 +75,14 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
                 "tokens of Qwen3-0.6B's 16-bit KV (114,688 bytes a token), five "
                 "20-turn conversations of 6,633 tokens (779 MB each). A durable "
                 "store's cache here holds whole records, each its whole state.");
+  f.AddByteSize("state_page_bytes", &o->state_page_bytes,
+                "The size a page of stored state aims at: stored responses, kept chats "
+                "and sessions written to the --session_store hold their KV rows in "
+                "pages of a power-of-two number of tokens (16 to 4,096) of about this "
+                "many bytes, each stored once per tenant and shared by every record "
+                "that holds those rows. Smaller pages share more of a conversation's "
+                "last turn and write less per turn; larger ones make fewer store "
+                "operations.");
   f.AddIntAtLeast("tenant_max_responses", &o->tenant_max_responses, 0,
                   "Stored responses one tenant may keep at once (0: no limit); one more "
                   "is refused with 429 until some expire or are deleted. Counted by this "

@@ -52,6 +52,8 @@ struct ServerOptions {
   // Bytes of stored responses in memory; without a durable store, all there is (a
   // write past it is refused, never another's evicted) (--checkpoint_memory_bytes).
   int64_t checkpoint_memory_bytes = defaults::kCheckpointMemoryBytes;
+  // What one page of stored KV rows aims at (--state_page_bytes).
+  int64_t state_page_bytes = defaults::kStatePageBytes;
   // Each tenant's stored responses at most, by count (0: no limit) and bytes, counted
   // by this server (--tenant_max_responses, --tenant_response_bytes).
   int tenant_max_responses = defaults::kTenantMaxResponses;

@@ -31,6 +31,9 @@ namespace attnserve::http {
 namespace {
 
 using nlohmann::json;
+// A request's own session lives in this server's memory only: what outlives the request
+// is the stored response or kept chat (CheckpointStore), never the session itself.
+constexpr auto kLocal = session::SessionStore::Durability::kLocal;
 
 constexpr char kJson[] = "application/json";
 constexpr int kSendBufferBytes = 64 << 10;  // per HTTP connection; see Start
@@ -509,12 +512,12 @@ absl::StatusOr<std::shared_ptr<HttpFront::KeptChat>> HttpFront::StartKeptChat(
     return s;
   }
   auto session = hit.has_value()
-                     ? deps_.store->Import(tenant, hit->state, options_.prefix_ttl)
-                     : deps_.store->Create(tenant, model, options_.prefix_ttl);
+                     ? deps_.store->Import(tenant, hit->state, options_.prefix_ttl, kLocal)
+                     : deps_.store->Create(tenant, model, options_.prefix_ttl, kLocal);
   if (hit.has_value() && absl::IsFailedPrecondition(session.status())) {
     // A kept state this server cannot import (a model it does not serve) is a miss.
     hit.reset();
-    session = deps_.store->Create(tenant, model, options_.prefix_ttl);
+    session = deps_.store->Create(tenant, model, options_.prefix_ttl, kLocal);
   }
   if (!session.ok()) return session.status();
   chat->session = std::make_shared<OwnSession>(deps_.store, tenant, (*session)->id());

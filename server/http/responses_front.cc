@@ -28,6 +28,9 @@ namespace attnserve::http {
 namespace {
 
 using nlohmann::json;
+// A request's own session lives in this server's memory only: what outlives the request
+// is the stored response or kept chat (CheckpointStore), never the session itself.
+constexpr auto kLocal = session::SessionStore::Durability::kLocal;
 
 // The session a response runs on lives only for its turn; this bounds how long it stays
 // if the process dies before closing it (a durable store then expires it).
@@ -188,8 +191,9 @@ void HttpFront::CreateResponse(const httplib::Request& req, httplib::Response& r
 
   // The turn's own session: the previous response's state, or a new one.
   auto session = previous.has_value()
-                     ? deps_.store->Import(*tenant, previous->state, kResponseSessionTtl)
-                     : deps_.store->Create(*tenant, *model, kResponseSessionTtl);
+                     ? deps_.store->Import(*tenant, previous->state, kResponseSessionTtl,
+                                           kLocal)
+                     : deps_.store->Create(*tenant, *model, kResponseSessionTtl, kLocal);
   if (!session.ok()) return Fail(route_name, session.status(), res, model_name);
   auto own = std::make_shared<OwnSession>(deps_.store, *tenant, (*session)->id());
   session->reset();  // the store owns it; the turn claims it by id

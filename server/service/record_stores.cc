@@ -32,6 +32,7 @@ absl::StatusOr<RecordStores> OpenRecordStores(const config::ServerOptions& optio
   responses.tenant_max_records = options.tenant_max_responses;
   responses.tenant_max_bytes = options.tenant_response_bytes;
   responses.memory_flag = "--checkpoint_memory_bytes";
+  responses.page_target_bytes = options.state_page_bytes;
   responses.records_flag = "--tenant_max_responses";
   responses.bytes_flag = "--tenant_response_bytes";
   responses.remedy =
@@ -48,6 +49,7 @@ absl::StatusOr<RecordStores> OpenRecordStores(const config::ServerOptions& optio
   states.memory_bytes = options.prefix_cache_bytes;
   states.tenant_max_bytes = options.tenant_prefix_bytes;
   states.memory_flag = "--prefix_cache_bytes";
+  states.page_target_bytes = options.state_page_bytes;
   states.bytes_flag = "--tenant_prefix_bytes";
   durable = Durable(options, {RecordKind::kPrefixState, RecordKind::kPage});
   if (!durable.ok()) return durable.status();

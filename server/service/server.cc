@@ -61,6 +61,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     if (!durable.ok()) return durable.status();
     store.durable = std::move(durable).value();
   }
+  store.page_target_bytes = options.state_page_bytes;
   store.persist =
       options.persist_each_turn ? session::PersistMode::kEachTurn : session::PersistMode::kNone;
   store.spill_after = options.spill_after;

@@ -68,13 +68,13 @@ absl::StatusOr<std::unique_ptr<SessionStore>> SessionStore::Create(Options optio
 
 namespace {
 
-// The durable store as the registry sees it: sessions only. The store holds other
-// records beside them (stored responses, conversations, ...) under ids anyone can
-// compute; named as a session, each must answer as an id that never existed, in every
-// method, without being read.
+// The durable store as the registry sees it: sessions and the pages their records name.
+// The store holds other records beside them (stored responses, conversations, ...) under
+// ids anyone can compute; named as a session, each must answer as an id that never
+// existed, in every method, without being read.
 SessionStore::Options OnlySessions(SessionStore::Options options) {
-  options.durable =
-      store::ForKinds({store::RecordKind::kSession}, std::move(options.durable));
+  options.durable = store::ForKinds({store::RecordKind::kSession, store::RecordKind::kPage},
+                                    std::move(options.durable));
   return options;
 }
 
@@ -172,7 +172,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::AdmitNew(std::shared_ptr<
                                                                 int64_t bytes) {
   auto admitted = Admit(session, bytes);
   if (!admitted.ok()) return admitted.status();
-  if (options_.durable) {
+  if (options_.durable && !session->local_) {
     // Written at once, so that every server sharing the store can find it. Nobody else
     // knows the fresh id yet, so nothing can claim it before the write.
     if (absl::Status s = Publish(*session); !s.ok()) {
@@ -186,12 +186,13 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::AdmitNew(std::shared_ptr<
 
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
     std::string_view tenant, std::shared_ptr<const catalogue::ServedModel> model,
-    absl::Duration ttl) {
+    absl::Duration ttl, Durability durability) {
   if (ttl <= absl::ZeroDuration()) ttl = options_.default_ttl;
   if (absl::Status s = CheckTtl(ttl, options_.max_ttl); !s.ok()) return s;
   const int64_t bytes = ChargeFor(*model, 0);
   auto session = std::make_shared<Session>(RandomId128(), std::string(tenant), std::move(model),
                                            options_.clock->Now(), ttl);
+  session->local_ = durability == Durability::kLocal;
   return AdmitNew(std::move(session), bytes);
 }
 
@@ -241,7 +242,7 @@ absl::StatusOr<TurnClaim> SessionStore::Claim(std::string_view tenant, const std
     if (found) {
       TurnClaim claim(this, found);
       // Across servers: take the store lease, and catch up if another server wrote.
-      if (options_.durable) {
+      if (options_.durable && !found->local_) {
         // ABORTED: unsaved turns here were overtaken by another server's; the session
         // now holds that newer copy, which is what this turn must run from.
         if (absl::Status s = Sync(*found, /*wait=*/true); !s.ok() && !absl::IsAborted(s)) {
@@ -281,7 +282,7 @@ absl::Status SessionStore::Charge(Session& s, int64_t bytes) {
 
 void SessionStore::EndTurn(const std::shared_ptr<Session>& s) {
   s->PublishProgress();
-  if (options_.durable && !s->one_turn_) ReleaseIfClean(*s);
+  if (options_.durable && !s->memory_only()) ReleaseIfClean(*s);
   absl::MutexLock lock(&mu_);
   s->busy_ = false;
   s->last_used_ = options_.clock->Now();
@@ -309,13 +310,13 @@ absl::Status SessionStore::Close(std::string_view tenant, const std::string& id)
       s->closing_.store(true);
     }
   }
-  if (options_.durable) {
+  if (options_.durable && !(s != nullptr && s->local_)) {
     // The stored copy goes first: if the store cannot be reached, nothing changes and
     // the client may retry, rather than the session coming back later from the store.
     absl::Status deleted;
     if (s == nullptr) {
-      auto owner = StoredOwner(id);
-      deleted = !owner.ok() ? owner.status() : *owner != tenant ? NotFound(id) : absl::OkStatus();
+      auto mine = StoredIsTenants(tenant, id);
+      deleted = !mine.ok() ? mine.status() : !*mine ? NotFound(id) : absl::OkStatus();
     }
     if (deleted.ok()) deleted = DeleteStored(id);
     if (!deleted.ok()) {
@@ -364,7 +365,7 @@ absl::StatusOr<SessionInfo> SessionStore::Get(std::string_view tenant, const std
         if (s.owner() != tenant || s.one_turn_) return NotFound(id);
         // A copy that is clean and idle here may be stale: another server sharing the
         // store may have run turns since. Busy or dirty copies are the newest.
-        if (!options_.durable || s.busy_ || s.dirty_) return Info(s);
+        if (!options_.durable || s.local_ || s.busy_ || s.dirty_) return Info(s);
         check = it->second;
         generation = s.generation_;
       } else if (!accepting_) {
@@ -418,7 +419,8 @@ absl::StatusOr<std::shared_ptr<const std::string>> SessionStore::Export(
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Import(
-    std::string_view tenant, snapshot::SnapshotBytes bytes, absl::Duration ttl) {
+    std::string_view tenant, snapshot::SnapshotBytes bytes, absl::Duration ttl,
+    Durability durability) {
   if (options_.catalogue == nullptr) {
     return absl::FailedPreconditionError("this server has no model catalogue to import into");
   }
@@ -431,6 +433,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Import(
   const int64_t charge = ChargeFor(*verified->model, verified->info.position);
   // The importer's, whoever exported it.
   auto session = FromSnapshot(RandomId128(), std::string(tenant), *std::move(verified), ttl);
+  session->local_ = durability == Durability::kLocal;
   return AdmitNew(std::move(session), charge);
 }
 

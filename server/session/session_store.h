@@ -43,6 +43,7 @@
 #include "server/session/session.h"
 #include "server/store/lease_keeper.h"
 #include "server/store/snapshot_store.h"
+#include "server/store/state_pages.h"
 
 namespace attnserve::session {
 
@@ -87,6 +88,8 @@ class SessionStore {
     const catalogue::ModelCatalogue* catalogue = nullptr;
     // Where snapshots go; null keeps sessions in memory only (they die with the process).
     std::unique_ptr<store::SnapshotStore> durable;
+    // The size a stored session's KV pages aim at (store/state_pages.h; tests use less).
+    int64_t page_target_bytes = store::kPageTargetBytes;
     PersistMode persist = PersistMode::kNone;
     // Idle time after which a session leaves memory for the durable store (SpillIdle);
     // infinite: never. Needs a durable store.
@@ -98,6 +101,15 @@ class SessionStore {
     // Limits of each tenant, by name; a tenant not listed has only the server's.
     TenantLimitMap tenant_limits;
   };
+
+  // Where a session lives. kShared: in the durable store too (when there is one), written
+  // at once and after turns as Options::persist says, so any server sharing the store can
+  // find, continue or take it over. kLocal: in this process's memory only, never written,
+  // spilled or loaded: the per-request sessions of the HTTP fronts (a Responses turn, a
+  // chat completion), whose state is kept, if at all, as a stored response or kept chat
+  // (CheckpointStore), not as a session. Writing those would store the whole state once
+  // more before every such turn's first token.
+  enum class Durability { kShared, kLocal };
 
   // INVALID_ARGUMENT when persist or spill_after is set without a durable store.
   static absl::StatusOr<std::unique_ptr<SessionStore>> Create(Options options);
@@ -113,7 +125,8 @@ class SessionStore {
   // the store can find it. May wait on the store.
   absl::StatusOr<std::shared_ptr<Session>> Create(std::string_view tenant,
                                                   std::shared_ptr<const catalogue::ServedModel> model,
-                                                  absl::Duration ttl);
+                                                  absl::Duration ttl,
+                                                  Durability durability = Durability::kShared);
 
   // A one-turn session of `tenant` (Generate without a session id), created and claimed
   // at once: admitted like any other, never written to the store, and closed when the
@@ -182,7 +195,8 @@ class SessionStore {
   // verification or admission fails. May wait on the store.
   absl::StatusOr<std::shared_ptr<Session>> Import(std::string_view tenant,
                                                   snapshot::SnapshotBytes bytes,
-                                                  absl::Duration ttl);
+                                                  absl::Duration ttl,
+                                                  Durability durability = Durability::kShared);
   // A new session of `tenant` holding a copy of `id`'s state and pending token; the
   // original is untouched. ttl <= 0: the original's. May wait.
   absl::StatusOr<std::shared_ptr<Session>> Fork(std::string_view tenant, const std::string& id,
@@ -247,15 +261,31 @@ class SessionStore {
   absl::StatusOr<TurnClaim> Claim(std::string_view tenant, const std::string& id);
   // Loads a stored session of `tenant` (NOT_FOUND if the store holds another tenant's).
   absl::StatusOr<std::shared_ptr<Session>> Load(std::string_view tenant, const std::string& id);
-  // The owner of the stored copy of `id`, read from its header; NOT_FOUND if none.
-  absl::StatusOr<std::string> StoredOwner(const std::string& id);
+  // Whether the stored copy of `id` is `tenant`'s, read from its header (or its stub's
+  // writer tag) without reading its pages; NOT_FOUND if none is stored.
+  absl::StatusOr<bool> StoredIsTenants(std::string_view tenant, const std::string& id);
+  // A session's record as the store keeps it (server/DESIGN.md §13): its snapshot cut into
+  // a stub and the KV pages it names. Every page is made to outlive the record first (the
+  // ones this tenant stored already only have their expiry extended; only new pages are
+  // written), so a session saved again after a turn writes the pages that turn completed
+  // and its stub. A snapshot with no full page, or a store that keeps no pages, is stored
+  // whole. `written` gets the bytes sent to the store.
+  absl::StatusOr<std::string> EncodeStored(std::string_view tenant, const std::string& bytes,
+                                           absl::Duration ttl, int64_t* written);
+  // The stored snapshot of `id` and its generation, a paged record joined again with its
+  // pages, each page's key derived anew from `tenant` (a stub of another tenant, or one
+  // missing a page, reads as absent: NOT_FOUND). `read` gets the bytes read.
+  absl::StatusOr<std::pair<std::string, int64_t>> ReadStored(std::string_view tenant,
+                                                             const std::string& id,
+                                                             int64_t* read);
   // Puts `session` in memory charged `bytes`: checks draining, its tenant's limits, the
   // session count and the budget (spilling idle sessions to make room when there is a
   // durable store). If a session of the same id is in memory already (a concurrent
   // load), nothing is charged and that one is returned.
   absl::StatusOr<std::shared_ptr<Session>> Admit(std::shared_ptr<Session> session, int64_t bytes);
   // Admits a session new to every server (a fresh id: created or imported here), then,
-  // with a durable store, writes it as generation 1; a failed write takes it out again.
+  // with a durable store and unless it is local, writes it as generation 1; a failed
+  // write takes it out again.
   absl::StatusOr<std::shared_ptr<Session>> AdmitNew(std::shared_ptr<Session> session,
                                                     int64_t bytes);
   // Takes `s` out of memory and frees its charge, if it is still the registered copy of
@@ -266,7 +296,8 @@ class SessionStore {
   // Spills the least recently used idle session (of `owner` only, if given); false if
   // there is none to spill.
   bool SpillOne(std::optional<std::string_view> owner = std::nullopt);
-  absl::Status Write(const std::string& id, const std::string& bytes, absl::Duration ttl);
+  // Writes `bytes`, a snapshot of `session`, unfenced (Publish), as EncodeStored stores it.
+  absl::Status Write(Session& session, const std::string& bytes);
   absl::Status DeleteStored(const std::string& id);
   // Retries the deletes of Discard's pending_deletes_ (session_store_discard.cc).
   void RetryDeletes();

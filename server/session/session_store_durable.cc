@@ -11,6 +11,9 @@
 // closing before it deletes the stored copy, and a save that wrote meanwhile deletes
 // what it wrote.
 #include <cstdio>
+#include <set>
+#include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/session/session_store.h"
@@ -27,16 +30,92 @@ namespace {
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
+// How long a session's pages outlive its record (as CheckpointStore's do): a record written
+// just before its pages' expiry never names a page that is gone.
+constexpr absl::Duration kPageGrace = absl::Minutes(1);
+
 }  // namespace
 
-absl::Status SessionStore::Write(const std::string& id, const std::string& bytes,
-                                 absl::Duration ttl) {
-  const absl::Time start = absl::Now();
-  absl::Status s = options_.durable->Put(id, bytes, ttl);
-  if (store_metrics_) {
-    store_metrics_->ObserveWrite(absl::Now() - start, int64_t(bytes.size()), s.ok());
+absl::StatusOr<std::string> SessionStore::EncodeStored(std::string_view tenant,
+                                                       const std::string& bytes,
+                                                       absl::Duration ttl, int64_t* written) {
+  *written = int64_t(bytes.size());
+  absl::StatusOr<store::SplitState> split =
+      store::SplitSnapshot(tenant, bytes, options_.page_target_bytes);
+  if (!split.ok() || split->pages.empty()) return bytes;  // stored whole
+  std::vector<std::string> ids;
+  ids.reserve(split->pages.size());
+  for (const store::StatePage& page : split->pages) ids.push_back(page.id);
+  // Every page outlives the record: extended (or written) before the record names it.
+  absl::StatusOr<std::vector<bool>> stored =
+      options_.durable->ExtendPages(ids, ttl + kPageGrace);
+  if (absl::IsUnimplemented(stored.status())) return bytes;  // a store without pages
+  if (!stored.ok()) return stored.status();
+  std::vector<store::SnapshotStore::PageWrite> missing;
+  std::set<std::string_view> queued;  // a page repeated within the state is written once
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!(*stored)[i] && queued.insert(ids[i]).second) {
+      missing.push_back({ids[i], split->pages[i].bytes});
+    }
   }
-  return s;
+  int64_t page_bytes = 0;
+  if (!missing.empty()) {
+    absl::StatusOr<int64_t> put = options_.durable->PutPages(missing, ttl + kPageGrace);
+    if (!put.ok()) return put.status();
+    page_bytes = *put;
+  }
+  std::string record = store::EncodePagedRecord("", split->stub, "");
+  *written = page_bytes + int64_t(record.size());
+  return record;
+}
+
+absl::StatusOr<std::pair<std::string, int64_t>> SessionStore::ReadStored(
+    std::string_view tenant, const std::string& id, int64_t* read) {
+  *read = 0;
+  auto got = options_.durable->GetWithGeneration(id);
+  if (!got.ok()) return got.status();
+  *read = int64_t(got->first.size());
+  if (!store::IsPagedRecord(got->first)) return got;
+  auto damaged = [&](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("session '", id, "' in ", store_name(), ": ",
+                                               s.message()));
+  };
+  absl::StatusOr<store::PagedRecordView> record = store::ParsePagedRecord(got->first);
+  if (!record.ok()) return damaged(record.status());
+  // Another tenant's session does not exist for this caller: no page is read for it.
+  if (!store::StubIsTenants(record->stub, tenant)) return NotFound(id);
+  absl::StatusOr<std::vector<std::string>> ids = store::StubPageIds(record->stub);
+  if (!ids.ok()) return damaged(ids.status());
+  auto pages = options_.durable->GetPages(*ids);
+  if (!pages.ok()) return pages.status();
+  std::vector<std::string_view> views;
+  views.reserve(pages->size());
+  for (size_t i = 0; i < pages->size(); ++i) {
+    // A page gone (expired early, or a store that lost it) takes the record with it: the
+    // session is absent, never corrupt.
+    if (!(*pages)[i].has_value()) {
+      std::fprintf(stderr, "attnserve: session %s in %s names page %s, which is gone; "
+                   "the session reads as absent\n", id.c_str(), store_name().c_str(),
+                   (*ids)[i].c_str());
+      return NotFound(id);
+    }
+    *read += int64_t((*pages)[i]->size());
+    views.push_back(*(*pages)[i]);
+  }
+  absl::StatusOr<std::string> joined = store::JoinSnapshot(record->stub, views, tenant);
+  if (absl::IsNotFound(joined.status())) return NotFound(id);
+  if (!joined.ok()) return damaged(joined.status());
+  return std::make_pair(*std::move(joined), got->second);
+}
+
+absl::Status SessionStore::Write(Session& s, const std::string& bytes) {
+  const absl::Time start = absl::Now();
+  int64_t written = 0;
+  absl::StatusOr<std::string> record = EncodeStored(s.owner(), bytes, s.ttl_, &written);
+  absl::Status st = record.status();
+  if (record.ok()) st = options_.durable->Put(s.id(), *record, s.ttl_);
+  if (store_metrics_) store_metrics_->ObserveWrite(absl::Now() - start, written, st.ok());
+  return st;
 }
 
 absl::Status SessionStore::DeleteStored(const std::string& id) {
@@ -51,24 +130,32 @@ absl::Status SessionStore::Publish(Session& s) {
   // A fresh random id: nobody else can be writing it, so no lease is needed.
   auto bytes = s.Snapshot();
   if (!bytes.ok()) return bytes.status();
-  if (absl::Status st = Write(s.id(), **bytes, s.ttl_); !st.ok()) return st;
+  if (absl::Status st = Write(s, **bytes); !st.ok()) return st;
   s.generation_ = 1;
   s.dirty_ = false;
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> SessionStore::StoredOwner(const std::string& id) {
+absl::StatusOr<bool> SessionStore::StoredIsTenants(std::string_view tenant,
+                                                   const std::string& id) {
   if (!options_.durable) return NotFound(id);
   auto got = options_.durable->GetWithGeneration(id);
   if (absl::IsNotFound(got.status())) return NotFound(id);
   if (!got.ok()) return got.status();
+  if (store::IsPagedRecord(got->first)) {
+    auto record = store::ParsePagedRecord(got->first);
+    if (record.ok()) return store::StubIsTenants(record->stub, tenant);
+    return absl::Status(record.status().code(), absl::StrCat("session '", id, "' in ",
+                                                             store_name(), ": ",
+                                                             record.status().message()));
+  }
   auto owner = SnapshotOwner(got->first);
   if (!owner.ok()) {
     return absl::Status(owner.status().code(), absl::StrCat("session '", id, "' in ",
                                                             store_name(), ": ",
                                                             owner.status().message()));
   }
-  return owner;
+  return *owner == tenant;
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(std::string_view tenant,
@@ -85,11 +172,11 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Load(std::string_view ten
   // No lease: stored copies are replaced atomically, and a claim compares generations
   // under the lease before it runs anything.
   const absl::Time start = absl::Now();
-  auto got = options_.durable->GetWithGeneration(id);
+  int64_t read = 0;
+  auto got = ReadStored(tenant, id, &read);
   if (store_metrics_) {
     const bool ok = got.ok() || absl::IsNotFound(got.status());
-    store_metrics_->ObserveRead(absl::Now() - start, got.ok() ? int64_t(got->first.size()) : 0,
-                                ok, got.ok());
+    store_metrics_->ObserveRead(absl::Now() - start, read, ok, got.ok());
   }
   if (absl::IsNotFound(got.status())) return NotFound(id);
   if (!got.ok()) return got.status();
@@ -170,7 +257,8 @@ absl::Status SessionStore::Sync(Session& s, bool wait) {
   }
   // The store is newer than this copy. Read it: it may be our own write whose reply was
   // lost, or another server's.
-  auto got = options_.durable->GetWithGeneration(s.id());
+  int64_t read = 0;
+  auto got = ReadStored(s.owner(), s.id(), &read);
   if (got.ok()) {
     for (const auto& [generation, bytes] : s.uncertain_) {
       if (generation == got->second && *bytes == got->first) {
@@ -208,7 +296,7 @@ absl::Status SessionStore::Sync(Session& s, bool wait) {
 }
 
 absl::Status SessionStore::Save(Session& s, bool wait) {
-  if (s.one_turn_) return absl::OkStatus();
+  if (s.memory_only()) return absl::OkStatus();
   auto closing = [&s] { return s.closing_.load() || s.closed(); };
   for (int attempt = 0; attempt < 2 && s.dirty_; ++attempt) {
     if (closing()) return absl::OkStatus();  // closed: nothing to keep
@@ -223,10 +311,13 @@ absl::Status SessionStore::Save(Session& s, bool wait) {
     auto snapshot = s.Snapshot();
     if (!snapshot.ok()) return snapshot.status();
     std::shared_ptr<const std::string> bytes = *std::move(snapshot);
-    auto written = leases_->WriteFenced(s.id(), *bytes, s.ttl_, s.store_token_, s.generation_);
-    if (store_metrics_) {
-      store_metrics_->ObserveWrite(absl::Now() - start, int64_t(bytes->size()), written.ok());
-    }
+    // Pages first (only those not stored yet), then the stub, fenced.
+    int64_t sent = 0;
+    absl::StatusOr<std::string> record = EncodeStored(s.owner(), *bytes, s.ttl_, &sent);
+    absl::StatusOr<int64_t> written =
+        record.ok() ? leases_->WriteFenced(s.id(), *record, s.ttl_, s.store_token_, s.generation_)
+                    : absl::StatusOr<int64_t>(record.status());
+    if (store_metrics_) store_metrics_->ObserveWrite(absl::Now() - start, sent, written.ok());
     if (written.ok()) {
       s.generation_ = *written;
       s.dirty_ = false;
@@ -273,7 +364,7 @@ void SessionStore::FinishTurn(TurnClaim claim, std::function<void(absl::Status)>
     s->closing_.store(true);
     RemoveLocked(s, /*closed=*/true);
   }
-  if (!options_.durable || s->one_turn_) {
+  if (!options_.durable || s->memory_only()) {
     claim.Release();
     then(absl::OkStatus());
     return;
@@ -351,7 +442,10 @@ bool SessionStore::SpillOne(std::optional<std::string_view> owner) {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, s] : sessions_) {
-      if (s->busy_ || s->closing_.load() || (owner && s->owner() != *owner)) continue;
+      if (s->busy_ || s->closing_.load() || s->memory_only() ||
+          (owner && s->owner() != *owner)) {
+        continue;
+      }
       if (!victim || s->last_used_ < victim->last_used_) victim = s;
     }
     if (!victim) return false;
@@ -380,7 +474,7 @@ int SessionStore::SpillIdle() {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, s] : sessions_) {
-      if (!s->busy_ && !s->one_turn_ && now - s->last_used_ >= options_.spill_after) {
+      if (!s->busy_ && !s->memory_only() && now - s->last_used_ >= options_.spill_after) {
         s->busy_ = true;
         idle.push_back(s);
       }
@@ -424,7 +518,7 @@ absl::StatusOr<int> SessionStore::SaveAll(absl::Duration timeout) {
     };
     mu_.AwaitWithDeadline(absl::Condition(&none_busy), deadline);
     for (const auto& [id, s] : sessions_) {
-      if (s->busy_ || s->one_turn_) continue;
+      if (s->busy_ || s->memory_only()) continue;
       s->busy_ = true;
       all.push_back(s);
     }

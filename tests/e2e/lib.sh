@@ -40,13 +40,18 @@ stop() {
   wait "$pid" 2>/dev/null || true
 }
 
+# Every server here stores its KV rows in pages of 16 tokens (the smallest page): the test
+# models' rows are small, so at the default page size their states would never fill one
+# page and every store path here would run on whole records only.
+page_flag=--state_page_bytes=${E2E_STATE_PAGE_BYTES:-1}
+
 # start_server ADDR METRICS_ADDR [SERVER FLAGS...]: starts the server in the background
 # (server_pid, log in $work/server.log) and waits up to 10 s for health to say SERVING.
 start_server() {
   local addr=$1 metrics=$2
   shift 2
   step "starting $server_bin on $addr (metrics on $metrics)"
-  "$server_bin" --listen="$addr" --http_listen=127.0.0.1:0 --metrics_listen="$metrics" "$@" >"$work/server.log" 2>&1 &
+  "$server_bin" --listen="$addr" --http_listen=127.0.0.1:0 --metrics_listen="$metrics" "$page_flag" "$@" >"$work/server.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 1 100); do
     "$client_bin" --server="$addr" --connect_timeout=0.1 health >/dev/null 2>&1 && break
@@ -62,7 +67,7 @@ start_named() {
   local name=$1 addr=$2 metrics=$3
   shift 3
   step "starting server $name on $addr (metrics on $metrics) $*"
-  "$server_bin" --listen="$addr" --http_listen=127.0.0.1:0 --metrics_listen="$metrics" "$@" >>"$work/$name.log" 2>&1 &
+  "$server_bin" --listen="$addr" --http_listen=127.0.0.1:0 --metrics_listen="$metrics" "$page_flag" "$@" >>"$work/$name.log" 2>&1 &
   started_pid=$!
   for _ in $(seq 1 150); do
     "$client_bin" --server="$addr" --connect_timeout=0.1 health >/dev/null 2>&1 && return 0

@@ -37,8 +37,10 @@ class DurableSessionStoreTest : public testing::Test {
   std::unique_ptr<SessionStore> MakeStore(PersistMode persist = PersistMode::kNone,
                                           int64_t budget = int64_t{1} << 30,
                                           absl::Duration spill_after = absl::InfiniteDuration(),
-                                          absl::Duration lease_wait = absl::Seconds(2)) {
+                                          absl::Duration lease_wait = absl::Seconds(2),
+                                          int64_t page_target_bytes = store::kPageTargetBytes) {
     SessionStore::Options o;
+    o.page_target_bytes = page_target_bytes;
     o.leases.wait = lease_wait;
     o.clock = &clock_;
     o.catalogue = catalogue_.get();
@@ -51,7 +53,8 @@ class DurableSessionStoreTest : public testing::Test {
   }
   // Runs a "turn" by hand: prefill `n` tokens and leave `pending` waiting.
   static void Advance(TurnClaim& lease, int n, int32_t pending) {
-    std::vector<int32_t> tokens(n, 66);
+    std::vector<int32_t> tokens(n);
+    for (int i = 0; i < n; ++i) tokens[i] = 66 + i % 13;  // rows that differ page to page
     ASSERT_TRUE(lease->model().Prefill(lease->state(), tokens).ok());
     lease->pending_token() = pending;
   }
@@ -68,6 +71,22 @@ class DurableSessionStoreTest : public testing::Test {
     ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   }
   bool Stored(const std::string& id) const { return fs::exists(dir_ / (id + ".snap")); }
+  // The page files in the store, by name, with their sizes.
+  std::map<std::string, int64_t> Pages() const {
+    std::map<std::string, int64_t> pages;
+    if (!fs::exists(dir_)) return pages;
+    for (const auto& entry : fs::recursive_directory_iterator(dir_)) {
+      if (entry.path().extension() == ".page") {
+        pages[entry.path().filename().string()] = int64_t(entry.file_size());
+      }
+    }
+    return pages;
+  }
+  // A store that cuts pages of 16 tokens (the smallest page) out of the tiny models.
+  std::unique_ptr<SessionStore> MakePagedStore(PersistMode persist = PersistMode::kEachTurn) {
+    return MakeStore(persist, int64_t{1} << 30, absl::InfiniteDuration(), absl::Seconds(2),
+                     /*page_target_bytes=*/1);
+  }
 
   fs::path dir_;
   ManualClock clock_;
@@ -275,6 +294,97 @@ TEST_F(DurableSessionStoreTest, AVersion1StoredSnapshotBelongsToTheDefaultTenant
   auto info = store->Get(kDefaultTenant, id);  // the default tenant
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->owner, kDefaultTenant);
+}
+
+// A session saved after each turn is stored as a stub naming its KV pages: a save writes
+// only the pages completed since the last one (never the whole state again), a second
+// server joins the pages back into exactly the state the first one had, and a page that
+// is gone makes the session absent, never corrupt.
+TEST_F(DurableSessionStoreTest, SessionsAreStoredByPagesAndASaveWritesOnlyWhatIsNew) {
+  std::string id;
+  std::shared_ptr<const std::string> exported;
+  {
+    auto store = MakePagedStore();
+    id = store->Create(kDefaultTenant, softmax_, absl::ZeroDuration()).value()->id();
+    Turn(*store, id, 40, 7);  // 40 tokens: 2 full pages of 16
+    const auto first = Pages();
+    ASSERT_EQ(first.size(), 2u);
+    const int64_t record_then = int64_t(fs::file_size(dir_ / (id + ".snap")));
+    Turn(*store, id, 40, 8);  // 80 tokens: 5 full pages, 3 of them new
+    const auto second = Pages();
+    ASSERT_EQ(second.size(), 5u);
+    for (const auto& [name, bytes] : first) EXPECT_EQ(second.count(name), 1u) << name;
+    // The record holds the fixed parts and the partial page only: it did not grow with
+    // the 40 tokens now in pages, and it is far smaller than the state.
+    exported = store->Export(kDefaultTenant, id).value();
+    const int64_t record_now = int64_t(fs::file_size(dir_ / (id + ".snap")));
+    EXPECT_LT(record_now, record_then + 256);
+    int64_t paged = 0;
+    for (const auto& [name, bytes] : second) paged += bytes;
+    EXPECT_GT(paged, int64_t(exported->size()) / 2);
+    EXPECT_LT(record_now + paged, int64_t(exported->size()) + 1024);
+  }
+  {
+    // Another server reads it back exactly, and only its owner does.
+    auto replica = MakePagedStore();
+    EXPECT_EQ(replica->Get("alice", id).status().code(), absl::StatusCode::kNotFound);
+    auto again = replica->Export(kDefaultTenant, id);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_TRUE(**again == *exported);
+  }
+  // A page gone: the session reads as absent.
+  const auto pages = Pages();
+  for (const auto& entry : fs::recursive_directory_iterator(dir_)) {
+    if (entry.path().filename().string() == pages.begin()->first) {
+      fs::remove(entry.path());
+      break;
+    }
+  }
+  auto replica = MakePagedStore();
+  EXPECT_EQ(replica->Get(kDefaultTenant, id).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A request's own session (the HTTP fronts' Responses turn or chat) is local: never
+// written, not after its turns, not at the drain, and never spilled to make room; it is
+// in memory until closed, and no other server can find it.
+TEST_F(DurableSessionStoreTest, LocalSessionsAreNeverWrittenNorSpilled) {
+  auto store = MakeStore(PersistMode::kEachTurn);
+  auto local = store->Create(kDefaultTenant, softmax_, absl::ZeroDuration(),
+                             SessionStore::Durability::kLocal);
+  ASSERT_TRUE(local.ok()) << local.status();
+  const std::string id = (*local)->id();
+  EXPECT_FALSE(Stored(id));
+  Turn(*store, id, 40, 7);
+  EXPECT_FALSE(Stored(id));
+  auto imported = store->Import(kDefaultTenant, store->Export(kDefaultTenant, id).value(),
+                                absl::ZeroDuration(), SessionStore::Durability::kLocal);
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_FALSE(Stored((*imported)->id()));
+  auto shared = store->Create(kDefaultTenant, softmax_, absl::ZeroDuration());
+  ASSERT_TRUE(Stored((*shared)->id()));
+  EXPECT_EQ(store->SaveAll(absl::Seconds(5)).value(), 1);  // the shared one only
+  EXPECT_FALSE(Stored(id));
+  EXPECT_EQ(MakeStore()->Get(kDefaultTenant, id).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->Get(kDefaultTenant, id)->position, 41);  // with the pending token
+  EXPECT_TRUE(store->Close(kDefaultTenant, id).ok());
+  EXPECT_EQ(store->Get(kDefaultTenant, id).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A page's key is derived from its tenant: two tenants' sessions with the same tokens share
+// no page, and neither can read the other's.
+TEST_F(DurableSessionStoreTest, TenantsShareNoPages) {
+  auto store = MakePagedStore();
+  const std::string a = store->Create("alice", softmax_, absl::ZeroDuration()).value()->id();
+  const std::string b = store->Create("bob", softmax_, absl::ZeroDuration()).value()->id();
+  Turn(*store, a, 32, 7, "alice");
+  EXPECT_EQ(Pages().size(), 2u);
+  Turn(*store, b, 32, 7, "bob");  // the same rows, another tenant
+  EXPECT_EQ(Pages().size(), 4u);
+  auto replica = MakePagedStore();
+  EXPECT_EQ(replica->Get("bob", a).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(replica->Get("alice", a).ok());
+  EXPECT_TRUE(replica->Get("bob", b).ok());
 }
 
 TEST_F(DurableSessionStoreTest, ATenantAtItsLimitSpillsItsOwnIdleSessionsNotOthers) {
