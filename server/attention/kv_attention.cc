@@ -17,8 +17,37 @@ at::ScalarType DtypeOf(KvCacheType type) {
   switch (type) {
     case KvCacheType::kF16: return at::kHalf;
     case KvCacheType::kBF16: return at::kBFloat16;
+    case KvCacheType::kQ8_0: return at::kByte;  // whole blocks, KvRowBytes a row
     default: return at::kFloat;
   }
+}
+
+// The last dimension of a tensor holding rows of n values as `type`: n, or the bytes of
+// its q8_0 blocks.
+int64_t StoredWidth(KvCacheType type, int64_t n) {
+  return type == KvCacheType::kQ8_0 ? KvRowBytes(type, n) : n;
+}
+
+// Rows (..., n) of any float type quantized to q8_0 blocks (..., KvRowBytes(n)) (at::kByte)
+// by StoreKvRow: LibTorch has no such type.
+at::Tensor QuantizeQ8_0(const at::Tensor& rows) {
+  const at::Tensor x = rows.to(at::kFloat).contiguous();
+  const int64_t n = x.size(-1);
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = KvRowBytes(KvCacheType::kQ8_0, n);
+  at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(at::kByte));
+  StoreKvRow(KvCacheType::kQ8_0, x.data_ptr<float>(), x.numel(), out.data_ptr());
+  return out;
+}
+
+// q8_0 blocks (..., KvRowBytes(n)) (at::kByte) back to fp32 rows (..., n).
+at::Tensor DequantizeQ8_0(const at::Tensor& blocks, int64_t n) {
+  const at::Tensor x = blocks.contiguous();
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = n;
+  at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(at::kFloat));
+  LoadKvRows(KvCacheType::kQ8_0, x.data_ptr(), out.numel(), out.data_ptr<float>());
+  return out;
 }
 
 }  // namespace
@@ -36,7 +65,7 @@ class KvState : public AttentionState {
   static constexpr int64_t kMaxBlockRows = 256;
 
   struct Block {
-    at::Tensor k;  // (Hkv, rows, D), stored type
+    at::Tensor k;  // (Hkv, rows, D), stored type (q8_0: (Hkv, rows, KvRowBytes(D)) bytes)
     at::Tensor v;  // (Hkv, rows, Dv)
     int64_t first = 0;  // position of its first row
     int64_t rows() const { return k.size(1); }
@@ -82,8 +111,8 @@ class KvState : public AttentionState {
     while (Capacity() < length + extra) {
       const int64_t rows = RowsOfBlock(blocks.size());
       const auto options = at::TensorOptions().dtype(DtypeOf(type_));
-      blocks.push_back({at::empty({hkv_, rows, d_}, options), at::empty({hkv_, rows, dv_}, options),
-                        Capacity()});
+      blocks.push_back({at::empty({hkv_, rows, StoredWidth(type_, d_)}, options),
+                        at::empty({hkv_, rows, StoredWidth(type_, dv_)}, options), Capacity()});
     }
   }
   // The block holding position `pos` (< Capacity()).
@@ -93,9 +122,13 @@ class KvState : public AttentionState {
     return *(it - 1);
   }
 
-  // k: (Hkv, T, D), v: (Hkv, T, Dv) fp32 appended at [length, length + T), converted to
-  // the stored type by LibTorch (the reference path).
-  void Append(const at::Tensor& new_k, const at::Tensor& new_v) {
+  // k: (Hkv, T, D), v: (Hkv, T, Dv) appended at [length, length + T): fp32 rows converted
+  // to the stored type by LibTorch (the reference path; q8_0 by StoreKvRow), or rows
+  // already in the stored type (a restore's last, partial block).
+  void Append(const at::Tensor& k_rows, const at::Tensor& v_rows) {
+    const bool q8 = type_ == KvCacheType::kQ8_0;
+    const at::Tensor new_k = q8 && k_rows.scalar_type() != at::kByte ? QuantizeQ8_0(k_rows) : k_rows;
+    const at::Tensor new_v = q8 && v_rows.scalar_type() != at::kByte ? QuantizeQ8_0(v_rows) : v_rows;
     const int64_t t = new_k.size(1);
     Reserve(t);
     for (int64_t done = 0; done < t;) {
@@ -153,7 +186,9 @@ class KvState : public AttentionState {
   }
 
  private:
-  int64_t PerToken() const { return hkv_ * (d_ + dv_) * KvElementBytes(type_); }
+  int64_t PerToken() const {
+    return hkv_ * (KvRowBytes(type_, d_) + KvRowBytes(type_, dv_));
+  }
   // Byte offset of row r of head j in a block tensor.
   static int64_t Offset(const at::Tensor& t, int64_t j, int64_t r) {
     return (j * t.stride(0) + r * t.stride(1)) * int64_t(t.element_size());
@@ -166,9 +201,11 @@ class KvState : public AttentionState {
     }
     at::Tensor out =
         parts.empty()
-            ? at::empty({hkv_, 0, width}, at::TensorOptions().dtype(DtypeOf(type_)))
+            ? at::empty({hkv_, 0, StoredWidth(type_, width)},
+                        at::TensorOptions().dtype(DtypeOf(type_)))
             : (parts.size() == 1 ? parts[0] : at::cat(parts, 1));
-    return fp32 ? out.to(at::kFloat) : out;
+    if (!fp32) return out;
+    return type_ == KvCacheType::kQ8_0 ? DequantizeQ8_0(out, width) : out.to(at::kFloat);
   }
 
   const int64_t hkv_, d_, dv_;
@@ -225,18 +262,29 @@ std::unique_ptr<AttentionState> KvAttention::RestoreState(int64_t position,
   const TensorShapes shapes = StateShapes(position);
   TORCH_CHECK(tensors.size() == 2, "RestoreState: ", tensors.size(), " tensors for a KV state");
   for (size_t i = 0; i < 2; ++i) {
+    // q8_0 rows (at::kByte) are their blocks' bytes wide.
+    std::vector<int64_t> want = shapes[i].second;
+    if (tensors[i].second.scalar_type() == at::kByte) {
+      want.back() = StoredWidth(KvCacheType::kQ8_0, want.back());
+    }
     TORCH_CHECK(tensors[i].first == shapes[i].first &&
-                    tensors[i].second.sizes() == at::IntArrayRef(shapes[i].second),
+                    tensors[i].second.sizes() == at::IntArrayRef(want),
                 "RestoreState: tensor ", i, " is not ", shapes[i].first);
   }
   const auto& o = options();
   auto st = std::make_unique<KvState>(o.num_kv_heads, o.head_dim, o.value_dim, o.kv_cache_type);
   // In the stored type (a no-op when the snapshot's is the cache's; rounded to nearest
-  // even when it narrows). Full blocks are views of these tensors; the last, partial one
-  // is a block of its own with room for what follows.
+  // even when it narrows to 16 bits, quantized when it narrows to q8_0, dequantized when
+  // it widens from q8_0). Full blocks are views of these tensors; the last, partial one is
+  // a block of its own with room for what follows.
   const at::ScalarType dtype = DtypeOf(o.kv_cache_type);
-  const at::Tensor k = tensors[0].second.to(dtype).contiguous();
-  const at::Tensor v = tensors[1].second.to(dtype).contiguous();
+  auto stored = [&](const at::Tensor& t, int64_t width) {
+    const bool from_q8 = t.scalar_type() == at::kByte;
+    if (o.kv_cache_type == KvCacheType::kQ8_0) return from_q8 ? t.contiguous() : QuantizeQ8_0(t);
+    return (from_q8 ? DequantizeQ8_0(t, width) : t).to(dtype).contiguous();
+  };
+  const at::Tensor k = stored(tensors[0].second, o.head_dim);
+  const at::Tensor v = stored(tensors[1].second, o.value_dim);
   int64_t first = 0;
   for (size_t i = 0;; ++i) {
     const int64_t rows = KvState::RowsOfBlock(i);

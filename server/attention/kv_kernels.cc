@@ -429,6 +429,36 @@ void LoadBf16(const uint16_t* x, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(x[i]);
 }
 
+// ggml's quantize_row_q8_0_ref, block by block: d = max|x| / 127 kept as an IEEE half,
+// q = roundf(x / d) computed as x * (1 / d) with the unrounded d (0 for an all-zero block).
+ATTNSERVE_CLONES
+void StoreQ8_0(const float* x, int64_t n, char* out) {
+  for (int64_t b = 0; b < n / kQ8_0BlockValues; ++b, x += kQ8_0BlockValues) {
+    float amax = 0.0f;
+    for (int64_t j = 0; j < kQ8_0BlockValues; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t h = FloatToHalf(d);
+    std::memcpy(out, &h, 2);
+    auto* q = reinterpret_cast<int8_t*>(out + 2);
+    for (int64_t j = 0; j < kQ8_0BlockValues; ++j) q[j] = int8_t(std::round(x[j] * id));
+    out += kQ8_0BlockBytes;
+  }
+}
+
+// ggml's dequantize_row_q8_0: x = q * d.
+ATTNSERVE_CLONES
+void LoadQ8_0(const char* x, int64_t n, float* out) {
+  for (int64_t b = 0; b < n / kQ8_0BlockValues; ++b, x += kQ8_0BlockBytes) {
+    uint16_t h;
+    std::memcpy(&h, x, 2);
+    const float d = HalfToFloat(h);
+    const auto* q = reinterpret_cast<const int8_t*>(x + 2);
+    for (int64_t j = 0; j < kQ8_0BlockValues; ++j) out[j] = float(q[j]) * d;
+    out += kQ8_0BlockValues;
+  }
+}
+
 }  // namespace
 
 void StoreKvRow(KvCacheType type, const float* x, int64_t n, void* out) {
@@ -438,6 +468,8 @@ void StoreKvRow(KvCacheType type, const float* x, int64_t n, void* out) {
       return;
     case KvCacheType::kBF16:
       return StoreBf16(x, n, static_cast<uint16_t*>(out));
+    case KvCacheType::kQ8_0:
+      return StoreQ8_0(x, n, static_cast<char*>(out));
     case KvCacheType::kF16: {
       auto* h = static_cast<uint16_t*>(out);
 #if defined(ATTNSERVE_FLASH)
@@ -456,6 +488,8 @@ void LoadKvRows(KvCacheType type, const void* x, int64_t n, float* out) {
       return;
     case KvCacheType::kBF16:
       return LoadBf16(static_cast<const uint16_t*>(x), n, out);
+    case KvCacheType::kQ8_0:
+      return LoadQ8_0(static_cast<const char*>(x), n, out);
     case KvCacheType::kF16: {
       const auto* h = static_cast<const uint16_t*>(x);
 #if defined(ATTNSERVE_FLASH)
@@ -542,14 +576,13 @@ void KvGroupAttendSpans(KvCacheType type, const float* q, absl::Span<const KvSpa
                         int64_t rows, int64_t len, int64_t d, int64_t dv, float* scores,
                         float* tile, float* out, float* sums) {
 #if defined(ATTNSERVE_FLASH)
-  if (type != KvCacheType::kF32 && HasAvx512() && d % 16 == 0 && dv % 16 == 0 &&
-      rows <= kDirectRows) {
+  if ((type == KvCacheType::kF16 || type == KvCacheType::kBF16) && HasAvx512() &&
+      d % 16 == 0 && dv % 16 == 0 && rows <= kDirectRows) {
     return type == KvCacheType::kF16
                ? GroupAttendDirect<true>(q, spans, rows, len, d, dv, scores, out, sums)
                : GroupAttendDirect<false>(q, spans, rows, len, d, dv, scores, out, sums);
   }
 #endif
-  const int64_t element = KvElementBytes(type);
   // Calls f(first, n, rows_fp32) for each tile of at most kSpanTileRows rows of width w
   // of the spans' keys or values: fp32 spans in place, others read into `tile`.
   auto for_tiles = [&](bool keys, int64_t w, auto&& f) {
@@ -560,7 +593,7 @@ void KvGroupAttendSpans(KvCacheType type, const float* q, absl::Span<const KvSpa
         // fp32 rows are read in place, a whole span at a time.
         const int64_t n =
             type == KvCacheType::kF32 ? span.rows : std::min(kSpanTileRows, span.rows - r);
-        const void* src = base + r * w * element;
+        const void* src = base + r * KvRowBytes(type, w);
         const float* rows_fp32 = static_cast<const float*>(src);
         if (type != KvCacheType::kF32) {
           LoadKvRows(type, src, n * w, tile);

@@ -20,12 +20,14 @@ namespace attnserve::attention {
 uint16_t FloatToHalf(float f);
 float HalfToFloat(uint16_t h);
 
-// Stores n fp32 values as `type` at out (n elements of KvElementBytes(type) bytes):
+// Stores n fp32 values as `type` at out (KvRowBytes(type, n) bytes): 16-bit types
 // rounded to nearest even, as a copy_ into an at::kHalf / at::kBFloat16 tensor rounds,
-// so the fused loops and the ATen reference store the same bits. NaNs aside: the vector
-// loop keeps a NaN's payload where the scalar one does not.
+// so the fused loops and the ATen reference store the same bits (NaNs aside: the vector
+// loop keeps a NaN's payload where the scalar one does not); q8_0 quantized block by
+// block as ggml's quantize_row_q8_0_ref does (n a multiple of 32, blocks of 32 values
+// that never straddle two rows when n is a whole number of rows).
 void StoreKvRow(KvCacheType type, const float* x, int64_t n, void* out);
-// Reads n stored values of `type` as fp32 (exact).
+// Reads n stored values of `type` as fp32 (exact for the float types; q * d for q8_0).
 void LoadKvRows(KvCacheType type, const void* x, int64_t n, float* out);
 
 // One KV head's part of one block of a cache: `rows` keys (rows, D) and values

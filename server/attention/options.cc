@@ -91,6 +91,14 @@ absl::Status ValidateAttentionOptions(const AttentionOptions& o, ModuleKind* kin
     return absl::InvalidArgumentError(
         absl::StrCat("value_dim must be >= 1, got ", o.value_dim));
   }
+  if (o.kv_cache_type == KvCacheType::kQ8_0 &&
+      (e->kind == ModuleKind::kSoftmax || e->kind == ModuleKind::kSoftmaxNorm) &&
+      (o.head_dim % kQ8_0BlockValues != 0 || o.value_dim % kQ8_0BlockValues != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a q8_0 KV cache stores rows in blocks of 32 values; this model's head dims (",
+        o.head_dim, " keys, ", o.value_dim, " values) are not multiples of 32: use "
+        "--kv_cache_type=f16"));
+  }
   if (o.chunk_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("attention.chunk_size must be >= 1, got ", o.chunk_size));
@@ -191,25 +199,34 @@ const char* KvCacheTypeName(KvCacheType type) {
   switch (type) {
     case KvCacheType::kF16: return "f16";
     case KvCacheType::kBF16: return "bf16";
+    case KvCacheType::kQ8_0: return "q8_0";
     default: return "f32";
   }
 }
 
 absl::Status ParseKvCacheType(const std::string& name, KvCacheType* type) {
-  for (KvCacheType t : {KvCacheType::kF32, KvCacheType::kF16, KvCacheType::kBF16}) {
+  for (KvCacheType t :
+       {KvCacheType::kF32, KvCacheType::kF16, KvCacheType::kBF16, KvCacheType::kQ8_0}) {
     if (name == KvCacheTypeName(t)) {
       *type = t;
       return absl::OkStatus();
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("KV cache type '", name, "' is not one of f32, f16, bf16"));
+      absl::StrCat("KV cache type '", name, "' is not one of f32, f16, bf16, q8_0"));
 }
 
-int64_t KvElementBytes(KvCacheType type) { return type == KvCacheType::kF32 ? 4 : 2; }
+int64_t KvRowBytes(KvCacheType type, int64_t n) {
+  switch (type) {
+    case KvCacheType::kF32: return 4 * n;
+    case KvCacheType::kQ8_0: return n / kQ8_0BlockValues * kQ8_0BlockBytes;
+    default: return 2 * n;
+  }
+}
 
 int64_t KvBytesPerToken(const AttentionOptions& o) {
-  return KvElementBytes(o.kv_cache_type) * (o.head_dim + o.value_dim) * o.num_kv_heads;
+  return (KvRowBytes(o.kv_cache_type, o.head_dim) + KvRowBytes(o.kv_cache_type, o.value_dim)) *
+         o.num_kv_heads;
 }
 
 int64_t StateElementBytes(const AttentionOptions& o) {

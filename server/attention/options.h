@@ -20,20 +20,28 @@ enum class ModuleKind {
 };
 
 // How a KV-cache module stores its keys and values (the server's --kv_cache_type). Every
-// path reads the stored rows into fp32 and computes in fp32; rows are rounded to nearest
-// even when stored (the fused loops and LibTorch's conversions round alike).
+// path reads the stored rows into fp32 and computes in fp32; 16-bit rows are rounded to
+// nearest even when stored (the fused loops and LibTorch's conversions round alike).
 enum class KvCacheType {
   kF32,   // 4 bytes an element
   kF16,   // IEEE half: 2 bytes, 11 significant bits, |x| < 65504
   kBF16,  // bfloat16: 2 bytes, 8 significant bits, fp32's range
+  // ggml's Q8_0, as llama.cpp's --cache-type-k/v q8_0: each row in blocks of 32 values,
+  // a block an IEEE-half scale d = max|x| / 127 then 32 int8 q = round(x / d) (half away
+  // from zero): 34 bytes for 32 values. Head dims must be multiples of 32.
+  kQ8_0,
 };
 
-// "f32", "f16", "bf16".
+// Values in one Q8_0 block, and its bytes.
+inline constexpr int64_t kQ8_0BlockValues = 32;
+inline constexpr int64_t kQ8_0BlockBytes = 34;
+
+// "f32", "f16", "bf16", "q8_0".
 const char* KvCacheTypeName(KvCacheType type);
 // The type named `name` (KvCacheTypeName's names); INVALID_ARGUMENT naming them otherwise.
 absl::Status ParseKvCacheType(const std::string& name, KvCacheType* type);
-// Bytes of one stored element: 4 or 2.
-int64_t KvElementBytes(KvCacheType type);
+// Bytes `n` values of one row take stored as `type` (n a multiple of 32 for q8_0).
+int64_t KvRowBytes(KvCacheType type, int64_t n);
 
 struct AttentionOptions {
   // Registry name: softmax, softmax_norm, taylor, taylor_norm, linear.
@@ -108,17 +116,16 @@ std::vector<float> HeadDecays(const AttentionOptions& options);
 bool HasFixedState(const AttentionOptions& options);
 
 // Bytes of one element of a fixed state: 2 under state_bf16, else 4 (fp32). KV caches
-// store kv_cache_type's elements whatever state_bf16 says (KvElementBytes).
+// store kv_cache_type's rows whatever state_bf16 says (KvRowBytes).
 int64_t StateElementBytes(const AttentionOptions& options);
 
 // Bytes one session holds in one layer after `context` tokens: fixed states
 // m * (d_v + 1) * StateElementBytes per KV head (m * d_v * ... without a denominator).
-// KV caches count the nominal (d + d_v) * num_kv_heads elements per token of
-// kv_cache_type, not their spare capacity.
+// KV caches count the nominal KvBytesPerToken per token, not their spare capacity.
 int64_t StateBytesPerLayer(const AttentionOptions& options, int64_t context);
 
-// KV-cache bytes per token per layer for the same head shape (num_kv_heads heads), in
-// kv_cache_type's elements.
+// KV-cache bytes per token per layer for the same head shape (num_kv_heads heads), as
+// kv_cache_type stores them: num_kv_heads * (KvRowBytes(d) + KvRowBytes(d_v)).
 int64_t KvBytesPerToken(const AttentionOptions& options);
 
 // Whether weights trained with `trained` may be served with `module` (and `order`):

@@ -90,8 +90,10 @@ SessionStore::SessionStore(Options options)
   // only loosen it).
   int64_t largest = 0;
   auto widest = [](const model::Model& m) {
-    return m.StateBytes(m.config().max_context) * 4 /
-           attention::KvElementBytes(m.config().attention.kv_cache_type);
+    const attention::KvCacheType type = m.config().attention.kv_cache_type;
+    return m.StateBytes(m.config().max_context) * attention::KvRowBytes(
+               attention::KvCacheType::kF32, attention::kQ8_0BlockValues) /
+           attention::KvRowBytes(type, attention::kQ8_0BlockValues);
   };
   if (options_.catalogue != nullptr) {
     for (const auto& m : options_.catalogue->all()) {

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "server/attention/options.h"
 #include "server/common/crc32c.h"
 #include "server/common/excerpt.h"
 
@@ -26,6 +27,10 @@ constexpr char kMagic[8] = {'A', 'T', 'T', 'N', 'S', 'N', 'A', 'P'};
 constexpr uint8_t kFloat32 = 1;
 constexpr uint8_t kFloat16 = 2;
 constexpr uint8_t kBFloat16 = 3;
+// ggml's Q8_0 blocks along the last dimension (a multiple of 32): per 32 values an IEEE
+// half scale and 32 int8, 34 bytes. In memory an at::kByte tensor whose last dimension
+// is those bytes; in a snapshot its shape is the values' (the model's state shape).
+constexpr uint8_t kQ8_0 = 4;
 constexpr int kMaxDims = 4;
 
 uint8_t DtypeCode(at::ScalarType type) {
@@ -33,15 +38,30 @@ uint8_t DtypeCode(at::ScalarType type) {
     case at::kFloat: return kFloat32;
     case at::kHalf: return kFloat16;
     case at::kBFloat16: return kBFloat16;
+    case at::kByte: return kQ8_0;
     default: TORCH_CHECK(false, "snapshot: a state tensor of type ", type);
   }
 }
 
 at::ScalarType DtypeOfCode(uint8_t code) {
-  return code == kFloat16 ? at::kHalf : code == kBFloat16 ? at::kBFloat16 : at::kFloat;
+  switch (code) {
+    case kFloat16: return at::kHalf;
+    case kBFloat16: return at::kBFloat16;
+    case kQ8_0: return at::kByte;
+    default: return at::kFloat;
+  }
 }
 
-int64_t ElementBytes(uint8_t code) { return code == kFloat32 ? 4 : 2; }
+// Bytes of one element of a float type, or of one byte of q8_0 blocks.
+int64_t ElementBytes(uint8_t code) { return code == kFloat32 ? 4 : code == kQ8_0 ? 1 : 2; }
+
+// Bytes the payload of `numel` values takes as `code` (q8_0: whole blocks, checked).
+uint64_t PayloadBytes(uint8_t code, uint64_t numel) {
+  if (code == kQ8_0) {
+    return numel / attention::kQ8_0BlockValues * attention::kQ8_0BlockBytes;
+  }
+  return numel * uint64_t(ElementBytes(code));
+}
 
 template <typename T>
 void Put(std::string& out, T value) {
@@ -147,7 +167,13 @@ std::string EncodeSnapshot(const ServedModel& served, const model::DecodeState* 
       Put<uint8_t>(out, dtype);
       Put<uint8_t>(out, uint8_t(t.dim()));
       Put<uint8_t>(out, 0);
-      for (int64_t d : t.sizes()) Put<int64_t>(out, d);
+      for (int64_t i = 0; i < t.dim(); ++i) {
+        // q8_0: the values' shape, not the blocks' bytes.
+        const bool blocks = dtype == kQ8_0 && i == t.dim() - 1;
+        Put<int64_t>(out, blocks ? t.size(i) / attention::kQ8_0BlockBytes *
+                                       attention::kQ8_0BlockValues
+                                 : t.size(i));
+      }
       if (t.numel() > 0) {
         AppendValues(out, static_cast<const char*>(t.data_ptr()), ElementBytes(dtype), t.sizes(),
                      t.strides(), 0);
@@ -313,14 +339,16 @@ absl::StatusOr<VerifiedSnapshot> VerifySnapshot(SnapshotBytes owned,
         return Invalid(absl::StrCat(where, " tensor '", want_name,
                                     "': its header runs past the end or has over 4 dims"));
       }
-      // 16-bit elements in version 3, and only in a KV cache.
+      // 16-bit elements and q8_0 blocks in version 3, and only in a KV cache.
       const bool kv = want_name == "k" || want_name == "v";
       const bool dtype_ok =
-          dtype == kFloat32 || (version >= 3 && kv && (dtype == kFloat16 || dtype == kBFloat16));
+          dtype == kFloat32 ||
+          (version >= 3 && kv && (dtype == kFloat16 || dtype == kBFloat16 || dtype == kQ8_0));
       if (!dtype_ok) {
         return Invalid(absl::StrCat(where, " tensor '", want_name, "': element type ", dtype,
-                                    " is not ", kv && version >= 3 ? "float32, float16 or bfloat16"
-                                                                   : "float32"));
+                                    " is not ",
+                                    kv && version >= 3 ? "float32, float16, bfloat16 or q8_0"
+                                                       : "float32"));
       }
       std::vector<int64_t> dims(ndim);
       for (auto& d : dims) {
@@ -332,14 +360,19 @@ absl::StatusOr<VerifiedSnapshot> VerifySnapshot(SnapshotBytes owned,
                                     "' at position ", position, " needs ",
                                     ShapeText(want_dims)));
       }
+      if (dtype == kQ8_0 && (dims.empty() || dims.back() % attention::kQ8_0BlockValues != 0)) {
+        return Invalid(absl::StrCat(where, " tensor '", want_name, "': q8_0 rows of ",
+                                    dims.empty() ? 0 : dims.back(),
+                                    " values are not whole blocks of 32"));
+      }
       int64_t numel = 1;
       for (int64_t d : dims) numel *= d;
       out.payload_offsets.back().push_back(r.offset());
       out.payload_types.push_back(DtypeOfCode(dtype));
-      if (!r.Skip(uint64_t(numel) * ElementBytes(dtype))) {
+      if (!r.Skip(PayloadBytes(dtype, uint64_t(numel)))) {
         return Invalid(absl::StrCat(where, " tensor '", want_name, "': values run past the end"));
       }
-      out.state_bytes += numel * ElementBytes(dtype);
+      out.state_bytes += int64_t(PayloadBytes(dtype, uint64_t(numel)));
     }
   }
   if (r.offset() != body.size()) {
@@ -366,7 +399,12 @@ absl::StatusOr<std::unique_ptr<model::DecodeState>> RestoreSnapshotState(
       // Payloads are not aligned: copy them into fresh tensors rather than wrap them.
       // An empty tensor (a KV cache at position 0) has no data pointer: memcpy must not
       // see it (UBSan, found by tests/fuzz/snapshot_fuzz).
-      at::Tensor t = at::empty(shapes[i].second, snapshot.payload_types[tensor_index++]);
+      const at::ScalarType type = snapshot.payload_types[tensor_index++];
+      std::vector<int64_t> sizes = shapes[i].second;
+      if (type == at::kByte) {  // q8_0: the last dimension in block bytes
+        sizes.back() = sizes.back() / attention::kQ8_0BlockValues * attention::kQ8_0BlockBytes;
+      }
+      at::Tensor t = at::empty(sizes, type);
       if (t.numel() > 0) {
         std::memcpy(t.data_ptr(), snapshot.bytes.view().data() + offsets[i], t.nbytes());
       }

@@ -43,7 +43,12 @@ void Append(std::string& out, T value) {
   out.append(reinterpret_cast<const char*>(&value), sizeof value);
 }
 
-// Bytes per element of a snapshot dtype code; 0 for a code no version defines.
+// Snapshot dtype code 4: ggml's Q8_0 blocks along the last dimension, 34 bytes per 32
+// values (the dimension a multiple of 32).
+constexpr uint8_t kQ8_0Code = 4;
+
+// Bytes per element of a snapshot dtype code (q8_0: see ValueBytes); 0 for a code no
+// version defines.
 int64_t ElementBytes(uint8_t dtype) {
   switch (dtype) {
     case 1:  // float32
@@ -51,8 +56,15 @@ int64_t ElementBytes(uint8_t dtype) {
     case 2:  // float16
     case 3:  // bfloat16
       return 2;
+    case kQ8_0Code:
+      return 1;
   }
   return 0;
+}
+
+// Bytes `numel` values take as `dtype` (numel whole q8_0 blocks for q8_0).
+uint64_t ValueBytes(uint8_t dtype, uint64_t numel) {
+  return dtype == kQ8_0Code ? numel / 32 * 34 : numel * uint64_t(ElementBytes(dtype));
 }
 
 // One tensor of a snapshot (or of a stub's reduced snapshot) as laid out in its bytes.
@@ -127,12 +139,15 @@ absl::StatusOr<Layout> ParseLayout(std::string_view bytes, int64_t kept_from,
         numel *= uint64_t(dims[d]);
         if (numel > out.end) numel = out.end + 1;
       }
+      if (tensor.dtype == kQ8_0Code && (ndim == 0 || dims[ndim - 1] % 32 != 0)) {
+        return fail(absl::StrCat("layer ", l, ": q8_0 rows that are not whole blocks"));
+      }
       tensor.paged = ndim == 3 && dims[1] == out.position && out.position > 0;
       tensor.values_at = at;
       if (tensor.paged) {
         tensor.heads = dims[0];
         tensor.rows = dims[1];
-        tensor.row_bytes = dims[2] * element;
+        tensor.row_bytes = int64_t(ValueBytes(tensor.dtype, uint64_t(dims[2])));
         if (kept_from > tensor.rows) return fail("stub keeps rows past the position");
         const unsigned __int128 kept = (unsigned __int128)tensor.heads *
                                        uint64_t(tensor.rows - kept_from) *
@@ -149,7 +164,7 @@ absl::StatusOr<Layout> ParseLayout(std::string_view bytes, int64_t kept_from,
         out.bytes_per_token += int64_t(per_token);
         out.dtypes.push_back(char(tensor.dtype));
       } else {
-        tensor.value_bytes = int64_t(numel) * element;
+        tensor.value_bytes = int64_t(ValueBytes(tensor.dtype, numel));
       }
       if (!need(uint64_t(tensor.value_bytes))) return fail("values run past the end");
       at += size_t(tensor.value_bytes);

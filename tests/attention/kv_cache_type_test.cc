@@ -3,7 +3,10 @@
 // copies rows into its cache), bit for bit; the fused paths (StepRaw, PrefillRaw) against
 // that reference, which stores the same bits; the blocked cache against one contiguous
 // fp32 cache (growing by blocks, restoring from a snapshot's tensors, checkpoints); and
-// the 16-bit cache against f32 within the bound its rounding allows.
+// the 16-bit cache against f32 within the bound its rounding allows. q8_0 caches: their
+// blocks against ggml's format as server/weights reads it (checked against llama.cpp by
+// tests/gguf), the same paths and restores, and f32 within the bound its quantization
+// allows.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -18,6 +21,7 @@
 
 #include "server/attention/kv_kernels.h"
 #include "server/attention/registry.h"
+#include "server/weights/packed_matrix.h"
 
 namespace attnserve::attention {
 namespace {
@@ -90,7 +94,7 @@ TEST(KvRows, StoredRowsAreWhatACopyIntoA16BitTensorStores) {
                                                               : at::kFloat;
     const at::Tensor want = src.to(dtype);
     for (int64_t n : {int64_t(x.size()), int64_t(1), int64_t(15), int64_t(17), int64_t(33)}) {
-      std::vector<char> stored(n * KvElementBytes(type));
+      std::vector<char> stored(KvRowBytes(type, n));
       StoreKvRow(type, x.data(), n, stored.data());
       ASSERT_EQ(std::memcmp(stored.data(), want.data_ptr(), stored.size()), 0) << n;
       std::vector<float> back(n);
@@ -176,8 +180,10 @@ TEST_P(KvCacheTypes, RawPathsStoreTheReferencesBitsAndAgreeWithIt) {
   struct Shape {
     int heads, kv_heads, dim;
   };
-  for (const Shape sh : {Shape{4, 2, 32}, Shape{4, 2, 48}, Shape{4, 2, 40}, Shape{16, 1, 32}}) {
+  for (const Shape sh : {Shape{4, 2, 32}, Shape{4, 2, 48}, Shape{4, 2, 40}, Shape{16, 1, 32},
+                         Shape{4, 1, 64}}) {
     const int dim = sh.dim;
+    if (type == KvCacheType::kQ8_0 && dim % 32 != 0) continue;  // whole blocks only
     SCOPED_TRACE(testing::Message() << sh.heads << " heads on " << sh.kv_heads << " of " << dim);
     auto raw = Make(type, false, sh.heads, sh.kv_heads, dim);
     auto ref = Make(type, true, sh.heads, sh.kv_heads, dim);
@@ -249,7 +255,7 @@ TEST_P(KvCacheTypes, RestoredAndCheckpointedCachesContinueExactly) {
 TEST_P(KvCacheTypes, BytesAreTheStoredTypesAndGrowByBlocks) {
   const KvCacheType type = GetParam();
   auto attn = Make(type, false);
-  const int64_t per_token = 2 * (32 + 32) * KvElementBytes(type);
+  const int64_t per_token = 2 * 2 * KvRowBytes(type, 32);
   EXPECT_EQ(KvBytesPerToken(attn->options()), per_token);
   auto s = attn->NewState();
   EXPECT_EQ(s->Bytes(), 0);
@@ -263,14 +269,14 @@ TEST_P(KvCacheTypes, BytesAreTheStoredTypesAndGrowByBlocks) {
   EXPECT_EQ(s->BytesAfter(9), 1264 * per_token);
   EXPECT_EQ(s->Clone()->Bytes(), 1000 * per_token);
   for (const auto& [name, x] : s->Tensors()) {
-    EXPECT_EQ(x.element_size(), KvElementBytes(type)) << name;
+    EXPECT_EQ(int64_t(x.nbytes()), 2 * 1000 * KvRowBytes(type, 32)) << name;
     EXPECT_EQ(x.size(1), 1000) << name;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, KvCacheTypes,
                          testing::Values(KvCacheType::kF32, KvCacheType::kF16,
-                                         KvCacheType::kBF16),
+                                         KvCacheType::kBF16, KvCacheType::kQ8_0),
                          [](const testing::TestParamInfo<KvCacheType>& info) {
                            return std::string(KvCacheTypeName(info.param));
                          });
@@ -303,6 +309,83 @@ TEST(KvCacheTypeBound, SixteenBitOutputsStayWithinTheirRoundingOfF32) {
     std::printf("KV cache %s: max |output - f32's| %.3g (bound %.3g)\n", KvCacheTypeName(type),
                 err, bound);
   }
+}
+
+// q8_0 rows are ggml's Q8_0 blocks: server/weights' dequantizer (ggml's
+// dequantize_row_q8_0, tied to llama.cpp by tests/gguf) reads back exactly what LoadKvRows
+// does; each block's scale is the half of max|x| / 127 and each value is within half a
+// step of its input (ggml's quantize_row_q8_0_ref rounds x / d half away from zero, with
+// d unrounded); an all-zero block stays zero; exact halves round away from zero.
+TEST(KvRows, Q8_0RowsAreGgmlsBlocks) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const int64_t n = 32 * 64;
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = normal(rng) * std::ldexp(1.0f, int(i / 32) % 24 - 12);
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // block 2: all zero
+  // Block 3: max 127 (d = 1 exactly), then values at exact halves.
+  for (int j = 0; j < 32; ++j) x[96 + j] = j == 0 ? 127.0f : float(j % 8) - 3.5f;
+  std::vector<char> q(KvRowBytes(KvCacheType::kQ8_0, n));
+  ASSERT_EQ(q.size(), size_t(n / 32 * 34));
+  StoreKvRow(KvCacheType::kQ8_0, x.data(), n, q.data());
+  std::vector<float> ours(n), ggml(n);
+  LoadKvRows(KvCacheType::kQ8_0, q.data(), n, ours.data());
+  weights::DequantizeRow(weights::WeightType::kQ8_0, reinterpret_cast<const uint8_t*>(q.data()),
+                         ggml.data(), n);
+  ASSERT_EQ(std::memcmp(ours.data(), ggml.data(), n * sizeof(float)), 0);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+    uint16_t scale;
+    std::memcpy(&scale, q.data() + b * 34, 2);
+    ASSERT_EQ(scale, c10::Half(amax / 127.0f).x) << "block " << b;
+    const float d = HalfToFloat(scale);
+    for (int j = 0; j < 32; ++j) {
+      const int64_t i = b * 32 + j;
+      // Half a step of the unrounded scale, plus the scale's own rounding (2^-11 of it)
+      // times the level.
+      ASSERT_LE(std::fabs(ours[i] - x[i]), amax / 254 + 127 * std::fabs(d - amax / 127) + 1e-30f)
+          << i;
+    }
+  }
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(ours[64 + j], 0.0f);
+  for (int j = 1; j < 32; ++j) {
+    const float v = float(j % 8) - 3.5f;
+    EXPECT_EQ(ours[96 + j], v < 0 ? std::floor(v) : std::ceil(v)) << v;
+  }
+}
+
+// A q8_0 cache against f32 on the same inputs: within the bound its quantization allows.
+// A value moves by at most half a step, max|v| / 254 (plus the scale's rounding, 2^-11 of
+// a level); a key by as much, so a logit by at most |q| * max|k| / 254 * sqrt(d) / sqrt(d).
+TEST(KvCacheTypeBound, Q8_0OutputsStayWithinTheirQuantizationOfF32) {
+  at::set_num_threads(1);
+  at::manual_seed(11);
+  const int64_t t = 2000, dim = 64;
+  at::Tensor q = at::randn({4, t, dim}), k = at::randn({2, t, dim}), v = at::randn({2, t, dim});
+  auto f32 = Make(KvCacheType::kF32, false, 4, 2, dim);
+  auto s32 = f32->NewState();
+  at::Tensor want = PrefillRaw(*f32, *s32, q, k, v);
+  const double step = 1.0 / 254 * (1 + std::ldexp(1.0, -10));
+  const double shift = q.norm(2, -1).max().item<double>() * k.abs().max().item<double>() * step;
+  const double vmax = v.abs().max().item<double>();
+  auto attn = Make(KvCacheType::kQ8_0, false, 4, 2, dim);
+  auto s = attn->NewState();
+  const double err = (PrefillRaw(*attn, *s, q, k, v) - want).abs().max().item<double>();
+  const double bound = vmax * step + 2 * vmax * (2 * shift);
+  EXPECT_LE(err, bound);
+  EXPECT_GT(err, 0.0);
+  std::printf("KV cache q8_0: max |output - f32's| %.3g (bound %.3g)\n", err, bound);
+}
+
+// A head dim that is not a whole number of q8_0 blocks is refused, naming the remedy.
+TEST(KvCacheTypeBound, Q8_0NeedsHeadDimsOfWholeBlocks) {
+  auto bad = CreateAttention(Options(KvCacheType::kQ8_0, false, 4, 2, 48));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("--kv_cache_type=f16"), std::string::npos);
+  AttentionOptions taylor = Options(KvCacheType::kQ8_0, false, 4, 2, 48);
+  taylor.module = "taylor";
+  EXPECT_TRUE(CreateAttention(taylor).ok());  // fixed states keep no KV rows
 }
 
 }  // namespace

@@ -72,4 +72,15 @@ turn "$b_addr" "$into32" widened ", and the earth"
 turn "$a_addr" "$into16" narrowed ", and the earth"
 [ "$(session_field "$b_addr" "$into32" position)" = "$(session_field "$a_addr" "$into16" position)" ] ||
   fail "the moved sessions stand at different positions"
+
+step "--kv_cache_type=q8_0 on a model whose head dims are not whole q8_0 blocks is refused at start-up"
+set +e
+"$server_bin" --listen=127.0.0.1:0 --http_listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
+  --model_dirs="$models_dir/$model" --kv_cache_type=q8_0 >"$work/q8.log" 2>&1 &
+q8_pid=$!
+wait_exit "$q8_pid" 30
+set -e
+[ "$exit_status" != 0 ] || fail "a q8_0 server started on $model (head dim 16)"
+grep -q "not multiples of 32: use --kv_cache_type=f16" "$work/q8.log" ||
+  fail "the q8_0 refusal does not name the remedy: $(head -c 600 "$work/q8.log")"
 echo "$test_name: PASS"

@@ -28,7 +28,14 @@ for (const file of files) {
   const types = {};
   for (const t of info.fullTensorInfo ?? []) types[t.ggmlType] = (types[t.ggmlType] ?? 0) + 1;
   const bos = model.tokens.shouldPrependBosToken && model.tokens.bos !== null ? [model.tokens.bos] : [];
-  const context = await model.createContext({ contextSize: 512, batchSize: 512, threads: 1 });
+  // KV_CACHE_TYPE=q8_0: llama.cpp's quantized KV cache (--cache-type-k/v q8_0; a
+  // quantized V cache needs its flash attention).
+  const kv = process.env.KV_CACHE_TYPE
+    ? { experimentalKvCacheKeyType: process.env.KV_CACHE_TYPE.toUpperCase(),
+        experimentalKvCacheValueType: process.env.KV_CACHE_TYPE.toUpperCase(),
+        flashAttention: true }
+    : {};
+  const context = await model.createContext({ contextSize: 512, batchSize: 512, threads: 1, ...kv });
   const sequence = context.getSequence();
   const promptTokens = bos.concat(Array.from(model.tokenize(prompt, false)));
   const greedy = [], margins = [], top = [];

@@ -12,7 +12,7 @@
 # exact weights (quant_reference.py) than 1.5 x llama.cpp's (rms of the top-5 logit
 # gaps). Also: files with one tensor of a type attnserve does not read
 # (Q5_0, Q2_K), which llama.cpp loads, stop the start-up with a message naming the type
-# and the tensor.
+# and the tensor. Then three of the files again with q8_0 KV caches on both sides.
 # Usage: quant_test.sh SERVER_BINARY CLIENT_BINARY
 set -euo pipefail
 server_bin=$1 client_bin=$2
@@ -62,6 +62,23 @@ a_pid=$started_pid
 step "attnserve on the same files, id for id up to llama.cpp's near-ties"
 PYTHONPATH="$work/stubs" "$py" "$here/quant_check.py" "$a_addr" "$work/llama.json" "$prompt" "$greedy" --gguf_dir="$work/gguf" \
   $(for f in $files; do basename "$f"; done) || fail "attnserve and llama.cpp differ"
+stop "$a_pid"
+a_pid=""
+
+# q8_0 KV caches on both sides (llama.cpp's --cache-type-k/v q8_0 with its flash attention,
+# attnserve's --kv_cache_type=q8_0): the same checks, each engine judged by its distance
+# from the float64 forward, which keeps every key and value exact.
+q8_files=$(for n in llama-gqa-q8_0 qwen3-gqa-q8_0 qwen3-gqa-q4_k-hd128; do echo "$work/gguf/$n.gguf"; done)
+step "q8_0 KV caches: llama.cpp with --cache-type-k/v q8_0, attnserve with --kv_cache_type=q8_0"
+KV_CACHE_TYPE=q8_0 node "$here/llama_cpp_quant_check.mjs" "$prompt" "$greedy" $q8_files \
+  >"$work/llama_q8.json" 2>"$work/llama_q8.err" || { cat "$work/llama_q8.err"; fail "llama_cpp_quant_check.mjs with q8_0 KV"; }
+a_addr=127.0.0.1:$(free_port)
+start_named a "$a_addr" "127.0.0.1:$(free_port)" --model_dirs="$(echo $q8_files | tr ' ' ',')" \
+  --kv_cache_type=q8_0
+a_pid=$started_pid
+grep -q "q8_0 KV cache" "$work/a.log" || fail "the start-up line does not say 'q8_0 KV cache'"
+PYTHONPATH="$work/stubs" "$py" "$here/quant_check.py" "$a_addr" "$work/llama_q8.json" "$prompt" "$greedy" --gguf_dir="$work/gguf" \
+  $(for f in $q8_files; do basename "$f"; done) || fail "attnserve and llama.cpp differ with q8_0 KV caches"
 stop "$a_pid"
 a_pid=""
 
