@@ -172,17 +172,30 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
     return BadKey(p + "block_count", absl::StrCat(*layers, " layers, but the file holds ",
                                                   file.tensors.size(), " tensors"));
   }
+  // Multi-token-prediction blocks (Qwen3.5's converter appends nextn_predict_layers of
+  // them after the trunk, counted in block_count and in the per-layer keys) are not run:
+  // the model is the trunk, and their tensors are left unread.
+  const int64_t all_layers = *layers;
+  auto nextn = UInt(m, p + "nextn_predict_layers", 0);
+  if (!nextn.ok()) return nextn.status();
+  if (*nextn >= all_layers) {
+    return BadKey(p + "nextn_predict_layers",
+                  absl::StrCat(*nextn, " leaves no layer of the ", all_layers, " to run"));
+  }
+  *layers = all_layers - *nextn;
   auto hidden = UInt(m, p + "feed_forward_length",
                      mamba2 || (moe_arch && arch != "granitehybrid" && arch != "llama")
                          ? std::optional<int64_t>(0)
                          : std::nullopt);
   if (!hidden.ok()) return hidden.status();
-  auto head_counts = PerLayer(m, p + "attention.head_count", *layers, 0);
+  auto head_counts = PerLayer(m, p + "attention.head_count", all_layers, 0);
   if (!head_counts.ok()) return head_counts.status();
+  head_counts->resize(size_t(*layers));
   auto heads_or = Uniform(*head_counts, p + "attention.head_count");
   if (!heads_or.ok()) return heads_or.status();
-  auto kv_counts = PerLayer(m, p + "attention.head_count_kv", *layers, *heads_or);
+  auto kv_counts = PerLayer(m, p + "attention.head_count_kv", all_layers, *heads_or);
   if (!kv_counts.ok()) return kv_counts.status();
+  kv_counts->resize(size_t(*layers));
   auto kv_or = Uniform(*kv_counts, p + "attention.head_count_kv");
   if (!kv_or.ok()) return kv_or.status();
   // Each layer's mixer: a hybrid's head_count_kv of 0 marks a recurrent layer; Qwen3.5's
@@ -193,8 +206,8 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file, const std::str
     const std::string key = p + "attention.recurrent_layers";
     if (m.contains(key)) {
       const json& v = m[key];
-      if (!v.is_array() || int64_t(v.size()) != *layers) {
-        return BadKey(key, absl::StrCat("must list one boolean per layer (", *layers, ")"));
+      if (!v.is_array() || int64_t(v.size()) != all_layers) {
+        return BadKey(key, absl::StrCat("must list one boolean per layer (", all_layers, ")"));
       }
       for (int64_t l = 0; l < *layers; ++l) {
         const json& e = v[size_t(l)];

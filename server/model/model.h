@@ -1,6 +1,8 @@
 // A Llama-style decoder (server/DESIGN.md §3): token embedding, num_layers x (RMSNorm,
 // attention with RoPE, residual, RMSNorm, SwiGLU, residual), final RMSNorm, untied head.
-// The attention module of every layer is the one the config names.
+// The attention module of every layer is the one the config names; a layer's mixer may
+// instead be recurrent (Mamba-2, short conv, Gated DeltaNet; DESIGN.md §11, §14) and its
+// SwiGLU a mixture of experts (model_moe.cc).
 //
 // The model is read-only after Create/Load and may be shared by threads; per-session
 // state (DecodeState) is owned by the caller and passed in. Prefill and Step run
@@ -105,8 +107,9 @@ class Model {
   // The linear weights and the embedding stay in the bytes the file holds (F16 and BF16
   // as 16-bit, GGUF's quantized blocks as they are; server/weights/packed_matrix.h)
   // unless options.dequantize; options.quantize quantizes a directory's at load.
-  // `dir` may instead be a .gguf file (gguf_model.h: llama, qwen2, qwen3): softmax
-  // attention.
+  // `dir` may instead be a .gguf file (gguf_model.h: llama, qwen2, qwen3, the recurrent
+  // and hybrid families, the Gated DeltaNet hybrids, mixtures of experts): softmax
+  // attention in its attention layers.
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir,
                                                      const LoadOptions& options = {});
   // Writes config.json and model.safetensors (F32, Hugging Face's names; no lm_head.weight
@@ -122,7 +125,8 @@ class Model {
   std::unique_ptr<DecodeState> NewState() const;
 
   // Names and shapes of layer `layer`'s state tensors at `position`: its attention
-  // module's (Attention::StateShapes), or a recurrent layer's "conv" (and "ssm").
+  // module's (Attention::StateShapes), or a recurrent layer's "conv" (and "ssm": Mamba-2's
+  // or Gated DeltaNet's state; RecurrentState).
   attention::TensorShapes StateShapes(int layer, int64_t position) const;
   // A state at `position` made of `layers[l]` for each layer (taken as
   // Attention::RestoreState says), whose names and shapes the caller has checked against
@@ -188,7 +192,8 @@ class Model {
   // the same shape; 0 for KV-cache modules. For a model with recurrent layers: smaller
   // than the same model with every layer softmax attention.
   int64_t BreakEvenContext() const;
-  // StateBytes(context) by layer kind ("attention", "mamba2", "shortconv"), in the order
+  // StateBytes(context) by layer kind ("attention", "mamba2", "shortconv",
+  // "gated_deltanet"), in the order
   // the kinds first appear: a hybrid's state grows only in its attention layers.
   struct MixerBytes {
     std::string mixer;

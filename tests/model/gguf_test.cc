@@ -380,10 +380,10 @@ TEST(GgufModelTest, HybridConfigsFromMetadata) {
 // (attn_q holds [q | gate] per head), partial RoPE (rope.dimension_count of key_length)
 // and the M-RoPE sections, which are required.
 TEST(GgufModelTest, Qwen35ConfigFromMetadata) {
-  auto config_of = [](const std::function<void(Builder&)>& edit) {
+  auto config_of = [](const std::function<void(Builder&)>& edit, uint32_t blocks = 3) {
     Builder b;
     b.String("general.architecture", "qwen35").U32("qwen35.embedding_length", 16)
-        .U32("qwen35.block_count", 3).U32("qwen35.full_attention_interval", 3)
+        .U32("qwen35.block_count", blocks).U32("qwen35.full_attention_interval", 3)
         .U32("qwen35.feed_forward_length", 32).U32("qwen35.attention.head_count", 4)
         .U32("qwen35.attention.head_count_kv", 2).U32("qwen35.attention.key_length", 8)
         .U32("qwen35.rope.dimension_count", 4).U32("qwen35.ssm.conv_kernel", 4)
@@ -418,6 +418,16 @@ TEST(GgufModelTest, Qwen35ConfigFromMetadata) {
   EXPECT_EQ(c->experts, 0);
   auto no_sections = config_of([](Builder&) {});
   EXPECT_THAT(no_sections.status().message(), HasSubstr("rope.dimension_sections"));
+  // A multi-token-prediction block after the trunk (block_count counts it) is not run.
+  auto mtp = config_of(
+      [&](Builder& b) {
+        b.Raw("qwen35.rope.dimension_sections", 9, sections).U32("qwen35.nextn_predict_layers", 1);
+      },
+      4);
+  ASSERT_TRUE(mtp.ok()) << mtp.status();
+  EXPECT_EQ(mtp->num_layers, 3);
+  EXPECT_THAT(mtp->mixers,
+              ElementsAre(kGatedDeltaNetMixer, kGatedDeltaNetMixer, kAttentionMixer));
 }
 
 }  // namespace
