@@ -560,17 +560,45 @@ std::string GgufFileTensorName(const GgufFile& file, const ModelConfig& config,
       (absl::EndsWith(name, ".gdn_beta") || absl::EndsWith(name, ".gdn_alpha"))) {
     gguf = absl::StrCat(gguf.substr(0, gguf.rfind("ssm_")), "ssm_ba.weight");  // both in one
   }
+  if (LegacyQkvz(file, name)) {  // "blk.N.attn_qkv.weight" -> "blk.N.ssm_in.weight"
+    gguf = absl::StrCat(gguf.substr(0, gguf.find('.', 4)), ".ssm_in.weight");
+  }
   return gguf;
 }
 
-std::vector<int64_t> GgufRowMap(const ModelConfig& config, const std::string& name) {
+bool LegacyQkvz(const GgufFile& file, const std::string& name) {
+  if (!absl::EndsWith(name, ".gdn_qkv") && !absl::EndsWith(name, ".gdn_z")) return false;
+  const std::string block = absl::StrCat("blk.", name.substr(7, name.find('.', 7) - 7), ".");
+  return file.metadata.value("general.architecture", json()) == "qwen3next" &&
+         file.Find(block + "attn_qkv.weight") == nullptr &&
+         file.Find(block + "ssm_in.weight") != nullptr;
+}
+
+std::vector<int64_t> GgufRowMap(const GgufFile& file, const ModelConfig& config,
+                                const std::string& name) {
   if (!config.gdn_grouped_heads || !absl::StartsWith(name, "layers.")) return {};
   const std::string rest = name.substr(name.find('.', 7) + 1);
   const int64_t nk = config.ssm_groups, nv = config.ssm_heads, r = nv / nk;
-  const int64_t dv = config.ssm_inner / nv, keys = 2 * nk * config.ssm_state;
+  const int64_t dk = config.ssm_state, dv = config.ssm_inner / nv, keys = 2 * nk * dk;
   // Our value head h' = j n_k + g is the file's head g r + j.
   auto head_of = [&](int64_t h) { return (h % nk) * r + h / nk; };
   std::vector<int64_t> map;
+  if (LegacyQkvz(file, name)) {
+    // ssm_in: per key head g, [q (d_k) | k (d_k) | v (r d_v) | z (r d_v)] (llama.cpp's
+    // legacy qwen3next path).
+    const int64_t per_key = 2 * dk + 2 * r * dv;
+    if (rest == "gdn_qkv") {
+      for (int64_t i = 0; i < keys; ++i) {  // q of every key head, then k
+        const int64_t part = i / (nk * dk), g = i % (nk * dk) / dk;
+        map.push_back(g * per_key + part * dk + i % dk);
+      }
+    }
+    for (int64_t i = 0; i < config.ssm_inner; ++i) {  // v (or z) of our head i / d_v
+      const int64_t h = head_of(i / dv), g = h / r, j = h % r;
+      map.push_back(g * per_key + 2 * dk + (rest == "gdn_z" ? r * dv : 0) + j * dv + i % dv);
+    }
+    return map;
+  }
   if (rest == "gdn_qkv" || rest == "ssm_conv_w") {  // q | k as they are, v by head
     for (int64_t i = 0; i < keys + config.ssm_inner; ++i) {
       map.push_back(i < keys ? i : keys + head_of((i - keys) / dv) * dv + (i - keys) % dv);
@@ -615,6 +643,10 @@ std::vector<int64_t> GgufFileShape(const GgufFile& file, const ModelConfig& conf
   if (config.gdn_grouped_heads &&
       (absl::EndsWith(name, ".gdn_beta") || absl::EndsWith(name, ".gdn_alpha"))) {
     return {2 * shape[0], shape[1]};  // ssm_ba holds both
+  }
+  if (LegacyQkvz(file, name)) {  // ssm_in holds q, k, v and z
+    return {2 * int64_t{config.ssm_groups} * config.ssm_state + 2 * int64_t{config.ssm_inner},
+            shape[1]};
   }
   if (GgufExpertIndex(name) < 0) return shape;
   // (E, F, in); merged gate and up: (E, 2F, in), each expert's gate rows then its up rows.
@@ -686,7 +718,7 @@ absl::StatusOr<std::vector<float>> GgufParameter(const GgufFile& file, const Mod
     return std::vector<float>(values->begin() + first,
                               values->begin() + first + shape[0] * shape[1]);
   }
-  if (const std::vector<int64_t> map = GgufRowMap(config, name); !map.empty()) {
+  if (const std::vector<int64_t> map = GgufRowMap(file, config, name); !map.empty()) {
     const int64_t columns = shape.size() > 1 ? shape[1] : 1;
     std::vector<float> rows(map.size() * size_t(columns));
     for (size_t i = 0; i < map.size(); ++i) {
@@ -719,7 +751,7 @@ absl::StatusOr<GgufMatrix> GgufMatrixParameter(const GgufFile& file, const Model
   const int64_t row_bytes = weights::RowBytes(*type, shape[1]);
   const char* rows = (*t)->bytes.data() + first * row_bytes;
   std::string gathered;  // the rows GgufRowMap picks, in its order
-  if (const std::vector<int64_t> map = GgufRowMap(config, name); !map.empty()) {
+  if (const std::vector<int64_t> map = GgufRowMap(file, config, name); !map.empty()) {
     for (int64_t r : map) gathered.append(rows + r * row_bytes, size_t(row_bytes));
     rows = gathered.data();
   }

@@ -58,9 +58,14 @@ bool GgufMergedGateUp(const GgufFile& file, const std::string& name);
 std::vector<int64_t> GgufFileShape(const GgufFile& file, const ModelConfig& config,
                                    const std::string& name, const std::vector<int64_t>& shape);
 // Which rows of the file's tensor parameter `name`'s rows are (Qwen3-Next's value heads
-// reordered: ModelConfig::gdn_grouped_heads; its beta and alpha rows out of ssm_ba);
-// empty when they are the file's rows as they are.
-std::vector<int64_t> GgufRowMap(const ModelConfig& config, const std::string& name);
+// reordered: ModelConfig::gdn_grouped_heads; its beta and alpha rows out of ssm_ba; q | k
+// | v and z out of a legacy file's ssm_in); empty when they are the file's rows as they
+// are.
+std::vector<int64_t> GgufRowMap(const GgufFile& file, const ModelConfig& config,
+                                const std::string& name);
+// Whether Qwen3-Next parameter `name` (gdn_qkv or gdn_z) is read from a legacy file's
+// fused ssm_in (per key head [q | k | v | z]) because the file has no attn_qkv.
+bool LegacyQkvz(const GgufFile& file, const std::string& name);
 // Parameters a file may leave out (zeros then): Granite's Mamba-2 conv bias, a sigmoid
 // router's selection bias.
 bool GgufOptionalTensor(const std::string& name);
