@@ -384,16 +384,21 @@ absl::Status CheckpointStore::Put(std::string_view tenant_view, const std::strin
     UncountLocked(key);
     return written;
   }
-  CacheLocked(tenant, key, std::move(bytes), {}, expires);
+  // Cached as the memory store keeps it: the stub, and the pages it shares with the
+  // tenant's other cached records once.
+  CacheLocked(tenant, key, prepared.stored, prepared.pages, expires);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const std::string>> CheckpointStore::ReadDurable(
-    std::string_view reader, const std::string& key) {
+    std::string_view reader, const std::string& key, Prepared* kept) {
   auto got = options_.durable->Get(key);
   if (!got.ok()) return got.status();
   auto stored = std::make_shared<const std::string>(*std::move(got));
+  kept->stored = stored;
+  kept->pages.clear();
   std::vector<std::shared_ptr<const std::string>> pages;
+  std::vector<std::string> page_ids;
   if (IsPagedRecord(*stored)) {
     absl::StatusOr<PagedRecordView> record = ParsePagedRecord(*stored);
     if (!record.ok()) return record.status();
@@ -412,9 +417,17 @@ absl::StatusOr<std::shared_ptr<const std::string>> CheckpointStore::ReadDurable(
         }
         pages.push_back(std::make_shared<const std::string>(*std::move((*bytes)[i])));
       }
+      page_ids = *std::move(ids);
     }
   }
-  return Materialize(std::move(stored), pages, reader, /*trusted=*/false);
+  auto joined = Materialize(stored, pages, reader, /*trusted=*/false);
+  if (!joined.ok()) return joined.status();
+  // Verified for `reader`: the cache may keep them as that tenant's.
+  std::unordered_set<std::string> seen;
+  for (size_t i = 0; i < page_ids.size(); ++i) {
+    if (seen.insert(page_ids[i]).second) kept->pages.push_back(Page{page_ids[i], pages[i]});
+  }
+  return joined;
 }
 
 absl::StatusOr<std::shared_ptr<const std::string>> CheckpointStore::Get(
@@ -456,18 +469,19 @@ absl::StatusOr<std::shared_ptr<const std::string>> CheckpointStore::Get(
     // Still there (not deleted by another replica, not expired in the store)?
     auto generation = options_.durable->GetGeneration(key);
     if (!generation.ok()) return generation.status();
-    if (*generation > 0) return cached;
+    if (*generation > 0) return Materialize(std::move(cached), pages, tenant, trusted);
     absl::MutexLock lock(&mu_);
     EraseLocked(key);
     UncountLocked(key);
     return absl::NotFoundError(key);
   }
-  auto bytes = ReadDurable(tenant, key);
+  Prepared kept;
+  auto bytes = ReadDurable(tenant, key, &kept);
   if (!bytes.ok()) return bytes.status();
   absl::MutexLock lock(&mu_);
   // Cached for as long as the store keeps it; a copy kept past the store's expiry (or
   // deleted there) is caught by the generation read above.
-  CacheLocked(std::string(tenant), key, *bytes, {}, absl::InfiniteFuture());
+  CacheLocked(std::string(tenant), key, kept.stored, kept.pages, absl::InfiniteFuture());
   return bytes;
 }
 

@@ -25,7 +25,9 @@
 //     stub; a record deleted, evicted or expired drops its references.
 //   - Durable: pages live in the durable store (SnapshotStore's page methods), each
 //     extended to outlive the record before the record is written; a record whose page
-//     is missing reads as absent (NOT_FOUND). This process's cache holds whole records.
+//     is missing reads as absent (NOT_FOUND). This process's cache keeps records as the
+//     memory store does (stubs, and each tenant's pages once), so a cached conversation
+//     costs about its final state here too.
 //     A durable store that keeps no pages gets whole records.
 // Quotas count what a tenant newly wrote: each distinct page once (pages are a tenant's
 // own: their keys carry its tag) plus each record's stub; a record that reuses the
@@ -185,9 +187,11 @@ class CheckpointStore {
   // The durable writes of a Put: the pages extended or written, then the record.
   absl::Status WriteDurable(const std::string& key, const Prepared& prepared,
                             const std::string& whole, absl::Duration ttl);
-  // Reads `key` from the durable store with its pages joined for `reader`.
+  // Reads `key` from the durable store with its pages joined for `reader`; `kept` gets
+  // the record as stored and its pages (each once, verified for `reader`), for the cache.
   absl::StatusOr<std::shared_ptr<const std::string>> ReadDurable(std::string_view reader,
-                                                                 const std::string& key);
+                                                                 const std::string& key,
+                                                                 Prepared* kept);
   // Counts a write of `prepared` under `key` by `tenant`, or refuses it
   // (RESOURCE_EXHAUSTED) past the tenant's quota or, for durable records kept only
   // here, the memory. A disposable record makes room in its tenant's quota by evicting

@@ -240,12 +240,21 @@ for h in $hybrids; do
     tools_check "$h"
   fi
 done
-# Nothing but stored responses and kept chat states is left in the store: each turn's
-# own session is closed once its state is recorded.
-# Deleted conversations leave only their tenant's (empty) list.
+# Nothing but stored responses and kept chat states (and the KV pages they name) is left
+# in the store: each turn's own session lives in memory only and is closed once its state
+# is recorded. Deleted conversations leave only their tenant's (empty) list. Pages are
+# never deleted by id: each must expire by itself.
 left=$(redis-cli -p "$redis_port" --scan |
-  grep -v -e ':resp_[0-9a-f_]*$' -e ':pfx_[0-9a-f]*$' -e ':convs_[0-9a-f]*$' -e '^$' || true)
-[ -z "$left" ] || fail "keys left in redis besides stored responses, chat states and conversation lists: $left"
+  grep -v -e ':resp_[0-9a-f_]*$' -e ':pfx_[0-9a-f]*$' -e ':convs_[0-9a-f]*$' \
+    -e ':page:page_[0-9a-f]*$' -e '^$' || true)
+[ -z "$left" ] || fail "keys left in redis besides stored responses, chat states, their pages and conversation lists: $left"
+pages=0
+for key in $(redis-cli -p "$redis_port" --scan --pattern '*:page:page_*'); do
+  ttl=$(redis-cli -p "$redis_port" pttl "$key")
+  [ "$ttl" -gt 0 ] || fail "page $key has no expiry (pttl $ttl)"
+  pages=$((pages + 1))
+done
+step "the store holds $pages KV pages, each with an expiry"
 
 stop "$a_pid"; a_pid=""
 stop "$c_pid"; c_pid=""

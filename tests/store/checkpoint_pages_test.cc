@@ -205,6 +205,9 @@ TEST_P(CheckpointPagesTest, AChainOfGrowingStatesStoresAboutOneFinalState) {
             << " x the final state)\n";
   EXPECT_LE(stored, int64_t(1.3 * double(final_state.size())));
   EXPECT_EQ(store_->usage("alice").bytes, stored);
+  // This process's memory holds the chain as the store does: stubs and shared pages
+  // (a durable store's cache too), not 20 whole records.
+  EXPECT_LE(store_->memory_bytes_used(), int64_t(1.3 * double(final_state.size())));
   // Every record reads back byte for byte, here and on another replica.
   CheckpointStore* replica = Replica();
   for (int turn = 0; turn < 20; ++turn) {
@@ -214,6 +217,8 @@ TEST_P(CheckpointPagesTest, AChainOfGrowingStatesStoresAboutOneFinalState) {
       EXPECT_TRUE(**got == *records[turn].bytes) << "turn " << turn;
     }
   }
+  // The replica cached what it read the same way.
+  EXPECT_LE(replica->memory_bytes_used(), int64_t(1.3 * double(final_state.size())));
 }
 
 // A Put that names no snapshot keeps the record whole, as before pages: the same chain
