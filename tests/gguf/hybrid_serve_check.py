@@ -46,13 +46,19 @@ def reference_logits(path, ids):
     return model.run(ids, model.new_state())
 
 
-def turn(stub, what, max_tokens, **request):
-    """One greedy turn (end of sequence ignored): (ids, final)."""
+def turn(stub, what, max_tokens, margins=None, **request):
+    """One greedy turn (end of sequence ignored): (ids, final). With `margins` (a list),
+    each step's top-1 minus top-2 logprob is appended to it."""
     sampling = pb.SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    if margins is not None:
+        request.update(logprobs=True, top_logprobs=2)
     ids, final = [], None
     for m in stub.Generate(pb.GenerateRequest(sampling=sampling, **request), timeout=60):
         if m.HasField("token"):
             ids.append(m.token.id)
+            if margins is not None:
+                top = m.token.top_logprobs
+                margins.append(top[0].logprob - top[1].logprob if len(top) > 1 else float("inf"))
         else:
             final = m.final
     if final is None or final.reason != pb.FINISH_REASON_LENGTH:
@@ -60,11 +66,21 @@ def turn(stub, what, max_tokens, **request):
     return ids, final
 
 
-def check_sessions(stub, file, their, ids):
+def check_sessions(stub, file, their, ids, near_tie):
     """A session's turns against one call (the session's states carried across turns):
     turn 1 the prompt for 10 tokens, turn 2 some of llama.cpp's greedy ids as tokens,
-    equal to one call on all those tokens, at the same position; and turn 1 followed by
-    an empty-prompt turn equal to attnserve's own greedy call (ids). -> failures."""
+    equal to one call on all those tokens, at the same position, up to a near-tie of the
+    one call; and turn 1 followed by an empty-prompt turn equal to attnserve's own greedy
+    call (ids). -> failures.
+
+    Near-ties: turn 1's generated tokens enter the state through decode steps, and one
+    call prefills them, so their rows are the same values summed in another order (BLAS
+    for the prompt, the fused step for decode; which kernels OpenBLAS runs depends on the
+    CPU and OPENBLAS_CORETYPE). On packed files each activation row is then quantized to
+    8 bits, which turns such a difference into a whole quantization step now and then:
+    the same noise the comparison with llama.cpp allows (near_tie, this file's). A
+    difference where the one call's top two are closer than that is compared no
+    further."""
     model, first = file[:-len(".gguf")], 10
     second = their["greedy"][3:9]
     failures = []
@@ -75,10 +91,19 @@ def check_sessions(stub, file, their, ids):
             if what == "tokens":
                 t2, f2 = turn(stub, f"{file}: turn 2", 16, session_id=s, tokens=pb.TokenIds(ids=second))
                 every = their["prompt"] + t1 + second
-                one, f1 = turn(stub, f"{file}: one call", 16, model=model, tokens=pb.TokenIds(ids=every))
-                if t2 != one or f2.usage.session_position != f1.usage.session_position:
+                margins = []
+                one, f1 = turn(stub, f"{file}: one call", 16, margins=margins, model=model,
+                               tokens=pb.TokenIds(ids=every))
+                differ = next((i for i, (a, b) in enumerate(zip(t2, one)) if a != b), None)
+                if differ is not None and margins[differ] < near_tie:
+                    print(f"hybrid_serve_check: {file}: two turns equal one call for {differ} "
+                          f"tokens, then a near-tie (margin {margins[differ]:.3f} < {near_tie:.3f}): "
+                          f"compared no further")
+                elif t2 != one or f2.usage.session_position != f1.usage.session_position:
                     failures.append(f"{file}: two turns gave {t2} at {f2.usage.session_position}, one call "
-                                    f"on the {len(every)} tokens {one} at {f1.usage.session_position}")
+                                    f"on the {len(every)} tokens {one} at {f1.usage.session_position}"
+                                    + (f" (margin {margins[differ]:.2e} at {differ})"
+                                       if differ is not None else ""))
             else:
                 rest, _ = turn(stub, f"{file}: empty-prompt turn", len(ids) - first, session_id=s, text=b"")
                 if t1 + rest != ids:
@@ -134,7 +159,7 @@ def check_file(stub, file, their, args):
                             f"reference's, more than {limit:.4f} ({args.error_ratio} x llama.cpp's "
                             f"{theirs_rms:.4f}, or 0.02)")
     their["text"] = args.prompt
-    failures += check_sessions(stub, file, their, ids)
+    failures += check_sessions(stub, file, their, ids, near_tie)
     if clear == 0:
         failures.append(f"{file}: no teacher-forced step had a clear margin: nothing was compared")
     return failures, equal, len(their["greedy"])
