@@ -45,7 +45,7 @@ inline constexpr absl::Duration kHttpRequestTimeout = absl::Seconds(30);
 // Qwen3-0.6B's shape (16-bit KV, 114,688 bytes per token) a 20-turn conversation of
 // ~150-word messages and 150-token answers reaches 6,633 tokens and stores 779 MB, 1.02x
 // its final state (README.md, "Sizing stored state"); 4 GiB holds five of them, 37,449
-// tokens, in a memory store (a durable store's cache here holds whole records).
+// tokens, in a memory store or a durable store's cache here (both keep stubs and pages).
 inline constexpr absl::Duration kResponseTtl = absl::Hours(24);
 inline constexpr int64_t kCheckpointMemoryBytes = int64_t{4} << 30;
 // The bytes a page of stored state aims at (server/store/state_pages.h): 2 MiB, 18

@@ -70,11 +70,10 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
                 "Memory for stored responses (/v1/responses, conversations' states): "
                 "a cache of the durable --session_store, or (memory store) all there "
                 "is: a response that does not fit is refused (429), never another "
-                "evicted. A memory store's records share their states' pages, so a "
-                "conversation costs about its final state: the default holds 37,449 "
-                "tokens of Qwen3-0.6B's 16-bit KV (114,688 bytes a token), five "
-                "20-turn conversations of 6,633 tokens (779 MB each). A durable "
-                "store's cache here holds whole records, each its whole state.");
+                "evicted. Records here share their states' pages, so a conversation "
+                "costs about its final state: the default holds 37,449 tokens of "
+                "Qwen3-0.6B's 16-bit KV (114,688 bytes a token), five 20-turn "
+                "conversations of 6,633 tokens (779 MB each).");
   f.AddByteSize("state_page_bytes", &o->state_page_bytes,
                 "The size a page of stored state aims at: stored responses, kept chats "
                 "and sessions written to the --session_store hold their KV rows in "
