@@ -509,36 +509,49 @@ namespace {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// The most query rows of a group the direct 16-bit kernel keeps in registers.
+// The most query rows of a group the direct kernel keeps in registers.
 constexpr int64_t kDirectRows = 8;
 
-// 16 stored values at p as fp32: f16 by vcvtph2ps, bf16 as the high half of an fp32.
-template <bool kHalf>
-ATTNSERVE_AVX512 inline __m512 Load16(const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  if constexpr (kHalf) return _mm512_cvtph_ps(h);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+// The 16 stored values of a row at columns [c, c + 16) (c a multiple of 16) as fp32:
+// f16 by vcvtph2ps, bf16 as the high half of an fp32, q8_0 as its int8 times its block's
+// scale (the same fp32 products LoadKvRows gives).
+template <KvCacheType kType>
+ATTNSERVE_AVX512 inline __m512 Load16(const char* row, int64_t c) {
+  if constexpr (kType == KvCacheType::kQ8_0) {
+    const char* block = row + c / kQ8_0BlockValues * kQ8_0BlockBytes;
+    uint16_t h;
+    std::memcpy(&h, block, 2);
+    const __m128i q = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(block + 2 + c % kQ8_0BlockValues));
+    // The scale widened in every lane by vcvtph2ps (exact, as HalfToFloat).
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
+                         _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<int16_t>(h))));
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c));
+    if constexpr (kType == KvCacheType::kF16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
 }
 
-// KvGroupAttendSpans for 16-bit rows, reading them in place: each key row is read once
-// for all the group's query rows (scores by fma over d / 16 vectors and one reduction),
-// each value row once into the group's accumulators. d, dv multiples of 16; rows <=
-// kDirectRows.
-template <bool kHalf>
+// KvGroupAttendSpans for 16-bit and q8_0 rows, reading them in place: each key row is
+// read once for all the group's query rows (scores by fma over d / 16 vectors and one
+// reduction), each value row once into the group's accumulators. d, dv multiples of 16
+// (of 32 for q8_0); rows <= kDirectRows.
+template <KvCacheType kType>
 ATTNSERVE_AVX512 void GroupAttendDirect(const float* q, absl::Span<const KvSpan> spans,
                                         int64_t rows, int64_t len, int64_t d, int64_t dv,
                                         float* scores, float* out, float* sums) {
-  const int64_t dc = d / 16;
+  const int64_t k_bytes = KvRowBytes(kType, d), v_bytes = KvRowBytes(kType, dv);
   int64_t first = 0;
   for (const KvSpan& span : spans) {
-    const auto* k = static_cast<const uint16_t*>(span.k);
-    for (int64_t j = 0; j < span.rows; ++j, k += d) {
+    const char* k = static_cast<const char*>(span.k);
+    for (int64_t j = 0; j < span.rows; ++j, k += k_bytes) {
       __m512 acc[kDirectRows];
       for (int64_t r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
-      for (int64_t c = 0; c < dc; ++c) {
-        const __m512 kc = Load16<kHalf>(k + c * 16);
+      for (int64_t c = 0; c < d; c += 16) {
+        const __m512 kc = Load16<kType>(k, c);
         for (int64_t r = 0; r < rows; ++r) {
-          acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q + r * d + c * 16), kc, acc[r]);
+          acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q + r * d + c), kc, acc[r]);
         }
       }
       for (int64_t r = 0; r < rows; ++r) scores[r * len + first + j] = _mm512_reduce_add_ps(acc[r]);
@@ -552,12 +565,12 @@ ATTNSERVE_AVX512 void GroupAttendDirect(const float* q, absl::Span<const KvSpan>
   std::fill(out, out + rows * dv, 0.0f);
   first = 0;
   for (const KvSpan& span : spans) {
-    const auto* v = static_cast<const uint16_t*>(span.v);
-    for (int64_t j = 0; j < span.rows; ++j, v += dv) {
+    const char* v = static_cast<const char*>(span.v);
+    for (int64_t j = 0; j < span.rows; ++j, v += v_bytes) {
       __m512 w[kDirectRows];
       for (int64_t r = 0; r < rows; ++r) w[r] = _mm512_set1_ps(scores[r * len + first + j]);
       for (int64_t c = 0; c < dv; c += 16) {
-        const __m512 vc = Load16<kHalf>(v + c);
+        const __m512 vc = Load16<kType>(v, c);
         for (int64_t r = 0; r < rows; ++r) {
           float* o = out + r * dv + c;
           _mm512_storeu_ps(o, _mm512_fmadd_ps(w[r], vc, _mm512_loadu_ps(o)));
@@ -576,11 +589,16 @@ void KvGroupAttendSpans(KvCacheType type, const float* q, absl::Span<const KvSpa
                         int64_t rows, int64_t len, int64_t d, int64_t dv, float* scores,
                         float* tile, float* out, float* sums) {
 #if defined(ATTNSERVE_FLASH)
-  if ((type == KvCacheType::kF16 || type == KvCacheType::kBF16) && HasAvx512() &&
-      d % 16 == 0 && dv % 16 == 0 && rows <= kDirectRows) {
-    return type == KvCacheType::kF16
-               ? GroupAttendDirect<true>(q, spans, rows, len, d, dv, scores, out, sums)
-               : GroupAttendDirect<false>(q, spans, rows, len, d, dv, scores, out, sums);
+  if (type != KvCacheType::kF32 && HasAvx512() && d % 16 == 0 && dv % 16 == 0 &&
+      rows <= kDirectRows) {
+    switch (type) {
+      case KvCacheType::kF16:
+        return GroupAttendDirect<KvCacheType::kF16>(q, spans, rows, len, d, dv, scores, out, sums);
+      case KvCacheType::kBF16:
+        return GroupAttendDirect<KvCacheType::kBF16>(q, spans, rows, len, d, dv, scores, out, sums);
+      default:  // q8_0 (its dims are whole blocks of 32)
+        return GroupAttendDirect<KvCacheType::kQ8_0>(q, spans, rows, len, d, dv, scores, out, sums);
+    }
   }
 #endif
   // Calls f(first, n, rows_fp32) for each tile of at most kSpanTileRows rows of width w

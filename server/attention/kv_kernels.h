@@ -47,7 +47,7 @@ int64_t KvSpanTileFloats(int64_t d, int64_t dv);
 // by span. Rows not stored as fp32 are read into `tile` (KvSpanTileFloats floats), a
 // tile of at most 256 rows at a time, so the cache is read once in its stored bytes; on
 // AVX-512, for head dims that are multiples of 16 and groups of up to 8 query heads,
-// 16-bit rows are read in place instead (each row converted in registers, once for
+// 16-bit and q8_0 rows are read in place instead (each row converted in registers, once for
 // the whole group). Either way, sums and scores as KvGroupAttend's.
 // scores: rows * len floats.
 void KvGroupAttendSpans(KvCacheType type, const float* q, absl::Span<const KvSpan> spans,

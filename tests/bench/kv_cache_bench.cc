@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
       std::printf("| f32, one contiguous cache (before) | %lld | %.0f | %.1f | %.1f | - |\n",
                   static_cast<long long>(context), us, mb, mb / us * 1e3);
     }
-    for (KvCacheType type : {KvCacheType::kF32, KvCacheType::kF16, KvCacheType::kBF16}) {
+    for (KvCacheType type :
+         {KvCacheType::kF32, KvCacheType::kF16, KvCacheType::kBF16, KvCacheType::kQ8_0}) {
       auto attn = Make(type);
       auto state = Filled(*attn, context);
       std::vector<double> step_us, prefill_ms;
