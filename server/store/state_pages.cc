@@ -62,9 +62,11 @@ int64_t ElementBytes(uint8_t dtype) {
   return 0;
 }
 
-// Bytes `numel` values take as `dtype` (numel whole q8_0 blocks for q8_0).
+// Bytes `numel` values take as `dtype`: for q8_0, 34 per 32 written as numel + numel / 16
+// (exact for whole blocks, and never under numel, so a count clamped to "more than the
+// bytes left" still runs past the end).
 uint64_t ValueBytes(uint8_t dtype, uint64_t numel) {
-  return dtype == kQ8_0Code ? numel / 32 * 34 : numel * uint64_t(ElementBytes(dtype));
+  return dtype == kQ8_0Code ? numel + numel / 16 : numel * uint64_t(ElementBytes(dtype));
 }
 
 // One tensor of a snapshot (or of a stub's reduced snapshot) as laid out in its bytes.
