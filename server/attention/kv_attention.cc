@@ -127,8 +127,10 @@ class KvState : public AttentionState {
   // already in the stored type (a restore's last, partial block).
   void Append(const at::Tensor& k_rows, const at::Tensor& v_rows) {
     const bool q8 = type_ == KvCacheType::kQ8_0;
-    const at::Tensor new_k = q8 && k_rows.scalar_type() != at::kByte ? QuantizeQ8_0(k_rows) : k_rows;
-    const at::Tensor new_v = q8 && v_rows.scalar_type() != at::kByte ? QuantizeQ8_0(v_rows) : v_rows;
+    auto stored = [q8](const at::Tensor& rows) {
+      return q8 && rows.scalar_type() != at::kByte ? QuantizeQ8_0(rows) : rows;
+    };
+    const at::Tensor new_k = stored(k_rows), new_v = stored(v_rows);
     const int64_t t = new_k.size(1);
     Reserve(t);
     for (int64_t done = 0; done < t;) {

@@ -157,10 +157,11 @@ void DeclareServerFlags(ServerOptions* o, FlagSet* flags) {
       "(the default: half of f32's bytes per token, 11 significant bits), bf16 "
       "(half, 8 significant bits, f32's range), q8_0 (llama.cpp's: blocks of 32 "
       "values as a half scale and 32 int8, 34 bytes, 27% of f32's; head dims must be "
-      "multiples of 32) or f32. Attention is computed in f32 from the stored rows. Memory budgets, DescribeModel and /v1/models count the "
-      "stored bytes. A snapshot records its type; a server of another type imports it "
-      "(rounding to nearest even when its type is narrower), and continues it as a "
-      "server of its own type would.",
+      "multiples of 32) or f32. Attention is computed in f32 from the stored rows. "
+      "Memory budgets, DescribeModel and /v1/models count the stored bytes. A "
+      "snapshot records its type; a server of another type imports it (rounding to "
+      "nearest even, or quantizing, when its type is narrower), and continues it as "
+      "a server of its own type would.",
       [](absl::string_view v, std::string* type) {
         if (v != "f16" && v != "bf16" && v != "q8_0" && v != "f32") {
           return absl::InvalidArgumentError("expected f16, bf16, q8_0 or f32");

@@ -38,9 +38,6 @@ class Session {
   // A one-turn session (Generate without a session id): closed when its turn ends,
   // never written to a durable store.
   bool one_turn() const { return one_turn_; }
-  // A session kept in this process's memory only (SessionStore::Durability::kLocal):
-  // never written to, spilled to or loaded from a durable store.
-  bool local() const { return local_; }
 
   // --- Claim holder only (see the file comment). ---
   // Makes the recurrent state's tensors: restored from the snapshot the session was
@@ -84,6 +81,8 @@ class Session {
   // into resurrecting the session).
   std::atomic<bool> closing_{false};
   bool one_turn_ = false;
+  // Kept in this process's memory only (SessionStore::Durability::kLocal): never
+  // written to, spilled to or loaded from a durable store.
   bool local_ = false;
   // Neither written nor spilled: a one-turn or a local session.
   bool memory_only() const { return one_turn_ || local_; }
