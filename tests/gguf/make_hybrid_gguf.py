@@ -755,6 +755,25 @@ def main_chat(out, names):
         print(f"make_hybrid_gguf: {name}.gguf: {len(tensors)} tensors, {os.path.getsize(path)} bytes")
 
 
+def write_variants(tool, suffix, transform, argv):
+    """For the companion writers of other layouts of the same weights (moe_merged_gguf.py,
+    qwen35_legacy_gguf.py): argv is OUT_DIR NAME...; each FILES name is made as here, its
+    tensors passed through transform(arch, name, tensors), and written as
+    OUT_DIR/NAME-SUFFIX.gguf."""
+    out = argv[0]
+    os.makedirs(out, exist_ok=True)
+    vocab = gpt2_vocab()
+    for name in argv[1:]:
+        arch, kind = FILES[name]
+        kvs, tensors = MAKERS[arch](name, kind)
+        tensors = transform(arch, name, tensors)
+        file = f"{name}-{suffix}.gguf"
+        path = os.path.join(out, file)
+        write_gguf(path, kvs + vocab, tensors)
+        print(f"{tool}: {file}: {arch}, {TYPE_NAMES[kind]}, {len(tensors)} tensors, "
+              f"{os.path.getsize(path)} bytes")
+
+
 def main():
     if sys.argv[1] == "--bench":
         return main_bench(sys.argv[2], sys.argv[3:])

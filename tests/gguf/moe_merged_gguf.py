@@ -16,7 +16,6 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_hybrid_gguf  # noqa: E402
-from make_gguf import TYPE_NAMES, write_gguf  # noqa: E402
 
 
 def merged(tensors):
@@ -36,17 +35,8 @@ def merged(tensors):
 
 
 def main():
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
-    vocab = make_hybrid_gguf.gpt2_vocab()
-    for name in sys.argv[2:]:
-        arch, kind = make_hybrid_gguf.FILES[name]
-        kvs, tensors = make_hybrid_gguf.MAKERS[arch](name, kind)
-        tensors = merged(tensors)
-        path = os.path.join(out, name + "-merged.gguf")
-        write_gguf(path, kvs + vocab, tensors)
-        print(f"moe_merged_gguf: {name}-merged.gguf: {arch}, {TYPE_NAMES[kind]}, {len(tensors)} tensors, "
-              f"{os.path.getsize(path)} bytes")
+    make_hybrid_gguf.write_variants("moe_merged_gguf", "merged",
+                                    lambda arch, name, tensors: merged(tensors), sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_hybrid_gguf  # noqa: E402
-from make_gguf import TYPE_NAMES, write_gguf  # noqa: E402
 
 
 def legacy(tensors, gdn):
@@ -40,19 +39,13 @@ def legacy(tensors, gdn):
     return out
 
 
+def to_legacy(arch, name, tensors):
+    assert arch == "qwen3next", name
+    return legacy(tensors, make_hybrid_gguf.QWEN35_SHAPE["gdn"])
+
+
 def main():
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
-    vocab = make_hybrid_gguf.gpt2_vocab()
-    for name in sys.argv[2:]:
-        arch, kind = make_hybrid_gguf.FILES[name]
-        assert arch == "qwen3next", name
-        kvs, tensors = make_hybrid_gguf.MAKERS[arch](name, kind)
-        tensors = legacy(tensors, make_hybrid_gguf.QWEN35_SHAPE["gdn"])
-        path = os.path.join(out, name + "-legacy.gguf")
-        write_gguf(path, kvs + vocab, tensors)
-        print(f"qwen35_legacy_gguf: {name}-legacy.gguf: {arch}, {TYPE_NAMES[kind]}, {len(tensors)} tensors, "
-              f"{os.path.getsize(path)} bytes")
+    make_hybrid_gguf.write_variants("qwen35_legacy_gguf", "legacy", to_legacy, sys.argv[1:])
 
 
 if __name__ == "__main__":
