@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/bench/bench_clock.h"
 #include "server/attention/target_clones.h"
 #include "server/mixer/gdn_kernels.h"
 
@@ -32,24 +33,12 @@ namespace mx = attnserve::mixer;
 
 namespace {
 
+using attnserve::bench::Now;
+using attnserve::bench::CpuNow;
+using attnserve::bench::Median;
+
 constexpr int64_t kKeyHeads = 16, kValueHeads = 32, kDim = 128;
 constexpr int64_t kRingBytes = int64_t(128) << 20;  // > L3: states come from memory
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-double CpuNow() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Layer {
   std::vector<float> ssm_a, dt_bias;

@@ -15,11 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/bench/bench_clock.h"
 #include "server/attention/kv_kernels.h"
 #include "server/attention/registry.h"
 
 namespace attnserve::attention {
 namespace {
+
+using attnserve::bench::Median;
 
 constexpr int kHeads = 16, kKvHeads = 8, kDim = 128;
 
@@ -33,11 +36,6 @@ std::unique_ptr<Attention> Make(KvCacheType type) {
   o.chunk_size = 64;
   o.kv_cache_type = type;
   return std::move(CreateAttention(o)).value();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // A state of `attn` holding `context` tokens of random keys and values.

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/bench/bench_clock.h"
 #include "server/model/step_kernels.h"
 #include "server/weights/blocks.h"
 #include "server/weights/half.h"
@@ -27,25 +28,11 @@ namespace w = attnserve::weights;
 
 namespace {
 
+using attnserve::bench::Now;
+using attnserve::bench::CpuNow;
+using attnserve::bench::Median;
+
 constexpr int64_t kStreamBytes = int64_t(128) << 20;  // > L3: W comes from memory
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// CPU time of this thread: on the shared machine, wall time also counts the time other
-// work held the core; thread CPU time does not (memory contention still shows).
-double CpuNow() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Random packed bytes whose fp16 scales are ordinary numbers (speed does not depend on
 // the values; quantizing 40M values with the reference quantizer would take minutes).
